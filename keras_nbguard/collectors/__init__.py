@@ -1,0 +1,1 @@
+"""Collectors: each measures one thing for a run and never raises into the user's cell."""

@@ -1,0 +1,66 @@
+"""Run a callback right after a module is imported, for patches a run needs when the cell itself
+is the one that imports Keras or TensorFlow."""
+
+from __future__ import annotations
+
+import importlib.abc
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+
+class _CallbackLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any, callback: Callable[[ModuleType], None]) -> None:
+        self._loader = loader
+        self._callback = callback
+
+    def create_module(self, spec: Any) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        # hand the module its real loader back: nothing of ours stays on it
+        module.__loader__ = self._loader
+        if getattr(module, "__spec__", None) is not None:
+            module.__spec__.loader = self._loader
+        self._callback(module)
+
+
+class ImportWatch(importlib.abc.MetaPathFinder):
+    """A meta path entry that calls ``callback(module)`` once ``name`` has been executed.
+
+    Remove it with ``close()``; it is inert for every other module name.
+    """
+
+    def __init__(self, name: str, callback: Callable[[ModuleType], None]) -> None:
+        self.name = name
+        self._callback = callback
+        sys.meta_path.insert(0, self)
+
+    def close(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _CallbackLoader(spec.loader, self._callback)
+                return spec
+        return None
+
+
+def when_imported(name: str, callback: Callable[[ModuleType], None]) -> ImportWatch | None:
+    """Call ``callback`` now if ``name`` is imported, else right after its import; returns the
+    watch to close (None when the callback already ran)."""
+    module = sys.modules.get(name)
+    if module is not None:
+        callback(module)
+        return None
+    return ImportWatch(name, callback)

@@ -1,0 +1,122 @@
+"""Process memory: RSS now, and a background sampler that catches short-lived peaks."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+
+import psutil
+
+RssReader = Callable[[], int]
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _statm_reader() -> RssReader | None:
+    """A reader of /proc/self/statm through one open descriptor: ~2 µs a read, no allocation churn."""
+    try:
+        fd = os.open("/proc/self/statm", os.O_RDONLY)
+    except OSError:
+        return None
+
+    def read() -> int:
+        return int(os.pread(fd, 128, 0).split()[1]) * _PAGE
+
+    try:
+        read()
+    except (OSError, ValueError, IndexError):
+        os.close(fd)
+        return None
+    return read
+
+
+def default_rss_reader() -> RssReader:
+    return _statm_reader() or (lambda: psutil.Process().memory_info().rss)
+
+
+class PeakRss:
+    """The kernel's own high-water mark (VmHWM), reset per run on Linux. None where unsupported."""
+
+    def reset(self) -> bool:
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # "5" resets the peak RSS counter only (Linux >= 4.0)
+            return True
+        except OSError:
+            return False
+
+    def read(self) -> int | None:
+        try:
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            pass
+        return None
+
+
+class RssSampler:
+    """Samples RSS on a daemon thread every ``interval`` seconds, keeping the peak and a series.
+
+    The series is decimated in place (every other sample dropped, the step doubled) whenever it
+    reaches ``max_samples``, so a long run costs bounded memory and its shape survives.
+    """
+
+    def __init__(self, read: RssReader | None = None, interval: float = 0.01,
+                 max_samples: int = 2000) -> None:
+        self._read = read or default_rss_reader()
+        self.interval = interval
+        self._max_samples = max_samples
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0 = 0.0
+        self._keep_every = 1
+        self._count = 0
+        self.peak: int | None = None
+        self.samples: list[tuple[float, int]] = []
+        self.error: str | None = None
+        self.listeners: list[Callable[[float, int], None]] = []
+
+    def read_now(self) -> int:
+        return self._read()
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+        self._take()
+        self._thread = threading.Thread(target=self._loop, name="keras-nbguard-rss", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop and join the thread; safe to call twice or without start."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self.error is None:
+            self._take()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self._take()
+            except Exception as exc:  # a broken reader must not kill the run, only the figure
+                self.error = f"RSS sampler stopped: {exc!r}"
+                return
+
+    def _take(self) -> None:
+        rss = self._read()
+        if self.peak is None or rss > self.peak:
+            self.peak = rss
+        self._count += 1
+        if self._count % self._keep_every:
+            return
+        t = time.perf_counter() - self._t0
+        self.samples.append((t, rss))
+        if len(self.samples) >= self._max_samples:
+            del self.samples[1::2]
+            self._keep_every *= 2
+        for listener in self.listeners:
+            listener(t, rss)

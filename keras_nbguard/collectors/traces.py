@@ -1,0 +1,60 @@
+"""Counts tf.function traces during a run (new models and recompiles retrace; stable ones don't).
+
+A scoped, reversible patch of the one TensorFlow function that runs only when a trace is made.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+from typing import Any
+
+from .imports import ImportWatch, when_imported
+
+TRACING_MODULE = "tensorflow.python.eager.polymorphic_function.tracing_compilation"
+TRACE_FUNCTION = "_create_concrete_function"
+
+
+class TraceCounter:
+    """``count`` is the number of top-level traces while installed, None when it can't be read."""
+
+    def __init__(self) -> None:
+        self.count: int | None = 0
+        self.reason: str | None = None
+        self._depth = 0
+        self._patched: tuple[ModuleType, Any] | None = None
+        self._watch: ImportWatch | None = None
+
+    def install(self) -> None:
+        self._watch = when_imported(TRACING_MODULE, self._patch)
+
+    def uninstall(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        if self._patched is not None:
+            module, original = self._patched
+            setattr(module, TRACE_FUNCTION, original)
+            self._patched = None
+
+    def _patch(self, module: ModuleType) -> None:
+        original = getattr(module, TRACE_FUNCTION, None)
+        if original is None:
+            self.count = None
+            self.reason = "this TensorFlow version has no trace hook we know"
+            return
+        counter = self
+
+        @functools.wraps(original)
+        def traced(*args: Any, **kwargs: Any) -> Any:
+            # nested tf.functions trace inside their caller's trace: count the outer one only
+            if counter._depth == 0 and counter.count is not None:
+                counter.count += 1
+            counter._depth += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                counter._depth -= 1
+
+        self._patched = (module, original)
+        setattr(module, TRACE_FUNCTION, traced)

@@ -1,0 +1,196 @@
+"""``%%kerasrun`` and ``%nbguard``: a thin IPython layer over the Session. The only IPython importer."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+
+from . import __version__, gpu_setup
+from .cell import run_cell_body
+from .collectors.gpu import TfGpu
+from .labels import CellLabels
+from .prepare import RunOptions
+from .records import fmt_bytes
+from .report import key_values, runs_table
+from .session import Session, set_session
+from .tracking import tracked
+
+POLICIES = {"mixed_float16", "mixed_bfloat16", "float16", "bfloat16", "float32", "float64"}
+SHORT_POLICIES = {"float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
+SUBCOMMANDS = ("status", "runs", "config")
+
+
+def _run_option_arguments(func: Any) -> Any:
+    """The options shared by ``%%kerasrun`` and ``%nbguard config``."""
+    for decorator in reversed((
+        argument("--no-clear", dest="clear", action="store_const", const=False, default=None,
+                 help="Don't run gc + keras.utils.clear_session() before the cell."),
+        argument("--gpu-growth", dest="gpu_growth", action="store_const", const=True,
+                 default=None, help="Let TensorFlow grow GPU memory as needed (default on)."),
+        argument("--no-gpu-growth", dest="gpu_growth", action="store_const", const=False,
+                 help="Let TensorFlow reserve the whole GPU up front."),
+        argument("--gpu-limit", type=int, metavar="MB", default=None,
+                 help="Hard cap on GPU memory, through a logical device. Needs to run before "
+                      "TensorFlow initializes the GPU (imports TensorFlow if needed)."),
+        argument("--mixed-precision", nargs="?", const="mixed_float16", metavar="POLICY",
+                 default=None, help="Keras dtype policy, re-applied after each clear_session "
+                                    "(default mixed_float16; or mixed_bfloat16)."),
+        argument("--quiet", action="store_const", const=True, default=None,
+                 help="Don't show the run summary under the cell."),
+    )):
+        func = decorator(func)
+    return func
+
+
+def _options_from(args: argparse.Namespace, base: RunOptions) -> RunOptions:
+    changes: dict[str, Any] = {}
+    for name in ("clear", "gpu_growth", "quiet"):
+        if getattr(args, name, None) is not None:
+            changes[name] = getattr(args, name)
+    if args.gpu_limit is not None:
+        if args.gpu_limit <= 0:
+            raise UsageError(f"--gpu-limit takes a positive number of MB, not {args.gpu_limit}")
+        changes["gpu_limit_mb"] = args.gpu_limit
+    if args.mixed_precision is not None:
+        policy = SHORT_POLICIES.get(args.mixed_precision, args.mixed_precision)
+        if policy not in POLICIES:
+            raise UsageError(f"--mixed-precision: unknown policy {args.mixed_precision!r}; use "
+                             f"mixed_float16 (GPUs) or mixed_bfloat16 (TPUs, recent CPUs/GPUs)")
+        changes["mixed_precision"] = policy
+    return dataclasses.replace(base, **changes)
+
+
+@magics_class
+class KerasMagics(Magics):
+    def __init__(self, shell: Any, session: Session) -> None:
+        super().__init__(shell)
+        self.session = session
+        self.labels = CellLabels()
+        self._cell_id: str | None = None
+
+    def pre_run_cell(self, info: Any) -> None:
+        self._cell_id = getattr(info, "cell_id", None)
+
+    @magic_arguments()
+    @argument("--label", "-l", metavar="NAME", default=None,
+              help="Name runs of this cell are compared under (default: the cell's first line, "
+                   "kept across re-runs and edits of the same cell).")
+    @_run_option_arguments
+    @cell_magic
+    def kerasrun(self, line: str, cell: str) -> Any:
+        """Run the cell with Keras session clearing and GPU setup, and measure it.
+
+        Each run records wall and fit time (per fit and per epoch), RSS before/after/peak, GPU
+        memory and tf.function traces, and shows a summary compared with the previous run of the
+        same label. ``keras_nbguard.runs()`` returns the records.
+        """
+        __tracebackhide__ = True
+        args = parse_argstring(self.kerasrun, line)
+        options = _options_from(args, self.session.options)
+        label = args.label or self.labels.label_for(cell, self._cell_id)
+        run = None
+        try:
+            with tracked(self.session, label, options) as run:
+                return run_cell_body(self.shell, f"%%kerasrun {line}".rstrip(), cell)
+        finally:
+            if run is not None and run.record is not None and not options.quiet:
+                display(run.record)
+
+    @magic_arguments()
+    @argument("command", choices=SUBCOMMANDS, help="status | runs | config")
+    @argument("--label", "-l", metavar="NAME", default=None, help="runs: only this label.")
+    @argument("--no-gpu-limit", action="store_true", help="config: drop the GPU memory cap.")
+    @argument("--no-mixed-precision", action="store_true",
+              help="config: stop setting a dtype policy.")
+    @argument("--clear", dest="clear", action="store_const", const=True,
+              help="config: clear before each run (the default).")
+    @_run_option_arguments
+    @line_magic
+    def nbguard(self, line: str) -> Any:
+        """keras_nbguard commands.
+
+        status   what the extension sees: configuration, GPU setup, runs so far, RSS now.
+        runs     the runs of this kernel as a table (``--label NAME`` for one label).
+        config   show the defaults every ``%%kerasrun`` starts from, or change them with the same
+                 options ``%%kerasrun`` takes (plus --clear, --no-gpu-limit, --no-mixed-precision).
+        """
+        args = parse_argstring(self.nbguard, line)
+        if args.command == "runs":
+            return runs_table(self.session.runs(args.label))
+        if args.command == "config":
+            options = _options_from(args, self.session.options)
+            if args.no_gpu_limit:
+                options = dataclasses.replace(options, gpu_limit_mb=None)
+            if args.no_mixed_precision:
+                options = dataclasses.replace(options, mixed_precision=None)
+            self.session.options = options
+            return key_values("keras_nbguard config", _describe_options(options))
+        return key_values("keras_nbguard status", self._status())
+
+    def _status(self) -> list[tuple[str, str]]:
+        import psutil
+
+        tf = TfGpu.if_imported()
+        if tf is None:
+            gpu = (f"TensorFlow not imported yet; {gpu_setup.GROWTH_ENV}="
+                   f"{os.environ.get(gpu_setup.GROWTH_ENV, 'unset')}")
+        else:
+            try:
+                gpus = tf.gpus()
+                gpu = (f"{len(gpus)} GPU(s); initialized: {tf.runtime_initialized()}"
+                       if gpus else "TensorFlow sees no GPU")
+            except Exception as exc:
+                gpu = f"n/a ({exc})"
+        return [
+            ("version", __version__),
+            ("runs", str(len(self.session.history))),
+            ("running", self.session.current.label if self.session.current else "nothing"),
+            ("rss now", fmt_bytes(psutil.Process().memory_info().rss)),
+            ("keras imported", str("keras" in sys.modules)),
+            ("gpu", gpu),
+            *_describe_options(self.session.options),
+        ]
+
+
+def _describe_options(options: RunOptions) -> list[tuple[str, str]]:
+    return [
+        ("clear", "on" if options.clear else "off (--no-clear)"),
+        ("gpu growth", {None: "as set at load", True: "on", False: "off"}[options.gpu_growth]),
+        ("gpu limit", "none" if options.gpu_limit_mb is None else f"{options.gpu_limit_mb} MB"),
+        ("mixed precision", options.mixed_precision or "off"),
+        ("quiet", "on" if options.quiet else "off"),
+    ]
+
+
+def load(shell: Any) -> KerasMagics:
+    unload(shell)  # a second %load_ext must not double anything
+    session = Session()
+    for problem in gpu_setup.configure_at_load(TfGpu.if_imported()):
+        session.warn_once(problem)
+    magics = KerasMagics(shell, session)
+    shell.register_magics(magics)
+    shell.events.register("pre_run_cell", magics.pre_run_cell)
+    set_session(session)
+    return magics
+
+
+def unload(shell: Any) -> None:
+    manager = shell.magics_manager
+    magics = manager.registry.pop(KerasMagics.__name__, None)
+    if magics is None:
+        return
+    try:
+        shell.events.unregister("pre_run_cell", magics.pre_run_cell)
+    except ValueError:
+        pass
+    manager.magics["cell"].pop("kerasrun", None)
+    manager.magics["line"].pop("nbguard", None)
+    set_session(None)

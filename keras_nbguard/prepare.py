@@ -1,0 +1,86 @@
+"""What happens before a tracked run: gc, Keras session clearing, dtype policy and GPU setup."""
+
+from __future__ import annotations
+
+import gc
+import sys
+from dataclasses import dataclass, field
+
+from . import gpu_setup
+from .collectors.gpu import TfGpu
+
+DEFAULT_POLICY = "float32"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The per-run knobs: ``%%kerasrun`` options, or ``track()`` keyword arguments."""
+
+    clear: bool = True
+    gpu_growth: bool | None = None  # None: leave as configured at load
+    gpu_limit_mb: int | None = None
+    mixed_precision: str | None = None  # a Keras dtype policy name, e.g. "mixed_float16"
+    quiet: bool = False
+
+
+@dataclass
+class Prepared:
+    cleared: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+
+def prepare(options: RunOptions, tf_gpu: TfGpu | None = None) -> Prepared:
+    result = Prepared()
+    _configure_gpu(options, tf_gpu, result)
+    keras = sys.modules.get("keras")
+    if options.mixed_precision and keras is None:
+        import keras  # the user asked for a Keras policy: importing Keras is the price
+    if options.clear:
+        result.cleared = _clear(keras, options, result)
+    elif options.mixed_precision:
+        _set_policy(keras, options.mixed_precision, result)
+    if not result.cleared:
+        gc.collect()
+    return result
+
+
+def _configure_gpu(options: RunOptions, tf_gpu: TfGpu | None, result: Prepared) -> None:
+    if options.gpu_limit_mb is not None:
+        if tf_gpu is None:
+            import tensorflow  # noqa: F401  a hard cap can only be set through tf.config
+
+            tf_gpu = TfGpu.if_imported()
+        assert tf_gpu is not None
+        result.warnings += gpu_setup.set_memory_limit(tf_gpu, options.gpu_limit_mb)
+    elif options.gpu_growth is not None:
+        result.warnings += gpu_setup.set_growth(tf_gpu, options.gpu_growth)
+
+
+def _clear(keras: object | None, options: RunOptions, result: Prepared) -> bool:
+    """clear_session (which also runs gc) when Keras is imported; keep the dtype policy.
+
+    ``clear_session`` silently resets the global dtype policy to float32: a user's own mixed
+    precision would be lost between runs, so it is put back (or ours applied).
+    """
+    if keras is None:
+        return False
+    policy_before = _policy_name(keras)
+    keras.utils.clear_session()  # type: ignore[attr-defined]
+    wanted = options.mixed_precision or policy_before
+    if wanted and wanted != DEFAULT_POLICY:
+        _set_policy(keras, wanted, result)
+    return True
+
+
+def _policy_name(keras: object) -> str | None:
+    try:
+        return keras.config.dtype_policy().name  # type: ignore[attr-defined]
+    except Exception:
+        return None
+
+
+def _set_policy(keras: object, name: str, result: Prepared) -> None:
+    try:
+        keras.config.set_dtype_policy(name)  # type: ignore[attr-defined]
+    except Exception as exc:
+        result.warnings.append(f"dtype policy {name!r} not applied: {exc}")

@@ -1,0 +1,202 @@
+"""Pure data: what one tracked run measured. Stdlib only, no references to live objects."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+from dataclasses import dataclass, field
+from typing import Any
+
+STATUSES = ("ok", "error", "interrupted", "oom")
+NA = "n/a"
+
+
+@dataclass(frozen=True)
+class FitRecord:
+    """One call to ``Model.fit`` inside a run."""
+
+    seconds: float
+    epochs: int | None
+    epoch_seconds: tuple[float, ...] = ()
+    callback_seconds: float | None = None
+    batch_size: int | None = None
+    steps: int | None = None
+    model_name: str | None = None
+    completed: bool = True
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """GPU memory for one run. Every figure is None when it could not be read; ``reason`` says why."""
+
+    tf_current: int | None = None
+    tf_peak: int | None = None
+    nvml_used: int | None = None
+    nvml_total: int | None = None
+    nvml_process_used: int | None = None
+    reason: str | None = None
+
+    @property
+    def known(self) -> bool:
+        return any(
+            v is not None
+            for v in (self.tf_current, self.tf_peak, self.nvml_used, self.nvml_process_used)
+        )
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """Everything measured about one ``%%kerasrun`` cell or ``track()`` block."""
+
+    label: str
+    status: str
+    started_at: float
+    wall_seconds: float
+    fit_seconds: float | None
+    fits: tuple[FitRecord, ...]
+    rss_before: int | None
+    rss_after: int | None
+    rss_peak: int | None
+    gpu: GpuReading
+    cleared: bool
+    traces: int | None
+    warnings: tuple[str, ...] = ()
+    run_number: int = 1
+    prepare_seconds: float | None = None  # gc, clear_session and GPU setup before the cell
+    error: str | None = None
+    advice: tuple[str, ...] = ()
+    # (seconds since start, rss bytes), downsampled for display and storage
+    rss_samples: tuple[tuple[float, int], ...] = field(default=(), repr=False)
+    # against the previous run of the same label; None for a first run or an unknown figure
+    delta_fit_seconds: float | None = None
+    delta_rss_after: int | None = None
+    previous_run: int | None = None
+
+    # -- derived figures ---------------------------------------------------------------------
+    @property
+    def rss_delta(self) -> int | None:
+        """RSS change over this run (after - before)."""
+        if self.rss_before is None or self.rss_after is None:
+            return None
+        return self.rss_after - self.rss_before
+
+    def compared_to(self, previous: RunRecord | None) -> RunRecord:
+        """This record with its deltas against ``previous`` (the last run of the same label)."""
+        if previous is None:
+            return self
+        return dataclasses.replace(
+            self,
+            previous_run=previous.run_number,
+            delta_fit_seconds=_diff(self.fit_seconds, previous.fit_seconds),
+            delta_rss_after=_diff(self.rss_after, previous.rss_after),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
+        data = dict(data)
+        data["fits"] = tuple(
+            FitRecord(**{**f, "epoch_seconds": tuple(f.get("epoch_seconds", ()))})
+            for f in data.get("fits", ())
+        )
+        data["gpu"] = GpuReading(**(data.get("gpu") or {}))
+        for key in ("warnings", "advice"):
+            data[key] = tuple(data.get(key, ()))
+        data["rss_samples"] = tuple(tuple(s) for s in data.get("rss_samples", ()))
+        return cls(**data)
+
+    # -- display -------------------------------------------------------------------------------
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """(name, value) rows shared by the text and HTML summaries."""
+        rows = [
+            ("status", self.status),
+            ("wall", fmt_seconds(self.wall_seconds)),
+            ("fit", fmt_fit(self)),
+            ("rss", f"{fmt_bytes(self.rss_before)} → {fmt_bytes(self.rss_after)} "
+                    f"(peak {fmt_bytes(self.rss_peak)})"),
+            ("gpu", fmt_gpu(self.gpu)),
+            ("traces", NA if self.traces is None else str(self.traces)),
+            ("vs previous", fmt_deltas(self)),
+        ]
+        if not self.cleared:
+            rows.append(("cleared", "no (--no-clear, or Keras not imported yet)"))
+        if self.error:
+            rows.append(("error", self.error))
+        rows.extend(("advice", a) for a in self.advice)
+        rows.extend(("warning", w) for w in self.warnings)
+        return rows
+
+    def title(self) -> str:
+        return f"kerasrun {self.label!r} #{self.run_number}"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        if cycle:
+            p.text(f"RunRecord({self.label!r}, ...)")
+            return
+        p.text(self.title())
+        for name, value in self.summary_rows():
+            p.break_()
+            p.text(f"  {name:<12} {value}")
+
+    def _repr_html_(self) -> str:
+        colour = {"ok": "#2e7d32", "error": "#c62828", "oom": "#c62828"}.get(self.status, "#ef6c00")
+        cells = "".join(
+            f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(name)}</th>"
+            f"<td style='text-align:left'>{html.escape(value)}</td></tr>"
+            for name, value in self.summary_rows()[1:]
+        )
+        return (
+            f"<div class='keras-nbguard-run'><b>{html.escape(self.title())}</b> "
+            f"<span style='color:{colour};font-weight:bold'>{html.escape(self.status)}</span>"
+            f"<table style='font-size:90%'>{cells}</table></div>"
+        )
+
+
+def _diff(a: float | None, b: float | None) -> Any:
+    return None if a is None or b is None else a - b
+
+
+# -- formatting helpers: "n/a" for unknown, never 0 ------------------------------------------
+def fmt_bytes(n: int | None, signed: bool = False) -> str:
+    if n is None:
+        return NA
+    sign = "+" if signed and n >= 0 else ""
+    return f"{sign}{n / 2**20:,.1f} MB"
+
+
+def fmt_seconds(s: float | None, signed: bool = False) -> str:
+    if s is None:
+        return NA
+    sign = "+" if signed and s >= 0 else ""
+    return f"{sign}{s * 1000:.0f} ms" if abs(s) < 1 else f"{sign}{s:.2f} s"
+
+
+def fmt_fit(record: RunRecord) -> str:
+    if not record.fits:
+        return "no fit in this run"
+    parts = [fmt_seconds(record.fit_seconds)]
+    for i, fit in enumerate(record.fits, 1):
+        epochs = ", ".join(fmt_seconds(s) for s in fit.epoch_seconds) or NA
+        prefix = f"fit {i}: " if len(record.fits) > 1 else ""
+        bs = NA if fit.batch_size is None else str(fit.batch_size)
+        cb = fmt_seconds(fit.callback_seconds)
+        parts.append(f"{prefix}epochs [{epochs}], batch {bs}, your callbacks {cb}")
+    return "; ".join(parts)
+
+
+def fmt_gpu(gpu: GpuReading) -> str:
+    if not gpu.known:
+        return f"{NA} ({gpu.reason or 'unknown'})"
+    text = (f"TF current {fmt_bytes(gpu.tf_current)}, peak {fmt_bytes(gpu.tf_peak)}; "
+            f"NVML process {fmt_bytes(gpu.nvml_process_used)}, device "
+            f"{fmt_bytes(gpu.nvml_used)} / {fmt_bytes(gpu.nvml_total)}")
+    return f"{text} ({gpu.reason})" if gpu.reason else text
+
+
+def fmt_deltas(record: RunRecord) -> str:
+    if record.previous_run is None:
+        return "first run of this label"
+    return (f"#{record.previous_run}: Δ fit {fmt_seconds(record.delta_fit_seconds, signed=True)}, "
+            f"Δ RSS after {fmt_bytes(record.delta_rss_after, signed=True)}")

@@ -1,0 +1,157 @@
+"""One tracked run: prepare, start the collectors, and turn what they saw into a RunRecord.
+
+Our own failures never reach the user's code: each collector step runs under ``_guard``, which turns
+an exception into one warning and a note in the record.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from . import outcome
+from .collectors.fit import FitTimer
+from .collectors.gpu import GpuCollector, TfGpu
+from .collectors.process import PeakRss, RssSampler
+from .collectors.traces import TraceCounter
+from .prepare import RunOptions, prepare
+from .records import GpuReading, RunRecord
+
+if TYPE_CHECKING:
+    from .session import Session
+
+
+class Run:
+    """A run in progress. After it ends, ``record`` holds the RunRecord and attribute access
+    falls through to it, so ``with track("x") as run: ...`` then ``run.fit_seconds`` works."""
+
+    def __init__(self, session: Session, label: str, run_number: int, options: RunOptions) -> None:
+        self.session = session
+        self.label = label
+        self.run_number = run_number
+        self.options = options
+        self.record: RunRecord | None = None
+        self.warnings: list[str] = []
+        self.fit_timer = FitTimer()
+        self.sampler = RssSampler(interval=1 / session.sample_hz)
+        self.traces = TraceCounter()
+        self._peak = PeakRss()
+        self._peak_reset = False
+        self._gpu = GpuCollector(session.tf_gpu, session.nvml)
+        self._cleared = False
+        self._prepare_seconds: float | None = None
+        self._rss_before: int | None = None
+        self.started_at = time.time()
+        self._t0 = time.perf_counter()
+
+    @property
+    def fits(self) -> list[Any]:
+        return list(self.fit_timer.fits)
+
+    def __getattr__(self, name: str) -> Any:
+        record = self.__dict__.get("record")
+        if record is not None and not name.startswith("_"):
+            return getattr(record, name)
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}"
+                             + ("" if record else " (the run is still going)"))
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        t0 = time.perf_counter()
+        with self._guard("preparing the run"):
+            prepared = prepare(self.options, self.session.tf_gpu())
+            self._cleared = prepared.cleared
+            for problem in prepared.warnings:
+                self._warn(problem)
+        self._prepare_seconds = time.perf_counter() - t0
+        with self._guard("reading RSS"):
+            self._rss_before = self.sampler.read_now()
+        with self._guard("starting the RSS sampler"):
+            self._peak_reset = self._peak.reset()
+            self.sampler.start()
+        with self._guard("patching Model.fit"):
+            self.fit_timer.install()
+        with self._guard("counting tf.function traces"):
+            self.traces.install()
+        with self._guard("resetting GPU memory stats"):
+            self._gpu.begin()
+        self._t0 = time.perf_counter()
+
+    def stop(self, exc: BaseException | None) -> RunRecord:
+        wall = time.perf_counter() - self._t0
+        for step, action in (("stopping the RSS sampler", self.sampler.stop),
+                             ("restoring Model.fit", self.fit_timer.uninstall),
+                             ("restoring the trace hook", self.traces.uninstall)):
+            with self._guard(step):
+                action()
+        gpu = GpuReading(reason="GPU reading failed")
+        with self._guard("reading GPU memory"):
+            gpu = self._gpu.end()
+        fits = list(self.fit_timer.fits)
+        status = outcome.status_of(exc)
+        rss_peak = self._rss_peak()
+        advice: list[str] = []
+        if status == "oom":
+            advice = outcome.oom_advice(fits, self.options.mixed_precision,
+                                        self.options.gpu_limit_mb, rss_peak, gpu.known)
+        if self.sampler.error:
+            self._warn(self.sampler.error)
+        if self.traces.reason:
+            self._warn(f"trace count unavailable: {self.traces.reason}")
+        self.record = RunRecord(
+            label=self.label,
+            status=status,
+            started_at=self.started_at,
+            wall_seconds=wall,
+            fit_seconds=sum(f.seconds for f in fits) if fits else None,
+            fits=tuple(fits),
+            rss_before=self._rss_before,
+            rss_after=self.sampler.samples[-1][1] if self.sampler.samples else None,
+            rss_peak=rss_peak,
+            gpu=gpu,
+            cleared=self._cleared,
+            traces=self.traces.count,
+            warnings=tuple(self.warnings),
+            run_number=self.run_number,
+            prepare_seconds=self._prepare_seconds,
+            error=None if exc is None else outcome.describe(exc),
+            advice=tuple(advice),
+            rss_samples=tuple(self.sampler.samples),
+        )
+        return self.record
+
+    def _rss_peak(self) -> int | None:
+        peaks = [p for p in (self.sampler.peak, self._peak_reset and self._peak.read()) if p]
+        return max(peaks) if peaks else None
+
+    # -- our own failures ------------------------------------------------------------------------
+    @contextmanager
+    def _guard(self, step: str) -> Iterator[None]:
+        try:
+            yield
+        except Exception as exc:
+            self._warn(f"{step} failed ({type(exc).__name__}: {exc}); the figure is missing")
+
+    def _warn(self, message: str) -> None:
+        self.warnings.append(message)
+        self.session.warn_once(message)
+
+
+@contextmanager
+def tracked(session: Session, label: str, options: RunOptions,
+            on_record: Callable[[RunRecord], None] | None = None) -> Iterator[Run]:
+    """Prepare and measure the block; the record is added to the session however it ends."""
+    __tracebackhide__ = True
+    run = session.begin(label, options)
+    error: BaseException | None = None
+    try:
+        yield run
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        record = session.finish(run, error)
+        if on_record is not None and record is not None:
+            on_record(record)
