@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -46,6 +47,7 @@ class FitTimer:
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.clock = clock
         self.fits: list[FitRecord] = []
+        self.models: list[weakref.ref[Any]] = []  # every model fit in this run, weakly
         self.epoch_listeners: list[EpochListener] = []
         self._patched: tuple[type, Any, bool] | None = None
         self._watch: ImportWatch | None = None
@@ -90,6 +92,8 @@ class FitTimer:
         except TypeError:  # let Keras report the user's bad call in its own words
             return original(model, *args, **kwargs)
         progress = _FitInProgress(_batch_size(bound.arguments), getattr(model, "name", None))
+        if not any(ref() is model for ref in self.models):
+            self.models.append(weakref.ref(model))
         user_callbacks = bound.arguments.get("callbacks")
         restore = self._time_user_callbacks(user_callbacks, progress)
         bound.arguments["callbacks"] = self._with_our_callback(user_callbacks, progress)
