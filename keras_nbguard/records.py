@@ -59,9 +59,10 @@ class RunRecord:
     rss_peak: int | None
     gpu: GpuReading
     cleared: bool
-    traces: int | None
+    traces: int | None  # tf.function traces (train steps etc.)
     warnings: tuple[str, ...] = ()
     run_number: int = 1
+    dataset_traces: int | None = None  # tf.data pipeline functions traced (rebuilt datasets)
     prepare_seconds: float | None = None  # gc, clear_session and GPU setup before the cell
     error: str | None = None
     advice: tuple[str, ...] = ()
@@ -117,7 +118,7 @@ class RunRecord:
             ("rss", f"{fmt_bytes(self.rss_before)} → {fmt_bytes(self.rss_after)} "
                     f"(peak {fmt_bytes(self.rss_peak)})"),
             ("gpu", fmt_gpu(self.gpu)),
-            ("traces", NA if self.traces is None else str(self.traces)),
+            ("traces", fmt_traces(self)),
             ("vs previous", fmt_deltas(self)),
         ]
         if not self.cleared:
@@ -193,6 +194,13 @@ def fmt_gpu(gpu: GpuReading) -> str:
             f"NVML process {fmt_bytes(gpu.nvml_process_used)}, device "
             f"{fmt_bytes(gpu.nvml_used)} / {fmt_bytes(gpu.nvml_total)}")
     return f"{text} ({gpu.reason})" if gpu.reason else text
+
+
+def fmt_traces(record: RunRecord) -> str:
+    if record.traces is None:
+        return NA
+    data = NA if record.dataset_traces is None else str(record.dataset_traces)
+    return f"{record.traces} tf.function, {data} tf.data"
 
 
 def fmt_deltas(record: RunRecord) -> str:

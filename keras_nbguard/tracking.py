@@ -113,6 +113,7 @@ class Run:
             gpu=gpu,
             cleared=self._cleared,
             traces=self.traces.count,
+            dataset_traces=self.traces.dataset_count,
             warnings=tuple(self.warnings),
             run_number=self.run_number,
             prepare_seconds=self._prepare_seconds,

@@ -15,11 +15,17 @@ TRACING_MODULE = "tensorflow.python.eager.polymorphic_function.tracing_compilati
 TRACE_FUNCTION = "_create_concrete_function"
 
 
+DATASET_PREFIX = "Dataset_"  # tf.data names the functions of a pipeline's map/filter/... so
+
+
 class TraceCounter:
-    """``count`` is the number of top-level traces while installed, None when it can't be read."""
+    """Top-level traces while installed: ``count`` of tf.functions (a new model or a recompile
+    retraces its train step), ``dataset_count`` of tf.data pipeline functions (a rebuilt dataset
+    retraces its maps). Both None when they can't be read."""
 
     def __init__(self) -> None:
         self.count: int | None = 0
+        self.dataset_count: int | None = 0
         self.reason: str | None = None
         self._depth = 0
         self._patched: tuple[ModuleType, Any] | None = None
@@ -40,7 +46,7 @@ class TraceCounter:
     def _patch(self, module: ModuleType) -> None:
         original = getattr(module, TRACE_FUNCTION, None)
         if original is None:
-            self.count = None
+            self.count = self.dataset_count = None
             self.reason = "this TensorFlow version has no trace hook we know"
             return
         counter = self
@@ -48,8 +54,8 @@ class TraceCounter:
         @functools.wraps(original)
         def traced(*args: Any, **kwargs: Any) -> Any:
             # nested tf.functions trace inside their caller's trace: count the outer one only
-            if counter._depth == 0 and counter.count is not None:
-                counter.count += 1
+            if counter._depth == 0:
+                counter._count(args[3] if len(args) > 3 else kwargs.get("tracing_options"))
             counter._depth += 1
             try:
                 return original(*args, **kwargs)
@@ -58,3 +64,12 @@ class TraceCounter:
 
         self._patched = (module, original)
         setattr(module, TRACE_FUNCTION, traced)
+
+    def _count(self, tracing_options: Any) -> None:
+        if self.count is None or self.dataset_count is None:
+            return
+        name = str(getattr(tracing_options, "name", ""))
+        if name.startswith(DATASET_PREFIX):
+            self.dataset_count += 1
+        else:
+            self.count += 1

@@ -1,0 +1,238 @@
+"""%%kerasrun on a real InteractiveShell with real TensorFlow (CPU) and tiny models."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import pytest
+from IPython.utils.capture import capture_output
+
+import keras_nbguard
+from conftest import run
+
+FIT_CELL = """%%kerasrun --label mlp
+model = make_model()
+history = model.fit(x, y, epochs=3, batch_size=32, verbose=0)
+model.layers[0].name
+"""
+
+
+def plain(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def test_five_runs_are_recorded_with_fit_figures(keras_shell):
+    for _ in range(5):
+        assert run(keras_shell, FIT_CELL).success
+    records = keras_nbguard.runs("mlp")
+    assert [r.run_number for r in records] == [1, 2, 3, 4, 5]
+    for r in records:
+        assert r.status == "ok" and r.cleared
+        (fit,) = r.fits
+        assert fit.epochs == 3 and len(fit.epoch_seconds) == 3
+        assert fit.batch_size == 32 and fit.steps == 8 and fit.completed
+        assert r.fit_seconds == pytest.approx(fit.seconds)
+        assert sum(fit.epoch_seconds) <= fit.seconds <= r.wall_seconds
+        assert r.rss_before > 0 and r.rss_peak >= max(r.rss_before, r.rss_after)
+        assert r.gpu.tf_peak is None and r.gpu.reason  # CPU only: unknown, with a reason
+    assert records[0].previous_run is None
+    assert records[4].previous_run == 4 and records[4].delta_fit_seconds is not None
+
+
+def test_clear_session_resets_layer_names_and_no_clear_does_not(keras_shell):
+    names = [run(keras_shell, FIT_CELL).result for _ in range(3)]
+    assert names == ["dense", "dense", "dense"]
+    no_clear = FIT_CELL.replace("--label mlp", "--label mlp --no-clear")
+    assert run(keras_shell, no_clear).result != "dense"
+    assert keras_nbguard.runs()[-1].cleared is False
+
+
+def test_last_expression_is_the_cell_result_and_names_stay(keras_shell):
+    before = set(keras_shell.user_ns)
+    result = run(keras_shell, "%%kerasrun --quiet\nvalue = 40\nvalue + 2\n")
+    assert result.result == 42
+    assert keras_shell.user_ns["value"] == 40
+    assert keras_shell.user_ns["_"] == 42
+    added = set(keras_shell.user_ns) - before
+    ours = {n for n in added if not re.fullmatch(r"_\d*|_i+\d*|_ii|_iii|value", n)}
+    assert ours == set(), f"names left in the user namespace: {ours}"
+
+
+def test_summary_is_shown_as_text_and_html(keras_shell):
+    with capture_output() as cap:
+        run(keras_shell, FIT_CELL)
+    (summary,) = [o.data for o in cap.outputs if "text/html" in o.data]
+    assert "kerasrun 'mlp'" in summary["text/plain"] and "fit" in summary["text/plain"]
+    assert "epochs [" in summary["text/plain"]
+    assert "<table" in summary["text/html"]
+
+
+def test_quiet_shows_no_summary(keras_shell):
+    with capture_output() as cap:
+        run(keras_shell, "%%kerasrun --quiet\nmodel = make_model()\n")
+    assert not cap.outputs
+    assert keras_nbguard.runs()[-1].fits == ()
+
+
+def test_error_keeps_user_traceback_records_run_and_stops_run_all(keras_shell):
+    with capture_output() as cap:
+        result = run(keras_shell, "%%kerasrun --label boom\na = 1\nb = 1 / 0\nc = 3\n")
+    assert not result.success and isinstance(result.error_in_exec, ZeroDivisionError)
+    text = plain(cap.stdout)
+    assert "----> 3 b = 1 / 0" in text and "line 3" in text
+    assert "keras_nbguard" not in text.replace("%%kerasrun", "")
+    assert "c" not in keras_shell.user_ns or keras_shell.user_ns.get("c") != 3
+    record = keras_nbguard.runs("boom")[-1]
+    assert record.status == "error" and record.error == "ZeroDivisionError: division by zero"
+
+
+def test_keyboard_interrupt_is_recorded_as_interrupted(keras_shell):
+    run(keras_shell, "%%kerasrun --label stop --quiet\nraise KeyboardInterrupt\n")
+    assert keras_nbguard.runs("stop")[-1].status == "interrupted"
+    assert not [t for t in threading.enumerate() if t.name == "keras-nbguard-rss"]
+
+
+def test_resource_exhausted_is_oom_with_advice_from_the_run(keras_shell):
+    cell = """%%kerasrun --label big --quiet
+import tensorflow as tf
+model = make_model()
+class Boom(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+model.fit(x, y, epochs=2, batch_size=64, verbose=0, callbacks=[Boom()])
+"""
+    assert not run(keras_shell, cell).success
+    record = keras_nbguard.runs("big")[-1]
+    assert record.status == "oom"
+    (fit,) = record.fits
+    assert fit.completed is False and fit.batch_size == 64
+    advice = " ".join(record.advice)
+    assert "batch_size=64" in advice and "batch_size=32" in advice
+    assert "--mixed-precision" in advice and "optimizer state" in advice
+
+
+def test_memory_error_is_oom(keras_shell):
+    run(keras_shell, "%%kerasrun --label mem --quiet\nraise MemoryError()\n")
+    record = keras_nbguard.runs("mem")[-1]
+    assert record.status == "oom" and record.advice
+
+
+@pytest.mark.parametrize("options, message", [
+    ("--bogus", "unrecognized arguments"),
+    ("--gpu-limit 0", "positive number of MB"),
+    ("--gpu-limit lots", "invalid int value"),
+    ("--mixed-precision float8", "unknown policy"),
+])
+def test_bad_options_are_usage_errors_and_the_cell_does_not_run(keras_shell, options, message):
+    keras_shell.user_ns.pop("ran", None)
+    with capture_output() as cap:
+        result = run(keras_shell, f"%%kerasrun {options}\nran = True\n")
+    assert not result.success
+    assert "UsageError" in plain(cap.stderr + cap.stdout)
+    assert message in plain(cap.stderr + cap.stdout)
+    assert "Traceback" not in plain(cap.stdout)
+    assert "ran" not in keras_shell.user_ns
+
+
+def test_mixed_precision_is_reapplied_after_each_clear(keras_shell):
+    cell = ("%%kerasrun --label mp --quiet --mixed-precision\n"
+            "model = make_model()\nmodel.layers[0].dtype_policy.name\n")
+    assert [run(keras_shell, cell).result for _ in range(2)] == ["mixed_float16"] * 2
+    run(keras_shell, "keras.config.set_dtype_policy('float32')")
+
+
+def test_users_own_dtype_policy_survives_our_clear(keras_shell):
+    run(keras_shell, "keras.config.set_dtype_policy('mixed_bfloat16')")
+    try:
+        result = run(keras_shell, "%%kerasrun --quiet\nkeras.config.dtype_policy().name\n")
+        assert result.result == "mixed_bfloat16"
+    finally:
+        run(keras_shell, "keras.config.set_dtype_policy('float32')")
+
+
+def test_several_fits_in_one_cell_and_no_fit(keras_shell):
+    cell = """%%kerasrun --label two --quiet
+model = make_model()
+model.fit(x, y, epochs=1, batch_size=16, verbose=0)
+model.fit(x, y, epochs=2, batch_size=64, verbose=0)
+"""
+    run(keras_shell, cell)
+    record = keras_nbguard.runs("two")[-1]
+    assert [(f.epochs, f.batch_size) for f in record.fits] == [(1, 16), (2, 64)]
+    assert record.fit_seconds == pytest.approx(sum(f.seconds for f in record.fits))
+    run(keras_shell, "%%kerasrun --label none --quiet\npass\n")
+    none = keras_nbguard.runs("none")[-1]
+    assert none.fits == () and none.fit_seconds is None
+
+
+def test_user_callbacks_are_timed_and_ours_keeps_async_dispatch(keras_shell):
+    cell = """%%kerasrun --label cb --quiet
+import time
+class Slow(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        time.sleep(0.05)
+slow = Slow()
+model = make_model()
+model.fit(x, y, epochs=3, batch_size=32, verbose=0, callbacks=[slow])
+"""
+    run(keras_shell, cell)
+    (fit,) = keras_nbguard.runs("cb")[-1].fits
+    assert 0.15 <= fit.callback_seconds < fit.seconds
+    assert "on_epoch_end" not in vars(keras_shell.user_ns["slow"])  # our wrapper was removed
+
+    from keras.src import utils
+    from keras_nbguard.collectors.fit import _epoch_clock_class
+    ours = _epoch_clock_class()(None, lambda: 0.0, [])
+    for hook in ("on_train_batch_begin", "on_train_batch_end", "on_batch_end"):
+        assert utils.is_default(getattr(ours, hook)), hook
+
+
+def test_fit_patch_and_sampler_are_gone_after_every_run(keras_shell):
+    import keras
+    run(keras_shell, "%%kerasrun --quiet\nmodel = make_model()\nmodel.fit(x, y[:3], verbose=0)\n")
+    record = keras_nbguard.runs()[-1]
+    assert record.status == "error"
+    assert record.fits and record.fits[0].completed is False
+    assert "fit" not in keras.Model.__dict__
+    assert not [t for t in threading.enumerate() if t.name == "keras-nbguard-rss"]
+
+
+def test_retracing_is_counted(keras_shell):
+    run(keras_shell, FIT_CELL)
+    assert keras_nbguard.runs("mlp")[-1].traces >= 1
+    same = "%%kerasrun --label again --quiet --no-clear\nmodel.fit(x, y, epochs=1, verbose=0)\n"
+    run(keras_shell, same)
+    again = keras_nbguard.runs("again")[-1]
+    assert again.traces == 0 and again.dataset_traces > 0  # same model; a new tf.data pipeline
+
+
+def test_default_label_is_stable_across_reruns(keras_shell):
+    cell = "%%kerasrun --quiet\nsteps = 1  # a comment\n"
+    run(keras_shell, cell)
+    run(keras_shell, cell)
+    label = keras_nbguard.runs()[-1].label
+    assert label == "steps = 1  # a comment"
+    assert [r.run_number for r in keras_nbguard.runs(label)] == [1, 2]
+
+
+def test_nbguard_subcommands(keras_shell):
+    run(keras_shell, FIT_CELL)
+    table = keras_shell.run_line_magic("nbguard", "runs --label mlp")
+    assert "mlp" in table.text() and "status" in table.text()
+    status = keras_shell.run_line_magic("nbguard", "status").text()
+    assert "runs" in status and "keras imported" in status
+    config = keras_shell.run_line_magic("nbguard", "config --no-clear --gpu-limit 512").text()
+    assert "off (--no-clear)" in config and "512 MB" in config
+    assert keras_nbguard.get_session().options.clear is False
+    keras_shell.run_line_magic("nbguard", "config --clear --no-gpu-limit")
+    assert keras_nbguard.get_session().options.gpu_limit_mb is None
+    assert keras_nbguard.get_session().options.clear is True
+
+
+def test_help_comes_from_magic_arguments(shell):
+    doc = shell.magics_manager.magics["cell"]["kerasrun"].__doc__
+    for option in ("--label", "--no-clear", "--gpu-growth", "--no-gpu-growth", "--gpu-limit",
+                   "--mixed-precision", "--quiet"):
+        assert option in doc
+    assert "status" in shell.magics_manager.magics["line"]["nbguard"].__doc__

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from keras_nbguard.records import FitRecord, GpuReading, RunRecord
+
+
+def make_record(**changes) -> RunRecord:
+    fields = dict(
+        label="mlp", status="ok", started_at=1.0, wall_seconds=1.5, fit_seconds=1.2,
+        fits=(FitRecord(seconds=1.2, epochs=2, epoch_seconds=(0.7, 0.5), callback_seconds=0.01,
+                        batch_size=32, steps=8),),
+        rss_before=100 * 2**20, rss_after=110 * 2**20, rss_peak=120 * 2**20,
+        gpu=GpuReading(reason="no GPU: TensorFlow sees none"), cleared=True, traces=3,
+        rss_samples=((0.0, 100 * 2**20), (0.5, 120 * 2**20)),
+    )
+    fields.update(changes)
+    return RunRecord(**fields)
+
+
+def test_dict_round_trip_keeps_every_field():
+    record = make_record(warnings=("w",), advice=("a",), error="E: x")
+    assert RunRecord.from_dict(record.to_dict()) == record
+
+
+def test_unknown_figures_show_as_na_never_zero():
+    record = make_record(rss_before=None, rss_after=None, rss_peak=None, traces=None,
+                         fit_seconds=None, fits=())
+    text = dict(record.summary_rows())
+    assert text["rss"] == "n/a → n/a (peak n/a)"
+    assert text["traces"] == "n/a"
+    assert "n/a (no GPU: TensorFlow sees none)" == text["gpu"]
+    assert "0" not in text["rss"]
+
+
+def test_deltas_against_previous_run_of_the_label():
+    first = make_record()
+    second = make_record(run_number=2, fit_seconds=1.5, rss_after=115 * 2**20).compared_to(first)
+    assert second.previous_run == 1
+    assert abs(second.delta_fit_seconds - 0.3) < 1e-9
+    assert second.delta_rss_after == 5 * 2**20
+    assert "#1: Δ fit +300 ms, Δ RSS after +5.0 MB" in dict(second.summary_rows())["vs previous"]
+    assert make_record().compared_to(None).previous_run is None
+
+
+def test_delta_is_unknown_when_either_side_is():
+    first = make_record(fit_seconds=None, fits=())
+    assert make_record(run_number=2).compared_to(first).delta_fit_seconds is None
+
+
+def test_html_summary_escapes_and_shows_status():
+    html = make_record(status="error", error="ValueError: <bad>")._repr_html_()
+    assert "&lt;bad&gt;" in html and "error" in html and "<table" in html
