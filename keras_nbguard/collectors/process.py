@@ -61,8 +61,8 @@ class PeakRss:
 class RssSampler:
     """Samples RSS on a daemon thread every ``interval`` seconds, keeping the peak and a series.
 
-    The series is decimated in place (every other sample dropped, the step doubled) whenever it
-    reaches ``max_samples``, so a long run costs bounded memory and its shape survives.
+    The series is halved (neighbours merged, keeping the larger value, and the step doubled)
+    whenever it reaches ``max_samples``, so a long run costs bounded memory and keeps its peaks.
     """
 
     def __init__(self, read: RssReader | None = None, interval: float = 0.01,
@@ -75,6 +75,7 @@ class RssSampler:
         self._t0 = 0.0
         self._keep_every = 1
         self._count = 0
+        self._pending: int | None = None
         self.peak: int | None = None
         self.samples: list[tuple[float, int]] = []
         self.error: str | None = None
@@ -96,7 +97,7 @@ class RssSampler:
             self._thread.join()
             self._thread = None
         if self.error is None:
-            self._take()
+            self._take(flush=True)  # the series always ends with the state at stop
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
@@ -106,17 +107,24 @@ class RssSampler:
                 self.error = f"RSS sampler stopped: {exc!r}"
                 return
 
-    def _take(self) -> None:
+    def _take(self, flush: bool = False) -> None:
         rss = self._read()
         if self.peak is None or rss > self.peak:
             self.peak = rss
+        # A kept sample carries the largest value since the last one, so decimation never
+        # hides a spike from the series.
+        self._pending = rss if self._pending is None else max(self._pending, rss)
         self._count += 1
-        if self._count % self._keep_every:
+        if self._count % self._keep_every and not flush:
             return
-        t = time.perf_counter() - self._t0
-        self.samples.append((t, rss))
-        if len(self.samples) >= self._max_samples:
-            del self.samples[1::2]
+        t, kept = time.perf_counter() - self._t0, self._pending
+        self._pending = None
+        self.samples.append((t, kept))
+        if flush and kept != rss:
+            self.samples.append((t, rss))  # keep the spike, and still end on the state now
+        if len(self.samples) >= self._max_samples and not flush:
+            pairs = zip(self.samples[0::2], self.samples[1::2])
+            self.samples[:] = [(b[0], max(a[1], b[1])) for a, b in pairs]
             self._keep_every *= 2
         for listener in self.listeners:
-            listener(t, rss)
+            listener(t, kept)

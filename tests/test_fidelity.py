@@ -1,0 +1,77 @@
+"""The numbers agree with the truth: fit time against a timer in the cell, peaks the sampler sees."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import keras_nbguard
+from keras_nbguard.collectors.process import RssSampler, default_rss_reader
+
+MB = 2**20
+
+
+def test_fit_time_agrees_with_a_timer_around_fit_within_2_percent(keras_shell):
+    cell = """%%kerasrun --label timed --quiet
+import time
+model = make_model(64)
+t0 = time.perf_counter()
+model.fit(x, y, epochs=4, batch_size=16, verbose=0)
+inner = time.perf_counter() - t0
+"""
+    for _ in range(2):
+        assert keras_shell.run_cell(cell).success
+        inner = keras_shell.user_ns["inner"]
+        recorded = keras_nbguard.runs("timed")[-1].fit_seconds
+        assert abs(recorded - inner) / inner <= 0.02, (recorded, inner)
+
+
+def test_sampler_catches_200_mb_held_for_50_ms():
+    sampler = RssSampler(interval=0.01)
+    sampler.start()
+    try:
+        time.sleep(0.05)
+        base = sampler.peak
+        block = np.ones(200 * MB // 8)  # touched pages: really resident
+        time.sleep(0.05)
+        del block
+        time.sleep(0.05)
+    finally:
+        sampler.stop()
+    assert sampler.peak - base >= 190 * MB
+    assert sampler.samples[-1][1] < sampler.peak - 150 * MB  # and it was freed again
+
+
+def test_run_peak_includes_a_short_spike(keras_shell):
+    cell = ("%%kerasrun --label spike --quiet --no-clear\nimport numpy as np, time\n"
+            "block = np.ones(200 * 2**20 // 8); time.sleep(0.05); del block\n")
+    keras_shell.run_cell(cell)
+    record = keras_nbguard.runs("spike")[-1]
+    assert record.rss_peak - record.rss_before >= 190 * MB
+
+
+def test_sampler_series_stays_bounded_and_keeps_its_shape():
+    values = iter(range(10**6))
+    sampler = RssSampler(read=lambda: next(values), interval=0.0005, max_samples=64)
+    sampler.start()
+    time.sleep(0.3)
+    sampler.stop()
+    assert len(sampler.samples) < 64
+    times = [t for t, _ in sampler.samples]
+    assert times == sorted(times) and sampler.peak == max(v for _, v in sampler.samples)
+
+
+def test_broken_reader_stops_the_sampler_not_the_run():
+    calls = iter([100, 200])
+    sampler = RssSampler(read=lambda: next(calls), interval=0.001)
+    sampler.start()
+    time.sleep(0.05)
+    sampler.stop()
+    assert sampler.peak == 200 and "StopIteration" in sampler.error
+
+
+def test_statm_reader_agrees_with_psutil():
+    import psutil
+    ours, theirs = default_rss_reader()(), psutil.Process().memory_info().rss
+    assert abs(ours - theirs) < 8 * MB
