@@ -11,12 +11,20 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-from .records import FitRecord, GpuReading, RunRecord  # noqa: E402
-from .session import NbguardWarning, Session, get_session  # noqa: E402
+from .records import FitRecord, GpuReading, RunRecord
+from .session import NbguardWarning, Session, get_session
 
 __all__ = [
-    "FitRecord", "GpuReading", "NbguardWarning", "RunRecord", "Session",
-    "configure", "get_session", "runs", "track", "__version__",
+    "FitRecord",
+    "GpuReading",
+    "NbguardWarning",
+    "RunRecord",
+    "Session",
+    "__version__",
+    "configure",
+    "get_session",
+    "runs",
+    "track",
 ]
 
 
@@ -36,7 +44,8 @@ def runs(label: str | None = None) -> list[RunRecord]:
 
 
 def configure(**options: Any) -> Any:
-    """Change the defaults of later runs: clear, gpu_growth, gpu_limit_mb, mixed_precision, quiet."""
+    """Change the defaults of later runs (clear, gpu_growth, gpu_limit_mb, mixed_precision,
+    quiet)."""
     return get_session().configure(**options)
 
 

@@ -8,13 +8,14 @@ and a final expression is evaluated separately so that it becomes the cell's res
 from __future__ import annotations
 
 import ast
+import functools
 from typing import Any
 
 
 def run_cell_body(shell: Any, magic_line: str, body: str) -> Any:
     """Execute ``body`` (the cell below a ``%%magic`` line); return its last expression's value."""
     __tracebackhide__ = True
-    source = shell.transform_cell(body)
+    source = _transform(shell, body)
     # Cache the magic line too, so line numbers and the shown source match the cell on screen.
     filename = shell.compile.cache(f"{magic_line}\n{source}", shell.execution_count)
     tree = shell.compile.ast_parse(source, filename=filename)
@@ -28,3 +29,9 @@ def run_cell_body(shell: Any, magic_line: str, body: str) -> Any:
     if last_expression is None:
         return None
     return eval(shell.compile(last_expression, filename, "eval"), namespace)
+
+
+@functools.lru_cache(maxsize=64)
+def _transform(shell: Any, body: str) -> str:
+    """IPython's input transforms are pure per text; a re-run cell needn't pay them again."""
+    return shell.transform_cell(body)

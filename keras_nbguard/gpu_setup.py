@@ -15,7 +15,8 @@ RESTART_HINT = ("Restart the kernel and run `%load_ext keras_nbguard` (with the 
                 "before anything imports TensorFlow.")
 
 
-def configure_at_load(tf: TfGpu | None, environ: MutableMapping[str, str] = os.environ) -> list[str]:
+def configure_at_load(tf: TfGpu | None,
+                      environ: MutableMapping[str, str] = os.environ) -> list[str]:
     """Turn on memory growth as early as we are loaded, without importing TensorFlow."""
     if tf is None:
         environ.setdefault(GROWTH_ENV, "true")  # the user's own setting wins

@@ -1,9 +1,13 @@
-"""``%%kerasrun`` and ``%nbguard``: a thin IPython layer over the Session. The only IPython importer."""
+"""``%%kerasrun`` and ``%nbguard``: a thin IPython layer over the Session.
+
+The only module that imports IPython."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import functools
 import os
 import sys
 from typing import Any
@@ -68,6 +72,12 @@ def _options_from(args: argparse.Namespace, base: RunOptions) -> RunOptions:
     return dataclasses.replace(base, **changes)
 
 
+@functools.lru_cache(maxsize=64)
+def _parse_kerasrun(line: str) -> argparse.Namespace:
+    """Re-runs repeat the same line: argparse needn't run again (the result is never mutated)."""
+    return parse_argstring(KerasMagics.kerasrun, line)
+
+
 @magics_class
 class KerasMagics(Magics):
     def __init__(self, shell: Any, session: Session) -> None:
@@ -93,7 +103,7 @@ class KerasMagics(Magics):
         same label. ``keras_nbguard.runs()`` returns the records.
         """
         __tracebackhide__ = True
-        args = parse_argstring(self.kerasrun, line)
+        args = _parse_kerasrun(line)
         options = _options_from(args, self.session.options)
         label = args.label or self.labels.label_for(cell, self._cell_id)
         run = None
@@ -187,10 +197,8 @@ def unload(shell: Any) -> None:
     magics = manager.registry.pop(KerasMagics.__name__, None)
     if magics is None:
         return
-    try:
+    with contextlib.suppress(ValueError):
         shell.events.unregister("pre_run_cell", magics.pre_run_cell)
-    except ValueError:
-        pass
     manager.magics["cell"].pop("kerasrun", None)
     manager.magics["line"].pop("nbguard", None)
     set_session(None)

@@ -38,8 +38,8 @@ def oom_advice(fits: list[FitRecord], mixed_precision: str | None, gpu_limit_mb:
     failing = fits[-1] if fits else None
     if failing is not None and failing.batch_size:
         smaller = max(1, failing.batch_size // 2)
-        advice.append(f"fit ran out of {where} memory at batch_size={failing.batch_size}: "
-                      f"try batch_size={smaller} (activation memory scales with the batch).")
+        advice.append(f"fit ran out of {where} memory at batch_size={failing.batch_size}: try "
+                      f"batch_size={smaller} (activation memory scales with the batch).")
     else:
         advice.append(f"The run ran out of {where} memory: a smaller batch size lowers the "
                       f"activation memory.")
@@ -54,5 +54,6 @@ def oom_advice(fits: list[FitRecord], mixed_precision: str | None, gpu_limit_mb:
                       "and predictably instead of taking memory others need.")
     if not on_gpu and rss_peak is not None:
         advice.append(f"Process memory peaked at {fmt_bytes(rss_peak)}: stream data with "
-                      f"tf.data instead of holding whole arrays, and free models you no longer use.")
+                      f"tf.data instead of holding whole arrays, and free models you no longer "
+                      f"use.")
     return advice

@@ -37,10 +37,10 @@ def prepare(options: RunOptions, tf_gpu: TfGpu | None = None) -> Prepared:
         import keras  # the user asked for a Keras policy: importing Keras is the price
     if options.clear:
         result.cleared = _clear(keras, options, result)
+        if not result.cleared:
+            gc.collect()  # no Keras yet: gc is all the cleaning there is
     elif options.mixed_precision:
         _set_policy(keras, options.mixed_precision, result)
-    if not result.cleared:
-        gc.collect()
     return result
 
 

@@ -27,7 +27,7 @@ class FitRecord:
 
 @dataclass(frozen=True)
 class GpuReading:
-    """GPU memory for one run. Every figure is None when it could not be read; ``reason`` says why."""
+    """GPU memory for one run: a figure is None when it could not be read; ``reason`` says why."""
 
     tf_current: int | None = None
     tf_peak: int | None = None

@@ -32,10 +32,12 @@ class Table:
     def text(self) -> str:
         if not self.rows:
             return f"{self.title}: none yet"
-        widths = [max(len(str(c)) for c in col) for col in zip(self.header, *self.rows)]
+        columns = zip(self.header, *self.rows, strict=True)
+        widths = [max(len(str(c)) for c in column) for column in columns]
         lines = [self.title]
         for row in (self.header, *self.rows):
-            lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+            cells = (str(c).ljust(w) for c, w in zip(row, widths, strict=True))
+            lines.append("  ".join(cells).rstrip())
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import outcome
 from .collectors.fit import FitTimer
-from .collectors.gpu import GpuCollector, TfGpu
+from .collectors.gpu import GpuCollector
 from .collectors.process import PeakRss, RssSampler
 from .collectors.traces import TraceCounter
 from .prepare import RunOptions, prepare

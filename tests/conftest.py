@@ -6,8 +6,8 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import pytest  # noqa: E402
-from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
 
 SETUP_CELL = """
 import numpy as np

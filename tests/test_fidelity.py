@@ -1,4 +1,4 @@
-"""The numbers agree with the truth: fit time against a timer in the cell, peaks the sampler sees."""
+"""The numbers agree with the truth: fit time against a timer in the cell, and RSS peaks."""
 
 from __future__ import annotations
 

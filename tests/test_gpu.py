@@ -129,14 +129,14 @@ def test_nvml_matches_this_process_by_pid():
 
 def test_pid_not_found_says_containers_instead_of_guessing():
     procs = [SimpleNamespace(pid=4242, usedGpuMemory=900 * MB)]
-    used, total, process, reason = NvmlReader(FakeNvml(processes=procs), environ={}).read()
+    used, _, process, reason = NvmlReader(FakeNvml(processes=procs), environ={}).read()
     assert used == 3000 * MB and process is None
     assert "not in NVML's list" in reason and "container" in reason
 
 
 def test_process_list_without_permission_keeps_device_figures():
     nvml = FakeNvml(process_error=pynvml.NVML_ERROR_NO_PERMISSION)
-    used, total, process, reason = NvmlReader(nvml, environ={}).read()
+    used, _, process, reason = NvmlReader(nvml, environ={}).read()
     assert (used, process) == (3000 * MB, None) and "no permission" in reason
 
 
@@ -218,7 +218,7 @@ def test_memory_limit_before_and_after_initialization():
 
 def test_too_late_gpu_limit_through_the_magic_warns_once_and_the_cell_runs(shell):
     import keras_nbguard
-    tf, config = fake_tf(initialized=True)
+    tf, _ = fake_tf(initialized=True)
     keras_nbguard.get_session().tf_gpu = lambda: tf
     with pytest.warns(keras_nbguard.NbguardWarning, match="can't be applied"):
         first = shell.run_cell("%%kerasrun --gpu-limit 1024 --quiet --label cap\nran = 1\n")

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import _thread
 import re
-import threading
 
 import pytest
+from conftest import run
 from IPython.utils.capture import capture_output
 
 import keras_nbguard
-from conftest import run
 
 FIT_CELL = """%%kerasrun --label mlp
 model = make_model()
@@ -88,9 +88,10 @@ def test_error_keeps_user_traceback_records_run_and_stops_run_all(keras_shell):
 
 
 def test_keyboard_interrupt_is_recorded_as_interrupted(keras_shell):
+    threads = _thread._count()
     run(keras_shell, "%%kerasrun --label stop --quiet\nraise KeyboardInterrupt\n")
     assert keras_nbguard.runs("stop")[-1].status == "interrupted"
-    assert not [t for t in threading.enumerate() if t.name == "keras-nbguard-rss"]
+    assert _thread._count() == threads  # the sampler thread ended
 
 
 def test_resource_exhausted_is_oom_with_advice_from_the_run(keras_shell):
@@ -182,6 +183,7 @@ model.fit(x, y, epochs=3, batch_size=32, verbose=0, callbacks=[slow])
     assert "on_epoch_end" not in vars(keras_shell.user_ns["slow"])  # our wrapper was removed
 
     from keras.src import utils
+
     from keras_nbguard.collectors.fit import _epoch_clock_class
     ours = _epoch_clock_class()(None, lambda: 0.0, [])
     for hook in ("on_train_batch_begin", "on_train_batch_end", "on_batch_end"):
@@ -190,12 +192,13 @@ model.fit(x, y, epochs=3, batch_size=32, verbose=0, callbacks=[slow])
 
 def test_fit_patch_and_sampler_are_gone_after_every_run(keras_shell):
     import keras
+    threads = _thread._count()
     run(keras_shell, "%%kerasrun --quiet\nmodel = make_model()\nmodel.fit(x, y[:3], verbose=0)\n")
     record = keras_nbguard.runs()[-1]
     assert record.status == "error"
     assert record.fits and record.fits[0].completed is False
     assert "fit" not in keras.Model.__dict__
-    assert not [t for t in threading.enumerate() if t.name == "keras-nbguard-rss"]
+    assert _thread._count() == threads
 
 
 def test_retracing_is_counted(keras_shell):

@@ -50,10 +50,9 @@ def test_exceptions_are_recorded_and_re_raised(session):
 
 
 def test_runs_cannot_be_nested(session):
-    with keras_nbguard.track("outer"):
-        with pytest.raises(RuntimeError, match="can't be nested"):
-            with keras_nbguard.track("inner"):
-                pass
+    nested = pytest.raises(RuntimeError, match="can't be nested")
+    with keras_nbguard.track("outer"), nested, keras_nbguard.track("inner"):
+        pass
     assert [r.label for r in keras_nbguard.runs()] == ["outer"]
 
 
@@ -73,9 +72,9 @@ def test_a_broken_collector_warns_once_and_the_block_still_runs(session, monkeyp
         raise OSError("device on fire")
     monkeypatch.setattr(gpu.GpuCollector, "end", broken)
     ran = []
-    with pytest.warns(keras_nbguard.NbguardWarning, match="device on fire"):
-        with keras_nbguard.track("broken") as run:
-            ran.append(1)
+    warns = pytest.warns(keras_nbguard.NbguardWarning, match="device on fire")
+    with warns, keras_nbguard.track("broken") as run:
+        ran.append(1)
     assert ran == [1] and run.status == "ok"
     assert run.gpu.reason == "GPU reading failed"
     assert any("reading GPU memory failed" in w for w in run.warnings)
@@ -87,7 +86,7 @@ def test_import_watch_patches_a_module_imported_inside_the_run(tmp_path, monkeyp
     seen = []
     watch = when_imported("late_module", lambda m: seen.append(m.VALUE))
     try:
-        import late_module  # noqa: F401
+        import late_module
     finally:
         watch.close()
         sys.modules.pop("late_module", None)

@@ -65,7 +65,8 @@ def nvml_reason(exc: BaseException) -> str:
 
 
 class NvmlReader:
-    """Device and per-process memory from NVML. Reads per run (a process list takes a driver lock)."""
+    """Device and per-process memory from NVML, read once per run (a process list takes a driver
+    lock)."""
 
     def __init__(self, nvml: Any = None, environ: dict[str, str] | None = None) -> None:
         self._nvml = nvml

@@ -1,0 +1,200 @@
+"""Core benchmarks, measured side by side in one run. Prints figures; asserts nothing.
+
+    python bench/bench_core.py            # about 3 minutes on 2 cores
+    python bench/bench_core.py --quick    # a smoke run
+
+Figures: %load_ext time (fresh processes), per-cell overhead of ``%%kerasrun --no-clear`` against a
+plain cell, fit throughput under the magic against bare fit, the RSS sampler's CPU cost, and the
+seed scenario (20 × build-compile-fit) bare against ``%%kerasrun``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+HERE = os.path.dirname(os.path.abspath(__file__))
+QUICK = "--quick" in sys.argv
+
+
+def child(code: str) -> dict:
+    """Run ``code`` in a fresh interpreter; it prints one JSON line last."""
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                         text=True, check=True, env=os.environ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def slope(ys: list[float]) -> float:
+    """Least-squares slope of ys against 0..n-1."""
+    n = len(ys)
+    mx, my = (n - 1) / 2, sum(ys) / n
+    spread = sum((i - mx) ** 2 for i in range(n))
+    return sum((i - mx) * (y - my) for i, y in enumerate(ys)) / spread
+
+
+def bench_load() -> None:
+    code = """
+        import json, time
+        from IPython.core.interactiveshell import InteractiveShell
+        shell = InteractiveShell.instance()
+        t = time.perf_counter()
+        shell.run_line_magic("load_ext", "keras_nbguard")
+        print(json.dumps({"ms": (time.perf_counter() - t) * 1000}))
+    """
+    times = [child(code)["ms"] for _ in range(3 if QUICK else 7)]
+    print(f"%load_ext keras_nbguard: median {statistics.median(times):.1f} ms "
+          f"(min {min(times):.1f}, max {max(times):.1f}) over {len(times)} fresh processes; "
+          f"goal <= 100 ms")
+
+
+def shell_with_keras():
+    from IPython.core.interactiveshell import InteractiveShell
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "keras_nbguard")
+    shell.run_cell(textwrap.dedent("""
+        import numpy as np, keras
+        rng = np.random.default_rng(0)
+        x = rng.random((4096, 64), dtype="float32"); y = rng.random((4096, 1), dtype="float32")
+        def make_model():
+            m = keras.Sequential([keras.Input((64,)),
+                                  keras.layers.Dense(256, activation="relu"),
+                                  keras.layers.Dense(256, activation="relu"),
+                                  keras.layers.Dense(1)])
+            m.compile("adam", "mse")
+            return m
+    """))
+    return shell
+
+
+def bench_cell_overhead(shell) -> None:
+    n = 50 if QUICK else 300
+    variants = {
+        "plain cell": "x1 = 1\n",
+        "%%kerasrun --no-clear --quiet": "%%kerasrun --no-clear --quiet --label t\nx1 = 1\n",
+        "%%kerasrun --no-clear (summary shown)": "%%kerasrun --no-clear --label t2\nx1 = 1\n",
+    }
+    from IPython.utils.capture import capture_output
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    with capture_output():
+        for _ in range(n):  # interleaved, so drift hits every variant alike
+            for name, cell in variants.items():
+                t = time.perf_counter()
+                shell.run_cell(cell, store_history=False)
+                times[name].append(time.perf_counter() - t)
+    base = statistics.median(times["plain cell"])
+    print(f"per-cell time, median of {n} interleaved runs (trivial cell):")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        extra = "" if name == "plain cell" else f"  overhead {(med - base) * 1000:+.3f} ms"
+        print(f"  {name:<40} {med * 1000:7.3f} ms{extra}")
+    print("  goal: overhead of --no-clear <= 1 ms median")
+
+
+def bench_fit_throughput(shell) -> None:
+    import keras_nbguard
+    ns = shell.user_ns
+    shell.run_cell("model = make_model(); model.fit(x, y, epochs=1, verbose=0)")
+    model, x, y = ns["model"], ns["x"], ns["y"]
+    epochs, rounds = (2, 3) if QUICK else (5, 9)
+    bare, tracked = [], []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        model.fit(x, y, epochs=epochs, batch_size=32, verbose=0)
+        bare.append(time.perf_counter() - t)
+        with keras_nbguard.track("throughput", clear=False):
+            t = time.perf_counter()
+            model.fit(x, y, epochs=epochs, batch_size=32, verbose=0)
+            tracked.append(time.perf_counter() - t)
+    samples = len(x) * epochs
+    b, m = samples / statistics.median(bare), samples / statistics.median(tracked)
+    print(f"fit throughput ({epochs} epochs x {len(x)} samples, batch 32, median of {rounds} "
+          f"alternating rounds): bare {b:,.0f} samples/s, under track {m:,.0f} samples/s, "
+          f"ratio {m / b:.3f} (goal >= 0.99)")
+
+
+def bench_sampler_cpu() -> None:
+    from keras_nbguard.collectors.process import RssSampler
+    seconds = 2 if QUICK else 10
+    for hz in (100, 50):
+        sampler = RssSampler(interval=1 / hz)
+        c0, t0 = time.process_time(), time.perf_counter()
+        sampler.start()
+        time.sleep(seconds)
+        sampler.stop()
+        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        achieved = len(sampler.samples) / wall
+        print(f"RSS sampler at {hz} Hz: {achieved:.0f} samples/s achieved, CPU {cpu / wall:.3%} "
+              f"of one core over {wall:.1f} s (goal < 1%)")
+
+
+SEED = """
+    import gc, json, os, time, resource
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    import numpy as np, keras, psutil
+    from IPython.core.interactiveshell import InteractiveShell
+    rng = np.random.default_rng(0)
+    x = rng.random((2048, 32), dtype="float32"); y = rng.random((2048, 1), dtype="float32")
+    def make_model():
+        m = keras.Sequential([keras.Input((32,)), keras.layers.Dense(512, activation="relu"),
+                              keras.layers.Dense(1)])
+        m.compile("adam", "mse")
+        return m
+    shell = InteractiveShell.instance()
+    shell.user_ns.update(make_model=make_model, x=x, y=y)
+    MODE = {mode!r}
+    if MODE == "kerasrun":
+        shell.run_line_magic("load_ext", "keras_nbguard")
+        cell = "%%kerasrun --quiet --label seed\\nmodel = make_model()\\n" \\
+               "t = time.perf_counter(); model.fit(x, y, epochs=2, batch_size=64, verbose=0)\\n" \\
+               "fit_s = time.perf_counter() - t\\ndel model\\n"
+    else:
+        cell = "model = make_model()\\n" \\
+               "t = time.perf_counter(); model.fit(x, y, epochs=2, batch_size=64, verbose=0)\\n" \\
+               "fit_s = time.perf_counter() - t\\ndel model\\n"
+    shell.user_ns["time"] = time
+    rss, fits = [], []
+    for i in range({runs}):
+        shell.run_cell(cell, store_history=False)
+        rss.append(psutil.Process().memory_info().rss)
+        fits.append(shell.user_ns["fit_s"])
+    print(json.dumps({{"rss": rss, "fit": fits}}))
+"""
+
+
+def bench_seed() -> None:
+    runs = 8 if QUICK else 20
+    print(f"seed scenario: {runs} x build-compile-fit (Dense 512, adam, 2 epochs), a fresh process "
+          f"each way; slopes over runs 5-{runs}:")
+    results = {}
+    for mode in ("bare", "kerasrun"):
+        results[mode] = child(SEED.format(mode=mode, runs=runs))
+    for mode, r in results.items():
+        rss_mb = [v / 2**20 for v in r["rss"]][4:]
+        fits_ms = [v * 1000 for v in r["fit"]][4:]
+        print(f"  {mode:<9} RSS growth {slope(rss_mb):+.2f} MB/run "
+              f"(run 5 {rss_mb[0]:.0f} MB -> run {runs} {rss_mb[-1]:.0f} MB), "
+              f"fit-time slope {slope(fits_ms):+.2f} ms/run (median fit "
+              f"{statistics.median(fits_ms):.0f} ms)")
+
+
+def main() -> None:
+    argparse.ArgumentParser(description=__doc__).add_argument("--quick", action="store_true")
+    print(f"keras_nbguard core benchmarks ({os.cpu_count()} CPUs, Python "
+          f"{sys.version.split()[0]})")
+    bench_load()
+    bench_sampler_cpu()
+    shell = shell_with_keras()
+    bench_cell_overhead(shell)
+    bench_fit_throughput(shell)
+    bench_seed()
+
+
+if __name__ == "__main__":
+    main()
