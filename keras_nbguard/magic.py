@@ -183,6 +183,7 @@ def _describe_options(options: RunOptions) -> list[tuple[str, str]]:
 def load(shell: Any) -> KerasMagics:
     unload(shell)  # a second %load_ext must not double anything
     session = Session()
+    session.shell = shell
     for problem in gpu_setup.configure_at_load(TfGpu.if_imported()):
         session.warn_once(problem)
     magics = KerasMagics(shell, session)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from . import actions
+from .actions import ActionReport
 from .collectors.gpu import NvmlReader, TfGpu
 from .prepare import RunOptions
 from .records import RunRecord
@@ -28,7 +31,19 @@ class Session:
         self.sample_hz = sample_hz
         self.history: list[RunRecord] = []
         self.current: Run | None = None
+        self.shell: Any = None  # the IPython shell when loaded as an extension
+        self.start_listeners: list[Callable[[Run], None]] = []
         self.record_listeners: list[Callable[[RunRecord], None]] = []
+        self.action_listeners: list[Callable[[ActionReport], None]] = []
+        self.actions: dict[str, Callable[[], str]] = {
+            "clear_session": actions.clear_keras_session,
+            "clear_output_cache": lambda: actions.clear_output_cache(self.shell),
+            "reset_history": self._reset_history,
+        }
+        self._queued: list[str] = []
+        # Held while a run starts and while a reset runs: a reset clicked from another thread
+        # (widget messages on a subshell) never clears Keras in the middle of a fit.
+        self._lock = threading.RLock()
         self._warned: set[str] = set()
 
     # -- configuration ---------------------------------------------------------------------------
@@ -60,7 +75,9 @@ class Session:
                                f"tracked runs can't be nested")
         previous = self.last_run(label)
         run = Run(self, label, (previous.run_number + 1) if previous else 1, options)
-        self.current = run
+        with self._lock:
+            self.current = run
+        self._notify(self.start_listeners, run)
         try:
             run.start()
         except BaseException:
@@ -71,20 +88,60 @@ class Session:
 
     def finish(self, run: Run, error: BaseException | None) -> RunRecord | None:
         """Stop the run's collectors and keep its record; never raises (it runs in a finally)."""
-        self.current = None
         try:
             record = run.stop(error).compared_to(self.last_run(run.label))
         except Exception as exc:  # a bug of ours must not hide the user's own exception
             self.warn_once(f"the run could not be recorded: {type(exc).__name__}: {exc}")
-            return None
-        run.record = record
-        self.history.append(record)
-        for listener in list(self.record_listeners):
-            try:
-                listener(record)
-            except Exception as exc:
-                self.warn_once(f"a run listener failed: {type(exc).__name__}: {exc}")
+            record = None
+        with self._lock:
+            self.current = None
+            queued, self._queued = self._queued, []
+        if record is not None:
+            run.record = record
+            self.history.append(record)
+            self._notify(self.record_listeners, record)
+        for name in queued:
+            self.perform(name)
         return record
+
+    # -- resets ----------------------------------------------------------------------------------
+    def perform(self, name: str) -> ActionReport:
+        """Run the reset ``name`` now, or right after the run in progress ends ("queued")."""
+        if name not in self.actions:
+            raise ValueError(f"unknown action {name!r}; one of: {', '.join(self.actions)}")
+        with self._lock:
+            if self.current is not None:
+                if name not in self._queued:
+                    self._queued.append(name)
+                report = ActionReport(name, "queued",
+                                      f"queued: runs when {self.current.label!r} ends")
+            else:
+                report = self._perform_now(name)
+        self._notify(self.action_listeners, report)
+        return report
+
+    def _perform_now(self, name: str) -> ActionReport:
+        from .collectors.process import default_rss_reader
+
+        read = default_rss_reader()
+        before = read()
+        try:
+            message = self.actions[name]()
+        except Exception as exc:
+            return ActionReport(name, "failed", f"{type(exc).__name__}: {exc}", before, read())
+        return ActionReport(name, "done", message, before, read())
+
+    def _reset_history(self) -> str:
+        count = len(self.history)
+        self.history.clear()
+        return f"forgot {count} run(s)"
+
+    def _notify(self, listeners: list[Callable[[Any], None]], value: Any) -> None:
+        for listener in list(listeners):
+            try:
+                listener(value)
+            except Exception as exc:
+                self.warn_once(f"a listener failed: {type(exc).__name__}: {exc}")
 
     def warn_once(self, message: str) -> bool:
         if message in self._warned:

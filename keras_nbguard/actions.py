@@ -1,0 +1,48 @@
+"""One-click resets: what each does, as plain functions the Session runs (now, or after a run)."""
+
+from __future__ import annotations
+
+import gc
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from .records import fmt_bytes
+
+
+@dataclass(frozen=True)
+class ActionReport:
+    """What a reset did: ``status`` is "done", "queued" (a run is going) or "failed"."""
+
+    action: str
+    status: str
+    message: str
+    rss_before: int | None = None
+    rss_after: int | None = None
+
+    def text(self) -> str:
+        if self.status != "done":
+            return f"{self.action}: {self.message}"
+        return (f"{self.action}: {self.message} (RSS {fmt_bytes(self.rss_before)} → "
+                f"{fmt_bytes(self.rss_after)})")
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(self.text())
+
+
+def clear_keras_session() -> str:
+    keras = sys.modules.get("keras")
+    if keras is None:
+        gc.collect()
+        return "Keras is not imported; ran gc"
+    keras.utils.clear_session()
+    return "cleared the Keras session and ran gc"
+
+
+def clear_output_cache(shell: Any) -> str:
+    """Forget Out[n], _n, _, __, ___ (a History there keeps its model alive)."""
+    if shell is None:
+        return "no IPython shell: there is no output cache"
+    count = len(shell.user_ns.get("Out", {}))
+    shell.displayhook.flush()  # IPython's own %reset out: Out, _N, _, __, ___, then gc
+    return f"cleared {count} cached output(s)"
