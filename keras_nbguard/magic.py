@@ -108,7 +108,7 @@ class KerasMagics(Magics):
         label = args.label or self.labels.label_for(cell, self._cell_id)
         run = None
         try:
-            with tracked(self.session, label, options) as run:
+            with tracked(self.session, label, options, self._cell_id) as run:
                 return run_cell_body(self.shell, f"%%kerasrun {line}".rstrip(), cell)
         finally:
             if run is not None and run.record is not None and not options.quiet:
@@ -182,8 +182,9 @@ def _describe_options(options: RunOptions) -> list[tuple[str, str]]:
 
 def load(shell: Any) -> KerasMagics:
     unload(shell)  # a second %load_ext must not double anything
-    session = Session()
-    session.shell = shell
+    session = Session(shell=shell)
+    for died in session.died:  # the last kernel of this notebook was killed mid-run
+        display(died)
     for problem in gpu_setup.configure_at_load(TfGpu.if_imported()):
         session.warn_once(problem)
     magics = KerasMagics(shell, session)
@@ -202,4 +203,5 @@ def unload(shell: Any) -> None:
         shell.events.unregister("pre_run_cell", magics.pre_run_cell)
     manager.magics["cell"].pop("kerasrun", None)
     manager.magics["line"].pop("nbguard", None)
+    magics.session.close()
     set_session(None)

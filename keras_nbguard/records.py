@@ -7,7 +7,7 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
-STATUSES = ("ok", "error", "interrupted", "oom")
+STATUSES = ("ok", "error", "interrupted", "oom", "died")  # died: the kernel was killed mid-run
 NA = "n/a"
 
 
@@ -72,6 +72,10 @@ class RunRecord:
     delta_fit_seconds: float | None = None
     delta_rss_after: int | None = None
     previous_run: int | None = None
+    # where the run happened, so history can span kernel restarts
+    notebook: str | None = None
+    cell_id: str | None = None
+    kernel_id: str | None = None
 
     # -- derived figures ---------------------------------------------------------------------
     @property
@@ -97,7 +101,8 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
-        data = dict(data)
+        known = {f.name for f in dataclasses.fields(cls)}
+        data = {k: v for k, v in data.items() if k in known}  # a newer writer's extras: ignored
         data["fits"] = tuple(
             FitRecord(**{**f, "epoch_seconds": tuple(f.get("epoch_seconds", ()))})
             for f in data.get("fits", ())

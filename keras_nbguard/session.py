@@ -12,9 +12,13 @@ from typing import Any
 from . import actions
 from .actions import ActionReport
 from .collectors.gpu import NvmlReader, TfGpu
+from .identity import kernel_id, notebook_key, process_started
 from .prepare import RunOptions
 from .records import RunRecord
+from .store import DiedRun, RunFeed, RunKey, Store, process_alive
 from .tracking import Run, tracked
+
+DEFAULT_STORE = "default"
 
 
 class NbguardWarning(UserWarning):
@@ -24,14 +28,23 @@ class NbguardWarning(UserWarning):
 class Session:
     def __init__(self, options: RunOptions | None = None, *,
                  tf_gpu: Callable[[], TfGpu | None] = TfGpu.if_imported,
-                 nvml: NvmlReader | None = None, sample_hz: float = 100.0) -> None:
+                 nvml: NvmlReader | None = None, sample_hz: float = 100.0,
+                 store: Store | str | None = DEFAULT_STORE, shell: Any = None) -> None:
         self.options = options or RunOptions()
         self.tf_gpu = tf_gpu
         self.nvml = nvml or NvmlReader()
         self.sample_hz = sample_hz
-        self.history: list[RunRecord] = []
+        self._warned: set[str] = set()
+        self.history: list[RunRecord] = []  # this kernel's runs
+        self.earlier: list[RunRecord] = []  # this notebook's runs in earlier kernels (the store)
         self.current: Run | None = None
-        self.shell: Any = None  # the IPython shell when loaded as an extension
+        self.shell = shell  # the IPython shell when loaded as an extension
+        self.notebook = notebook_key(shell)
+        self.kernel_id = kernel_id()
+        self.store = Store(warn=self.warn_once) if store == DEFAULT_STORE else store
+        self.died: list[DiedRun] = []
+        if isinstance(self.store, Store):
+            self._load_earlier_runs(self.store)
         self.start_listeners: list[Callable[[Run], None]] = []
         self.record_listeners: list[Callable[[RunRecord], None]] = []
         self.action_listeners: list[Callable[[ActionReport], None]] = []
@@ -44,7 +57,14 @@ class Session:
         # Held while a run starts and while a reset runs: a reset clicked from another thread
         # (widget messages on a subshell) never clears Keras in the middle of a fit.
         self._lock = threading.RLock()
-        self._warned: set[str] = set()
+
+    def _load_earlier_runs(self, store: Store) -> None:
+        try:
+            self.died = store.mark_dead_runs(process_alive, self.notebook)
+            self.earlier = [r for r in store.runs(notebook=self.notebook)
+                            if r.kernel_id != self.kernel_id]
+        except Exception as exc:  # a broken store never stops a kernel
+            self.warn_once(f"run history could not be read: {type(exc).__name__}: {exc}")
 
     # -- configuration ---------------------------------------------------------------------------
     def configure(self, **changes: Any) -> RunOptions:
@@ -56,11 +76,13 @@ class Session:
         return self.options
 
     # -- runs ------------------------------------------------------------------------------------
-    def runs(self, label: str | None = None) -> list[RunRecord]:
-        return [r for r in self.history if label is None or r.label == label]
+    def runs(self, label: str | None = None, this_kernel: bool = False) -> list[RunRecord]:
+        """Oldest first; across kernel restarts of this notebook unless ``this_kernel``."""
+        records = self.history if this_kernel else self.earlier + self.history
+        return [r for r in records if label is None or r.label == label]
 
     def last_run(self, label: str) -> RunRecord | None:
-        for record in reversed(self.history):
+        for record in reversed(self.earlier + self.history):
             if record.label == label:
                 return record
         return None
@@ -69,14 +91,16 @@ class Session:
         """Context manager: prepare and measure a block like ``%%kerasrun`` does a cell."""
         return tracked(self, label, dataclasses.replace(self.options, **overrides))
 
-    def begin(self, label: str, options: RunOptions) -> Run:
+    def begin(self, label: str, options: RunOptions, cell_id: str | None = None) -> Run:
         if self.current is not None:
             raise RuntimeError(f"keras_nbguard: run {self.current.label!r} is still going; "
                                f"tracked runs can't be nested")
         previous = self.last_run(label)
-        run = Run(self, label, (previous.run_number + 1) if previous else 1, options)
+        key = RunKey(self.notebook, cell_id, self.kernel_id, 0, 0.0)
+        run = Run(self, label, (previous.run_number + 1) if previous else 1, options, key)
         with self._lock:
             self.current = run
+        self._record_start(run)
         self._notify(self.start_listeners, run)
         try:
             run.start()
@@ -99,10 +123,35 @@ class Session:
         if record is not None:
             run.record = record
             self.history.append(record)
+            self._record_end(run, record)
             self._notify(self.record_listeners, record)
         for name in queued:
             self.perform(name)
         return record
+
+    # -- the store: written as the run goes --------------------------------------------------------
+    def _record_start(self, run: Run) -> None:
+        if self.store is None:
+            return
+        try:
+            import os
+
+            key = dataclasses.replace(run.key, pid=os.getpid(), pid_started=process_started())
+            self.store.run_started(run.id, key, run.label, run.run_number, run.started_at, None)
+            run.feed = RunFeed(self.store, run.id)
+            run.sampler.listeners.append(run.feed.on_sample)
+            run.fit_timer.epoch_listeners.append(run.feed.on_epoch)
+        except Exception as exc:
+            self.warn_once(f"run history: the run start was not stored ({exc})")
+
+    def _record_end(self, run: Run, record: RunRecord) -> None:
+        if self.store is None or run.feed is None:
+            return
+        try:
+            run.feed.close()
+            self.store.run_finished(run.id, record)
+        except Exception as exc:
+            self.warn_once(f"run history: the run's result was not stored ({exc})")
 
     # -- resets ----------------------------------------------------------------------------------
     def perform(self, name: str) -> ActionReport:
@@ -132,9 +181,10 @@ class Session:
         return ActionReport(name, "done", message, before, read())
 
     def _reset_history(self) -> str:
-        count = len(self.history)
+        count = len(self.history) + len(self.earlier)
         self.history.clear()
-        return f"forgot {count} run(s)"
+        self.earlier.clear()
+        return f"forgot {count} run(s) (the history database keeps them)"
 
     def _notify(self, listeners: list[Callable[[Any], None]], value: Any) -> None:
         for listener in list(listeners):
@@ -142,6 +192,11 @@ class Session:
                 listener(value)
             except Exception as exc:
                 self.warn_once(f"a listener failed: {type(exc).__name__}: {exc}")
+
+    def close(self) -> None:
+        """Make sure everything recorded so far is on disk (unload, reload, exit)."""
+        if self.store is not None:
+            self.store.flush()
 
     def warn_once(self, message: str) -> bool:
         if message in self._warned:

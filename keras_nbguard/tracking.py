@@ -7,7 +7,8 @@ an exception into one warning and a note in the record.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -21,13 +22,18 @@ from .records import GpuReading, RunRecord
 
 if TYPE_CHECKING:
     from .session import Session
+    from .store import RunFeed, RunKey
 
 
 class Run:
     """A run in progress. After it ends, ``record`` holds the RunRecord and attribute access
     falls through to it, so ``with track("x") as run: ...`` then ``run.fit_seconds`` works."""
 
-    def __init__(self, session: Session, label: str, run_number: int, options: RunOptions) -> None:
+    def __init__(self, session: Session, label: str, run_number: int, options: RunOptions,
+                 key: RunKey | None = None) -> None:
+        self.id = uuid.uuid4().hex
+        self.key = key
+        self.feed: RunFeed | None = None
         self.session = session
         self.label = label
         self.run_number = run_number
@@ -120,6 +126,9 @@ class Run:
             error=None if exc is None else outcome.describe(exc),
             advice=tuple(advice),
             rss_samples=tuple(self.sampler.samples),
+            notebook=self.key.notebook if self.key else None,
+            cell_id=self.key.cell_id if self.key else None,
+            kernel_id=self.key.kernel_id if self.key else None,
         )
         return self.record
 
@@ -142,10 +151,10 @@ class Run:
 
 @contextmanager
 def tracked(session: Session, label: str, options: RunOptions,
-            on_record: Callable[[RunRecord], None] | None = None) -> Iterator[Run]:
+            cell_id: str | None = None) -> Iterator[Run]:
     """Prepare and measure the block; the record is added to the session however it ends."""
     __tracebackhide__ = True
-    run = session.begin(label, options)
+    run = session.begin(label, options, cell_id)
     error: BaseException | None = None
     try:
         yield run
@@ -153,6 +162,4 @@ def tracked(session: Session, label: str, options: RunOptions,
         error = exc
         raise
     finally:
-        record = session.finish(run, error)
-        if on_record is not None and record is not None:
-            on_record(record)
+        session.finish(run, error)

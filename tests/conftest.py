@@ -22,6 +22,14 @@ def make_model(units=16):
 """
 
 
+@pytest.fixture(autouse=True)
+def history_database(tmp_path, monkeypatch):
+    """Every test gets its own run history database, never the user's."""
+    path = tmp_path / "runs.sqlite"
+    monkeypatch.setenv("KERAS_NBGUARD_DB", str(path))
+    return path
+
+
 @pytest.fixture
 def shell():
     """The real InteractiveShell with keras_nbguard loaded; unloaded again afterwards."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import _thread
 import re
 
 import pytest
@@ -87,11 +86,18 @@ def test_error_keeps_user_traceback_records_run_and_stops_run_all(keras_shell):
     assert record.status == "error" and record.error == "ZeroDivisionError: division by zero"
 
 
+def started_runs():
+    """The Run objects the session starts from now on (to look at their collectors after)."""
+    seen = []
+    keras_nbguard.get_session().start_listeners.append(seen.append)
+    return seen
+
+
 def test_keyboard_interrupt_is_recorded_as_interrupted(keras_shell):
-    threads = _thread._count()
+    runs = started_runs()
     run(keras_shell, "%%kerasrun --label stop --quiet\nraise KeyboardInterrupt\n")
     assert keras_nbguard.runs("stop")[-1].status == "interrupted"
-    assert _thread._count() == threads  # the sampler thread ended
+    assert runs and not runs[0].sampler.running  # the sampler thread ended
 
 
 def test_resource_exhausted_is_oom_with_advice_from_the_run(keras_shell):
@@ -192,13 +198,13 @@ model.fit(x, y, epochs=3, batch_size=32, verbose=0, callbacks=[slow])
 
 def test_fit_patch_and_sampler_are_gone_after_every_run(keras_shell):
     import keras
-    threads = _thread._count()
+    runs = started_runs()
     run(keras_shell, "%%kerasrun --quiet\nmodel = make_model()\nmodel.fit(x, y[:3], verbose=0)\n")
     record = keras_nbguard.runs()[-1]
     assert record.status == "error"
     assert record.fits and record.fits[0].completed is False
     assert "fit" not in keras.Model.__dict__
-    assert _thread._count() == threads
+    assert not runs[0].sampler.running
 
 
 def test_retracing_is_counted(keras_shell):

@@ -1,0 +1,44 @@
+"""Who and where a run is: the notebook (or script), the kernel and its process."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import uuid
+from functools import cache
+from typing import Any
+
+
+def notebook_key(shell: Any = None) -> str:
+    """The notebook's path as Jupyter names the session, else the script, else "<interactive>"."""
+    if os.environ.get("JPY_SESSION_NAME"):
+        return os.environ["JPY_SESSION_NAME"]
+    session = getattr(shell, "user_ns", {}).get("__session__") if shell is not None else None
+    if session:
+        return str(session)
+    script = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c") else None
+    return os.path.abspath(script) if script else "<interactive>"
+
+
+@cache
+def kernel_id() -> str:
+    """The Jupyter kernel id from the connection file; a stable id of this process otherwise."""
+    try:
+        if "ipykernel" not in sys.modules:  # terminal IPython or a script: no kernel id
+            raise ImportError
+        from ipykernel.connect import get_connection_file
+
+        match = re.search(r"kernel-([\w-]+)\.json$", get_connection_file())
+        if match:
+            return match.group(1)
+    except Exception:  # not running inside an ipykernel
+        pass
+    return f"process-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@cache
+def process_started() -> float:
+    import psutil
+
+    return psutil.Process().create_time()

@@ -1,0 +1,117 @@
+"""Run history in real SQLite: survives restarts and kills, and never stops a cell."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+
+import keras_nbguard
+from keras_nbguard.session import Session, using
+from keras_nbguard.store import MEMORY, SCHEMA_VERSION, Store, process_alive
+
+
+def test_runs_survive_a_restart_and_numbers_continue(history_database, monkeypatch):
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/me/experiments.ipynb")
+    earlier_kernel = ("import keras_nbguard\nwith keras_nbguard.track('mlp'): pass\n"
+                      "keras_nbguard.get_session().close()\n")
+    subprocess.run([sys.executable, "-c", earlier_kernel], check=True)
+    with using(Session()) as second:
+
+        with keras_nbguard.track("mlp") as run:
+            pass
+        assert run.run_number == 2 and run.previous_run == 1
+        assert [r.run_number for r in keras_nbguard.runs("mlp")] == [1, 2]
+        assert [r.run_number for r in second.runs("mlp", this_kernel=True)] == [2]
+    assert oct(os.stat(history_database).st_mode & 0o777) == "0o600"
+
+
+def test_a_killed_run_is_reported_died_with_its_last_samples(history_database):
+    script = textwrap.dedent("""
+        import time, numpy as np, keras_nbguard
+        with keras_nbguard.track("doomed"):
+            block = np.ones(100 * 2**20 // 8)
+            print("running", flush=True)
+            time.sleep(60)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "running"
+    time.sleep(2.5)  # past one flush
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    store = Store(str(history_database))
+    (died,) = store.mark_dead_runs(process_alive)
+    assert died.label == "doomed" and died.seconds >= 2 and died.last_rss > 100 * 2**20
+    assert "died" in died.text()
+    (record,) = [r for r in store.runs() if r.label == "doomed"]
+    assert record.status == "died" and record.rss_samples
+
+
+def test_two_processes_writing_at_once_lose_no_rows(history_database):
+    script = textwrap.dedent("""
+        import keras_nbguard
+        for i in range(40):
+            with keras_nbguard.track("w"):
+                pass
+        keras_nbguard.get_session().close()
+    """)
+    children = [subprocess.Popen([sys.executable, "-c", script]) for _ in range(2)]
+    assert all(c.wait(120) == 0 for c in children)
+    assert len(Store(str(history_database)).runs()) == 80
+
+
+def test_corrupt_database_is_moved_aside(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    path.write_bytes(b"this is not sqlite" * 100)
+    warnings = []
+    store = Store(str(path), warn=warnings.append)
+    assert not store.in_memory and "corrupt" in warnings[0]
+    assert list(tmp_path.glob("runs.sqlite.corrupt-*"))
+
+
+def test_unwritable_location_falls_back_to_memory(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    warnings = []
+    store = Store(str(blocker / "sub" / "runs.sqlite"), warn=warnings.append)
+    assert store.path == MEMORY and "memory" in warnings[0]
+
+
+def test_newer_database_is_refused_and_older_migrated(tmp_path):
+    newer = tmp_path / "newer.sqlite"
+    db = sqlite3.connect(newer)
+    db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+    db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION + 1),))
+    db.commit()
+    db.close()
+    warnings = []
+    assert Store(str(newer), warn=warnings.append).in_memory
+    assert "newer keras_nbguard" in warnings[0]
+
+    older = tmp_path / "older.sqlite"
+    db = sqlite3.connect(older)
+    db.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
+        INSERT INTO meta VALUES ('schema', '1');
+        CREATE TABLE runs (id TEXT PRIMARY KEY, notebook TEXT, label TEXT, run_number INTEGER,
+            kernel_id TEXT, pid INTEGER, pid_started REAL, started_at REAL, updated_at REAL,
+            status TEXT, last_rss INTEGER, record TEXT);
+        CREATE TABLE samples (run_id TEXT, t REAL, rss INTEGER);
+    """)
+    db.close()
+    store = Store(str(older))
+    assert not store.in_memory
+    columns = [r[1] for r in store.db.execute("PRAGMA table_info(runs)")]
+    assert "cell_id" in columns
+
+
+def test_a_broken_store_never_stops_a_run(tmp_path):
+    store = Store(str(tmp_path / "runs.sqlite"))
+    store.db.close()  # every later write fails
+    with using(Session(store=store)), keras_nbguard.track("still runs") as run:
+        ran = True
+    assert ran and run.status == "ok"
