@@ -37,6 +37,9 @@ def _run_option_arguments(func: Any) -> Any:
     for decorator in reversed((
         argument("--no-clear", dest="clear", action="store_const", const=False, default=None,
                  help="Don't run gc + keras.utils.clear_session() before the cell."),
+        argument("--no-deep-clean", dest="deep_clean", action="store_const", const=False,
+                 default=None, help="Don't purge what clear_session leaves behind (TensorFlow's "
+                                    "gradient entries of earlier runs whose models are gone)."),
         argument("--gpu-growth", dest="gpu_growth", action="store_const", const=True,
                  default=None, help="Let TensorFlow grow GPU memory as needed (default on)."),
         argument("--no-gpu-growth", dest="gpu_growth", action="store_const", const=False,
@@ -56,7 +59,7 @@ def _run_option_arguments(func: Any) -> Any:
 
 def _options_from(args: argparse.Namespace, base: RunOptions) -> RunOptions:
     changes: dict[str, Any] = {}
-    for name in ("clear", "gpu_growth", "quiet"):
+    for name in ("clear", "deep_clean", "gpu_growth", "quiet"):
         if getattr(args, name, None) is not None:
             changes[name] = getattr(args, name)
     if args.gpu_limit is not None:
@@ -122,6 +125,8 @@ class KerasMagics(Magics):
               help="config: stop setting a dtype policy.")
     @argument("--clear", dest="clear", action="store_const", const=True,
               help="config: clear before each run (the default).")
+    @argument("--deep-clean", dest="deep_clean", action="store_const", const=True,
+              help="config: deep-clean before each run (the default).")
     @_run_option_arguments
     @line_magic
     def nbguard(self, line: str) -> Any:
@@ -173,6 +178,7 @@ class KerasMagics(Magics):
 def _describe_options(options: RunOptions) -> list[tuple[str, str]]:
     return [
         ("clear", "on" if options.clear else "off (--no-clear)"),
+        ("deep clean", "on" if options.deep_clean else "off (--no-deep-clean)"),
         ("gpu growth", {None: "as set at load", True: "on", False: "off"}[options.gpu_growth]),
         ("gpu limit", "none" if options.gpu_limit_mb is None else f"{options.gpu_limit_mb} MB"),
         ("mixed precision", options.mixed_precision or "off"),

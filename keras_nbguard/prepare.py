@@ -17,6 +17,7 @@ class RunOptions:
     """The per-run knobs: ``%%kerasrun`` options, or ``track()`` keyword arguments."""
 
     clear: bool = True
+    deep_clean: bool = True  # also purge what clear_session leaves (see deepclean.py)
     gpu_growth: bool | None = None  # None: leave as configured at load
     gpu_limit_mb: int | None = None
     mixed_precision: str | None = None  # a Keras dtype policy name, e.g. "mixed_float16"

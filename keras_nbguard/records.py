@@ -45,6 +45,27 @@ class GpuReading:
 
 
 @dataclass(frozen=True)
+class CleanReport:
+    """What one deep clean reclaimed. Unknown figures are None, never 0."""
+
+    available: bool
+    entries: int = 0  # gradient-registry entries purged
+    runs: int = 0  # earlier runs whose entries were purged
+    kept: int = 0  # entries still held for runs whose models are alive (or unknown)
+    functions: int | None = None  # eager-context functions released; None: not counted
+    rss_before: int | None = None  # bytes
+    rss_after: int | None = None
+    seconds: float = 0.0
+    reason: str | None = None  # why nothing was attempted (unavailable, TensorFlow not imported)
+
+    @property
+    def rss_freed(self) -> int | None:
+        if self.rss_before is None or self.rss_after is None:
+            return None
+        return self.rss_before - self.rss_after
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """Everything measured about one ``%%kerasrun`` cell or ``track()`` block."""
 
@@ -76,6 +97,7 @@ class RunRecord:
     notebook: str | None = None
     cell_id: str | None = None
     kernel_id: str | None = None
+    deep_clean: CleanReport | None = None  # what the clean before this run reclaimed
 
     # -- derived figures ---------------------------------------------------------------------
     @property
@@ -111,6 +133,8 @@ class RunRecord:
         for key in ("warnings", "advice"):
             data[key] = tuple(data.get(key, ()))
         data["rss_samples"] = tuple(tuple(s) for s in data.get("rss_samples", ()))
+        if data.get("deep_clean"):
+            data["deep_clean"] = CleanReport(**data["deep_clean"])
         return cls(**data)
 
     # -- display -------------------------------------------------------------------------------
@@ -126,6 +150,8 @@ class RunRecord:
             ("traces", fmt_traces(self)),
             ("vs previous", fmt_deltas(self)),
         ]
+        if self.deep_clean is not None:
+            rows.append(("deep clean", fmt_clean(self.deep_clean)))
         if not self.cleared:
             rows.append(("cleared", "no (--no-clear, or Keras not imported yet)"))
         if self.error:
@@ -199,6 +225,16 @@ def fmt_gpu(gpu: GpuReading) -> str:
             f"NVML process {fmt_bytes(gpu.nvml_process_used)}, device "
             f"{fmt_bytes(gpu.nvml_used)} / {fmt_bytes(gpu.nvml_total)}")
     return f"{text} ({gpu.reason})" if gpu.reason else text
+
+
+def fmt_clean(clean: CleanReport) -> str:
+    if not clean.available:
+        return f"{NA} ({clean.reason})"
+    functions = NA if clean.functions is None else str(clean.functions)
+    freed = clean.rss_freed
+    return (f"{clean.entries} gradient entries of {clean.runs} earlier run(s), {functions} "
+            f"functions released, RSS {fmt_bytes(None if freed is None else -freed, signed=True)}"
+            f", {fmt_seconds(clean.seconds)}")
 
 
 def fmt_traces(record: RunRecord) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 from . import actions
 from .actions import ActionReport
 from .collectors.gpu import NvmlReader, TfGpu
+from .deepclean import DeepClean
 from .identity import kernel_id, notebook_key, process_started
 from .prepare import RunOptions
 from .records import RunRecord
@@ -43,6 +44,8 @@ class Session:
         self.kernel_id = kernel_id()
         self.store = Store(warn=self.warn_once) if store == DEFAULT_STORE else store
         self.died: list[DiedRun] = []
+        # Created at load, so gradient entries from before the extension are never touched.
+        self.deep_clean = DeepClean(warn=self.warn_once)
         if isinstance(self.store, Store):
             self._load_earlier_runs(self.store)
         self.start_listeners: list[Callable[[Run], None]] = []

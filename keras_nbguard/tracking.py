@@ -47,6 +47,9 @@ class Run:
         self._peak_reset = False
         self._gpu = GpuCollector(session.tf_gpu, session.nvml)
         self._cleared = False
+        self._clean = None
+        self._deep_mark: Any = None
+        self._deep_started = False
         self._prepare_seconds: float | None = None
         self._rss_before: int | None = None
         self.started_at = time.time()
@@ -71,6 +74,12 @@ class Run:
             self._cleared = prepared.cleared
             for problem in prepared.warnings:
                 self._warn(problem)
+        if self.options.deep_clean:
+            with self._guard("deep clean"):
+                if self._cleared:
+                    self._clean = self.session.deep_clean.clean()
+                self._deep_mark = self.session.deep_clean.run_started()
+                self._deep_started = True
         self._prepare_seconds = time.perf_counter() - t0
         with self._guard("reading RSS"):
             self._rss_before = self.sampler.read_now()
@@ -92,6 +101,9 @@ class Run:
                              ("restoring the trace hook", self.traces.uninstall)):
             with self._guard(step):
                 action()
+        if self._deep_started:
+            with self._guard("remembering the run's gradient entries"):
+                self.session.deep_clean.run_ended(self._deep_mark, list(self.fit_timer.models))
         gpu = GpuReading(reason="GPU reading failed")
         with self._guard("reading GPU memory"):
             gpu = self._gpu.end()
@@ -129,6 +141,7 @@ class Run:
             notebook=self.key.notebook if self.key else None,
             cell_id=self.key.cell_id if self.key else None,
             kernel_id=self.key.kernel_id if self.key else None,
+            deep_clean=self._clean,
         )
         return self.record
 

@@ -245,3 +245,13 @@ def test_help_comes_from_magic_arguments(shell):
                    "--mixed-precision", "--quiet"):
         assert option in doc
     assert "status" in shell.magics_manager.magics["line"]["nbguard"].__doc__
+
+
+def test_deep_clean_purges_the_dead_runs_gradient_entries(keras_shell):
+    for _ in range(3):
+        run(keras_shell, FIT_CELL.replace("--label mlp", "--label deep --quiet"))
+    last = keras_nbguard.runs("deep")[-1]
+    assert last.deep_clean.available and last.deep_clean.entries > 0
+    assert "gradient entries" in dict(last.summary_rows())["deep clean"]
+    run(keras_shell, FIT_CELL.replace("--label mlp", "--label deep --quiet --no-deep-clean"))
+    assert keras_nbguard.runs("deep")[-1].deep_clean is None

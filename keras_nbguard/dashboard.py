@@ -1,0 +1,409 @@
+"""The live dashboard: one plotly FigureWidget per kernel, reset buttons, referenced models.
+
+The only module that imports ipywidgets and plotly, and only once a widget is built: importing it
+costs the stdlib. Without a widget frontend (nbclient/nbconvert, terminal IPython, a script) the
+dashboard is a static HTML/SVG summary that a kernel updates by display id (see
+``widget_frontend``). The widget holds names and strings, never a model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import os
+import sys
+import threading
+import time
+import types
+import uuid
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from .figures import figure_data, header_html, lists_html, referenced_models, static_view
+from .records import RunRecord, fmt_bytes
+
+if TYPE_CHECKING:
+    from .actions import ActionReport
+    from .session import Session
+    from .tracking import Run
+
+MODE_ENV = "KERAS_NBGUARD_DASHBOARD"  # "widget" or "static" overrides the detection
+BUTTONS = (("Clear Keras session", "clear_session"), ("Free flagged models", "free"),
+           ("Clear output cache", "clear_output_cache"), ("Reset history", "reset_history"))
+AXES = {"fit": ("x", "y"), "rss": ("x2", "y2"), "gpu": ("x3", "y3")}
+LIVE_PERIOD = 0.25  # seconds between live pushes while a run goes: a few a second
+LIVE_STEP = 0.05  # keep an RSS sample every 50 ms of the 100 Hz sampler
+LIVE_MAX = 1200  # live points; halved (keeping maxima) beyond
+TITLES = ("fit time per run [s]", "RSS per run [MB]: after ─ peak ··· before - -",
+          "GPU memory per run [MB]", "seconds per epoch (current run)",
+          "RSS over time (current run) [MB]")
+
+
+def widget_frontend(shell: Any) -> tuple[bool, str]:
+    """Whether a widget frontend will render us, and why we think so.
+
+    A kernel cannot ask its client for a widget manager, and nbclient (which renders none) looks
+    like any client. So: no ipykernel, no; ipywidgets' control comm opened by a widget manager,
+    yes; a kernel started by a Jupyter server (it sets JPY_SESSION_NAME: JupyterLab, Notebook 7),
+    VS Code or Colab, yes; else (nbclient, nbconvert, papermill) static. The env var overrides.
+    """
+    forced = os.environ.get(MODE_ENV, "").strip().lower()
+    if forced in ("widget", "static"):
+        return forced == "widget", f"{MODE_ENV}={forced}"
+    if shell is None or getattr(shell, "kernel", None) is None:
+        return False, "no Jupyter kernel (terminal IPython or a script)"
+    widgets = sys.modules.get("ipywidgets")
+    if widgets is not None and getattr(widgets.Widget, "_control_comm", None) is not None:
+        return True, "a widget manager is connected"
+    for hint, who in (("JPY_SESSION_NAME", "a Jupyter server"), ("VSCODE_PID", "VS Code")):
+        if os.environ.get(hint):
+            return True, f"kernel started by {who}"
+    if "google.colab" in sys.modules:
+        return True, "Colab"
+    return False, f"no widget frontend (nbclient/nbconvert?); set {MODE_ENV}=widget to force"
+
+
+class Dashboard:
+    """One per kernel: ``dashboard()`` returns it, displaying it shows the same widget again."""
+
+    def __init__(self, session: Session, mode: str | None = None) -> None:
+        self.session = session
+        shell = session.shell or _ipython()
+        widget, self.reason = widget_frontend(shell) if mode is None else (
+            mode == "widget", f"mode={mode!r}")
+        self.mode = "widget" if widget else "static"
+        self._lock = threading.RLock()  # every widget mutation, from any thread, holds it
+        self._reports: list[str] = []
+        self._models: list[str] = []
+        self._fit_in: list[tuple[weakref.ref[Any], str]] = []  # weak: never keeps a model
+        self._run: Run | None = None
+        self._live: tuple[list[float], list[float], list[float]] = ([], [], [])  # t, rss, epochs
+        self._live_title = "no run yet"
+        self._last_push = 0.0
+        self._display_id: str | None = None
+        self._sent: dict[str, Any] = {}  # what the figure holds, by trace uid
+        self._memo: dict[int, Any] = {}  # hover texts of the runs seen (records: pure data)
+        self._head = ""
+        self._shell: Any = None
+        self._cell_running = False  # a cell runs on the main shell (IPython's pre/post_run_cell)
+        self._deferred: list[str] = []
+        self.figure: Any = None
+        self.widget: Any = None
+        self.buttons: dict[str, Any] = {}
+        if widget:
+            self._build_widget()
+        self.attach(session)
+
+    def _listeners(self) -> tuple[tuple[list[Any], Any], ...]:
+        s = self.session
+        return ((s.start_listeners, self._on_start), (s.record_listeners, self._on_record),
+                (s.action_listeners, self._on_action))
+
+    # -- wiring to the session ---------------------------------------------------------------
+    def attach(self, session: Session) -> None:
+        """Follow ``session`` (and stop following the previous one, e.g. after %reload_ext)."""
+        self.detach()
+        self.session = session
+        for listeners, fn in self._listeners():
+            listeners.append(fn)
+        session.dashboard = self  # type: ignore[attr-defined]
+        self._shell = session.shell or _ipython()
+        if hasattr(self._shell, "events"):
+            self._shell.events.register("pre_run_cell", self._before_cell)
+            self._shell.events.register("post_run_cell", self._after_cell)
+        self.refresh()
+
+    def detach(self) -> None:
+        for listeners, fn in self._listeners():
+            while fn in listeners:
+                listeners.remove(fn)
+        if getattr(self.session, "dashboard", None) is self:
+            self.session.dashboard = None  # type: ignore[attr-defined]
+        for event, fn in (("pre_run_cell", self._before_cell), ("post_run_cell", self._after_cell)):
+            with contextlib.suppress(AttributeError, ValueError):
+                self._shell.events.unregister(event, fn)
+
+    def _on_start(self, run: Run) -> None:
+        # before the run starts: only the live panels change, so no full redraw on its clock
+        with self._lock:
+            self._run = run
+            self._live = ([], [], [])
+            self._live_title = f"running: {run.label} #{run.run_number}"
+            self._push_live()
+        run.sampler.listeners.append(self._on_sample)
+        run.fit_timer.epoch_listeners.append(self._on_epoch)
+
+    def _on_sample(self, t: float, rss: int) -> None:
+        # the sampler thread, ~100 Hz: keep it cheap, never raise, never wait for the lock
+        try:
+            ts, ys, _ = self._live
+            if not ts or t - ts[-1] >= LIVE_STEP:
+                ts.append(t)
+                ys.append(rss / 2**20)
+                if len(ts) > LIVE_MAX:  # halve, keeping the larger value of each pair
+                    ys[:] = [max(a, b) for a, b in zip(ys[0::2], ys[1::2], strict=False)]
+                    ts[:] = ts[1::2][: len(ys)]
+            now = time.monotonic()
+            if now - self._last_push >= LIVE_PERIOD and self._lock.acquire(blocking=False):
+                try:
+                    self._last_push = now
+                    self._push_live()
+                finally:
+                    self._lock.release()
+        except Exception:
+            pass  # a figure we could not draw must never stop the sampler
+
+    def _on_epoch(self, epoch: int, seconds: float) -> None:
+        self._live[2].append(seconds)  # drawn by the sampler's next push
+
+    def _on_record(self, record: RunRecord) -> None:
+        run, self._run = self._run, None
+        if run is not None:
+            name = f"{record.label} #{record.run_number}"
+            self._fit_in = [(r, n) for r, n in self._fit_in if r() is not None]
+            self._fit_in += [(ref, name) for ref in run.fit_timer.models]
+        samples = record.rss_samples
+        epochs = [s for fit in record.fits for s in fit.epoch_seconds]
+        with self._lock:
+            self._live = ([t for t, _ in samples], [v / 2**20 for _, v in samples], epochs)
+            self._live_title = f"last run: {record.label} #{record.run_number} ({record.status})"
+        self.refresh()
+
+    def _on_action(self, report: ActionReport) -> None:
+        self._note(report.text(), failed=report.status == "failed")
+        self.refresh()
+
+    def _before_cell(self, info: Any = None) -> None:
+        self._cell_running = True
+
+    def _after_cell(self, result: Any = None) -> None:
+        self._cell_running = False
+        deferred, self._deferred = self._deferred, []
+        for action in deferred:  # clicked on a subshell while a cell without a run was going
+            self.session.perform(action)
+        if self._scan_models() != self._models:  # Out[n] is filled after the run's record
+            self.refresh()
+
+    def _scan_models(self) -> list[str]:
+        # names only: the one place to plug in the leak finder's full holder paths
+        return referenced_models(getattr(self._shell, "user_ns", None), self._fit_in)
+
+    # -- buttons -------------------------------------------------------------------------------
+    def click(self, action: str, _button: Any = None) -> None:
+        """What a button does: the report arrives through the session's action listeners."""
+        session = self.session
+        if action not in session.actions:
+            self._note(f"{action}: not available in this build (no {action!r} action yet)", True)
+            self.refresh()
+            return
+        if (self._cell_running and session.current is None
+                and threading.current_thread() is not threading.main_thread()):
+            # a click on a subshell while a cell runs outside any tracked run: that cell may be
+            # in a fit the session cannot see, so wait for it as the session waits for a run
+            if action not in self._deferred:
+                self._deferred.append(action)
+            self._note(f"{action}: queued: runs when the running cell ends")
+            self.refresh()
+            return
+        try:
+            session.perform(action)
+        except Exception as exc:
+            self._note(f"{action} failed: {type(exc).__name__}: {exc}", failed=True)
+            self.refresh()
+            raise  # under Output.capture(): the traceback is shown in the widget
+
+    def _note(self, text: str, failed: bool = False) -> None:
+        colour = "#c62828" if failed else "#2e7d32" if "queued" not in text else "#ef6c00"
+        line = (f"<span style='color:{colour}'>{time.strftime('%H:%M:%S')} "
+                f"{html.escape(text)}</span>")
+        with self._lock:
+            self._reports = [line, *self._reports][:6]
+
+    # -- drawing -------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Redraw from the session's history (cheap enough to run after every run)."""
+        with self._lock:  # also keeps two threads' redraws in order
+            self._models = self._scan_models()
+            data = figure_data(self.session.runs(), self._memo)
+            if self.widget is not None:
+                self._draw_widget(data)
+            elif self._display_id is not None and getattr(self._shell, "kernel", None):
+                from IPython.display import update_display
+
+                update_display(self._bundle(data), raw=True, display_id=self._display_id)
+
+    def _bundle(self, data: dict[str, Any] | None = None) -> dict[str, str]:
+        return static_view(self.session.runs(), data or figure_data(self.session.runs()),
+                           self._reports, self._models, self._live_title,
+                           f"static view: {self.reason}")
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        if self.widget is not None:  # the same widget again; the static view for other readers
+            static = self._bundle()
+            display({**static, **self.widget._repr_mimebundle_(),
+                     "text/plain": static["text/plain"]}, raw=True)
+            return
+        self._display_id = self._display_id or uuid.uuid4().hex
+        display(self._bundle(), raw=True, display_id=self._display_id)
+
+    def __repr__(self) -> str:
+        return self._bundle()["text/plain"]
+
+    # -- the widget ----------------------------------------------------------------------------
+    def _build_widget(self) -> None:
+        import ipywidgets as w
+
+        self.figure = _make_figure()
+        self._out = w.Output()
+        self._top, self._bottom = w.HTML(), w.HTML()
+        for text, action in BUTTONS:
+            button = w.Button(description=text, layout=w.Layout(width="auto"))
+            button.on_click(lambda b, a=action: self._out.capture()(self.click)(a, b))
+            # ipykernel 7.4 routes a comm's frontend messages to the subshell that last sent on
+            # it: for a button, the main shell that created it, so a click would wait for the
+            # running cell. A click expects no reply: let the frontend's subshell stand.
+            if hasattr(button.comm, "_reply_subshell_for"):
+                button.comm._reply_subshell_for = lambda _data, default: default
+            self.buttons[action] = button
+        self.widget = w.VBox([self._top, self.figure, w.HBox(list(self.buttons.values())),
+                              self._bottom, self._out])
+
+    def _draw_widget(self, data: dict[str, Any]) -> None:
+        _draw(self.figure, data, self._sent)
+        self._head = header_html(data, len(self.session.runs()), "{live}")
+        self._push_live()
+        self._bottom.value = lists_html(self._reports, self._models)
+
+    def _push_live(self) -> None:
+        """Draw the run in progress (or the last run): epoch seconds and RSS over time."""
+        if self.figure is None:
+            return
+        ts, ys, epochs = (list(v) for v in self._live)
+        live = self._live_title
+        if self._run is not None and ts:
+            live += f" · {ts[-1]:.1f} s, RSS {fmt_bytes(int(ys[-1] * 2**20))}"
+        with self.figure.batch_update():
+            self.figure.data[0].x, self.figure.data[0].y = list(range(1, len(epochs) + 1)), epochs
+            self.figure.data[1].x, self.figure.data[1].y = ts, ys
+        self._top.value = self._head.replace("{live}", html.escape(live))
+
+
+def _make_figure() -> Any:
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=3, cols=2, specs=[[{}, {}], [{}, {}], [{"colspan": 2}, None]],
+                        subplot_titles=TITLES, vertical_spacing=0.1, horizontal_spacing=0.08)
+    grey = "#607d8b"
+    fig.add_trace(go.Bar(meta="live:epochs", name="epoch", marker_color=grey, showlegend=False,
+                         hovertemplate="epoch %{x}: %{y:.3f} s<extra></extra>"), row=2, col=2)
+    fig.add_trace(go.Scatter(meta="live:rss", name="RSS", mode="lines", line_color=grey,
+                             showlegend=False,
+                             hovertemplate="%{x:.2f} s: %{y:.1f} MB<extra></extra>"),
+                  row=3, col=1)
+    fig.update_layout(height=760, margin={"l": 50, "r": 20, "t": 60, "b": 40},
+                      template="plotly_white", legend_title_text="label", hovermode="closest",
+                      title={"text": "runs: ✕ error  ★ out of memory  ◆ interrupted  ┆ restart",
+                             "font": {"size": 12}},
+                      xaxis2_matches="x", xaxis3_title_text="run",
+                      xaxis4_title_text="epoch", xaxis5_title_text="seconds into the run")
+    return go.FigureWidget(fig)
+
+
+def _draw(fig: Any, data: dict[str, Any], sent: dict[str, Any]) -> None:
+    """Copy figure_data into the widget in one batch_update, sending only what changed (``sent``:
+    what the widget holds, by uid); traces are rebuilt only for a new label or series."""
+    import plotly.graph_objects as go
+
+    try:  # numpy arrays: plotly validates them in one step, not element by element
+        from numpy import array
+    except ImportError:  # the same plot, a little slower
+        array = _as_list
+
+    traces = data["traces"]
+    if [t["uid"] for t in traces] != [k for k in sent if k != "layout"]:  # live traces first
+        # FigureWidget sets its own trace uids: ours go in ``meta``, which the page can read
+        sent.clear()
+        fig.data = fig.data[:2]
+        fig.add_traces([go.Scatter(
+            meta=t["uid"], name=t["name"], legendgroup=t["label"], showlegend=t["showlegend"],
+            mode="lines+markers" if t["symbol"] is None else "markers",
+            xaxis=AXES[t["panel"]][0], yaxis=AXES[t["panel"]][1],
+            line={"color": t["color"], "dash": t["dash"], "width": 1.5},
+            marker={"size": 6} if t["symbol"] is None else {"size": 13, "color": t["color"]},
+            hovertemplate="%{text}<extra></extra>" if t["text"] is not None
+            else "%{fullData.name}: %{y:.1f} MB<extra></extra>") for t in traces])
+    shapes = [{"type": "line", "xref": xa, "yref": f"{ya} domain", "x0": x - 0.5, "x1": x - 0.5,
+               "y0": 0, "y1": 1, "line": {"dash": "dot", "color": "#999", "width": 1}}
+              for x in data["restarts"] for xa, ya in AXES.values()]
+    notes = [] if not data["gpu_note"] else [{  # in the middle of the (empty) GPU panel
+        "text": html.escape(data["gpu_note"]), "xref": "paper", "yref": "paper", "name": "note",
+        "x": sum(fig.layout.xaxis3.domain) / 2, "y": sum(fig.layout.yaxis3.domain) / 2,
+        "xanchor": "center", "showarrow": False, "font": {"color": "#777"}}]
+    step = max(1, data["runs"] // 10)  # whole run numbers, about ten ticks
+    with fig.batch_update():
+        for trace, t in zip(fig.data[2:], traces, strict=True):
+            old = sent.get(t["uid"], {})
+            if any(old.get(k) != t[k] for k in ("x", "y", "text", "symbol")):
+                trace.x, trace.y = array(t["x"]), array(t["y"], dtype=float)  # None: NaN, a gap
+                if t["text"] is not None:
+                    trace.text = array(t["text"], dtype=object)
+                if t["symbol"] is not None:
+                    trace.marker.symbol = t["symbol"]
+            sent[t["uid"]] = t
+        if sent.get("layout") != (shapes, notes, step):
+            sent["layout"] = (shapes, notes, step)
+            fig.update_xaxes(tick0=1, dtick=step, row=1)
+            fig.update_xaxes(tick0=1, dtick=step, row=2, col=1)
+            fig.layout.shapes = shapes
+            titles = [a for a in fig.layout.annotations if a.name != "note"]
+            fig.layout.annotations = titles + notes
+
+
+def _as_list(values: list[Any], dtype: Any = None) -> list[Any]:
+    return values
+
+
+def _ipython() -> Any:
+    ipython = sys.modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None else None
+
+
+_last: Dashboard | None = None  # the kernel's one widget, kept across %reload_ext
+
+
+def dashboard(session: Session | None = None, *, mode: str | None = None) -> Dashboard:
+    """The kernel's dashboard (made on first call): display it, or end a cell with it.
+
+    ``mode`` "widget" or "static" overrides the frontend detection (see ``widget_frontend``).
+    """
+    global _last
+    from .session import get_session
+
+    session = session or get_session()
+    board = getattr(session, "dashboard", None) or _last
+    if board is None or (mode is not None and board.mode != mode):
+        if board is not None:
+            board.detach()
+        board = _last = Dashboard(session, mode)
+    elif board.session is not session:
+        board.attach(session)  # a new Session after %reload_ext: the same widget
+    return board
+
+
+def follow(session: Session) -> None:
+    """After ``%reload_ext``: the dashboard already shown (if any) follows the new session."""
+    if _last is not None:
+        _last.attach(session)
+
+
+class _CallableModule(types.ModuleType):
+    # ``keras_nbguard.dashboard()`` must work although importing this module rebinds the package
+    # attribute ``dashboard`` from any function of that name to the module itself.
+    def __call__(self, session: Session | None = None, *, mode: str | None = None) -> Dashboard:
+        return dashboard(session, mode=mode)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,278 @@
+"""What the dashboard shows, as plain data and markup: records in, dicts and strings out.
+
+``figure_data(records)`` gives one trace per (panel, series, label); the widget copies them into its
+FigureWidget and the static fallback draws them as inline SVG, so both show the same numbers.
+Unknown figures stay ``None`` (a gap in the plot), never 0. No plotly or ipywidgets here.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import sys
+import time
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from .records import RunRecord, fmt_bytes, fmt_gpu, fmt_seconds
+from .report import runs_table
+
+MB = 2**20
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+           "#bcbd22", "#7f7f7f", "#d62728")
+# failed runs stand out by shape and size, whatever the label's colour
+SYMBOLS = {"ok": "circle", "error": "x", "oom": "star", "interrupted": "diamond"}
+MARKED = {"fit": "fit", "rss": "after", "gpu": "tf peak"}  # the series failed runs are marked on
+TREND_RUNS = 10  # the trend looks at this many recent runs of a label
+CACHE_NAME = re.compile(r"_+|_\d+")  # IPython's output cache aliases: _, __, ___, _5
+
+# (panel, series, value in plot units or None, line dash, legend shown)
+SERIES = (
+    ("fit", "fit", lambda r: r.fit_seconds, "solid", True),
+    ("rss", "after", lambda r: _mb(r.rss_after), "solid", False),
+    ("rss", "peak", lambda r: _mb(r.rss_peak), "dot", False),
+    ("rss", "before", lambda r: _mb(r.rss_before), "dash", False),
+    ("gpu", "tf peak", lambda r: _mb(r.gpu.tf_peak), "solid", False),
+    ("gpu", "nvml process", lambda r: _mb(r.gpu.nvml_process_used), "dot", False),
+    ("gpu", "nvml device", lambda r: _mb(r.gpu.nvml_used), "dash", False),
+)
+
+
+def _mb(n: int | None) -> float | None:
+    return None if n is None else n / MB
+
+
+def hover_text(r: RunRecord) -> str:
+    """The run's label, status, time and figures, for a point's hover box."""
+    when = time.strftime("%H:%M:%S", time.localtime(r.started_at))
+    lines = [f"<b>{html.escape(r.label)} #{r.run_number}</b> · {r.status} · {when}",
+             f"wall {fmt_seconds(r.wall_seconds)}, fit {fmt_seconds(r.fit_seconds)}",
+             f"RSS {fmt_bytes(r.rss_before)} → {fmt_bytes(r.rss_after)} "
+             f"(peak {fmt_bytes(r.rss_peak)})",
+             f"GPU {html.escape(fmt_gpu(r.gpu))}"]
+    if r.error:
+        lines.append(html.escape(r.error[:120]))
+    return "<br>".join(lines)
+
+
+def restarts(records: Sequence[RunRecord]) -> list[int]:
+    """x positions (1-based) where the history starts again: a new kernel, or a label's run
+    number went back (the history was reset)."""
+    last: dict[str, int] = {}
+    found = []
+    kernel = None
+    for x, r in enumerate(records, 1):
+        new_kernel = getattr(r, "kernel_id", None)  # records from a history store have it
+        went_back = r.label in last and r.run_number <= last[r.label]
+        if went_back or (kernel is not None and new_kernel not in (None, kernel)):
+            found.append(x)
+        last[r.label], kernel = r.run_number, new_kernel or kernel
+    return found
+
+
+def slope(ys: Sequence[float]) -> float:
+    """Least-squares slope of ys against 0..n-1 (n ≥ 2)."""
+    n = len(ys)
+    mx, my = (n - 1) / 2, sum(ys) / n
+    spread = sum((i - mx) ** 2 for i in range(n))
+    return sum((i - mx) * (y - my) for i, y in enumerate(ys)) / spread
+
+
+def trend_text(records: Sequence[RunRecord], label: str) -> str:
+    """RSS growth and fit-time slope over the label's last runs, in words."""
+    runs = [r for r in records if r.label == label]
+    for i in range(len(runs) - 1, 0, -1):  # only since the label's last restart
+        if runs[i].run_number <= runs[i - 1].run_number:
+            runs = runs[i:]
+            break
+    runs = runs[-TREND_RUNS:]
+    rss = [r.rss_after for r in runs if r.rss_after is not None]
+    fit = [r.fit_seconds for r in runs if r.fit_seconds is not None and r.status == "ok"]
+    parts = []
+    if len(rss) >= 2:
+        growth = fmt_bytes(round(slope(rss)), signed=True)
+        parts.append(f"RSS {growth} per run over {len(rss)} runs")
+    if len(fit) >= 2:
+        parts.append(f"fit time {fmt_seconds(slope(fit), signed=True)} per run "
+                     f"over {len(fit)} runs")
+    if not parts:
+        return f"{label}: a trend needs 2 runs ({len(runs)} so far)"
+    return f"{label}: " + "; ".join(parts)
+
+
+def figure_data(records: Sequence[RunRecord],
+                memo: dict[int, tuple[RunRecord, str]] | None = None) -> dict[str, Any]:
+    """Everything the across-runs panels show, computed from records alone.
+
+    ``memo`` (optional, kept by the caller between calls) saves re-making the hover text of runs
+    already seen: the costliest part with hundreds of runs.
+
+    Returns ``traces``: one line per (panel, series, label) and, per panel, one "not ok" trace of
+    the runs that failed (error, oom, interrupted), each a dict with uid "panel:series:label",
+    panel, series, label, name, color, dash, showlegend, x, y, text (None but on the panel's main
+    series) and (marks only) symbol;
+    ``restarts`` (x positions), ``gpu_note`` ("no GPU: <reason>" when no run has a GPU figure),
+    ``trends`` (current label first), ``labels``, ``runs`` and ``failed`` (how many not ok). x is
+    the run's position in ``records``.
+    """
+    labels: list[str] = []
+    by_label: dict[str, list[tuple[int, RunRecord]]] = {}
+    for x, r in enumerate(records, 1):
+        if r.label not in by_label:
+            labels.append(r.label)
+            by_label[r.label] = []
+        by_label[r.label].append((x, r))
+    texts = _hover_texts(records, memo)
+    bad = [(x, r) for x, r in enumerate(records, 1) if r.status != "ok"]
+    gpu_known = any(r.gpu.known for r in records)
+    traces = []
+    for panel, series, value, dash, legend in SERIES:
+        if panel == "gpu" and not gpu_known:
+            continue
+        for i, label in enumerate(labels):
+            points = by_label[label]
+            traces.append({
+                "uid": f"{panel}:{series}:{label}", "panel": panel, "series": series,
+                "label": label, "name": label if legend else f"{label} {series}",
+                "color": PALETTE[i % len(PALETTE)], "dash": dash, "showlegend": legend,
+                "x": [x for x, _ in points], "y": [value(r) for _, r in points],
+                # hover boxes on the main series only: the others say "label peak: 532.1 MB"
+                "text": [texts[id(r)] for _, r in points] if MARKED[panel] == series else None,
+                "symbol": None,
+            })
+        if series == MARKED[panel]:  # failed runs drawn over the panel's main series
+            points = [(x, r) for x, r in bad if value(r) is not None]
+            traces.append({
+                "uid": f"{panel}:not ok", "panel": panel, "series": "not ok", "label": "not ok",
+                "name": "not ok", "color": "#d62728", "dash": "solid", "showlegend": legend,
+                "x": [x for x, _ in points], "y": [value(r) for _, r in points],
+                "text": [texts[id(r)] for _, r in points],
+                "symbol": [SYMBOLS.get(r.status, "x") for _, r in points],
+            })
+    current = records[-1].label if records else None
+    order = ([current] if current else []) + [lb for lb in reversed(labels) if lb != current]
+    return {
+        "traces": traces,
+        "restarts": restarts(records),
+        "gpu_note": None if gpu_known or not records else gpu_note(records[-1]),
+        "trends": [trend_text(records, label) for label in order],
+        "labels": labels,
+        "runs": len(records),
+        "failed": len(bad),
+    }
+
+
+def _hover_texts(records: Sequence[RunRecord],
+                 memo: dict[int, tuple[RunRecord, str]] | None) -> dict[int, str]:
+    if memo is None:
+        return {id(r): hover_text(r) for r in records}
+    fresh = {}
+    for r in records:
+        hit = memo.get(id(r))  # the memo holds its records, so an id is never reused meanwhile
+        fresh[id(r)] = hit if hit is not None and hit[0] is r else (r, hover_text(r))
+    memo.clear()
+    memo.update(fresh)
+    return {key: text for key, (_, text) in fresh.items()}
+
+
+def gpu_note(record: RunRecord) -> str:
+    reason = record.gpu.reason or "no reading"
+    return reason if reason.startswith("no GPU") else f"no GPU: {reason}"
+
+
+def svg_chart(data: dict[str, Any], panel: str, series: str, title: str,
+              width: int = 420, height: int = 130) -> str:
+    """A small static line chart of one series (the no-widget fallback): inline SVG."""
+    lines = [t for t in data["traces"] if t["panel"] == panel and t["series"] == series]
+    pts = [(x, y) for t in lines for x, y in zip(t["x"], t["y"], strict=True) if y is not None]
+    head = f"<div style='font-size:85%'><b>{html.escape(title)}</b></div>"
+    if not pts:
+        return head + "<div style='color:#777'>n/a</div>"
+    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
+    y0, y1 = min(p[1] for p in pts), max(p[1] for p in pts)
+    pad = 28
+
+    def sx(x: float) -> float:
+        return pad + (x - x0) / ((x1 - x0) or 1) * (width - 2 * pad)
+
+    def sy(y: float) -> float:
+        return height - 14 - (y - y0) / ((y1 - y0) or 1) * (height - 28)
+
+    body = []
+    for t in lines:
+        xy = [(sx(x), sy(y)) for x, y in zip(t["x"], t["y"], strict=True) if y is not None]
+        body.append(f"<polyline fill='none' stroke='{t['color']}' stroke-width='1.5' points='"
+                    + " ".join(f"{a:.1f},{b:.1f}" for a, b in xy) + "'/>")
+    for t in data["traces"]:
+        if t["uid"] == f"{panel}:not ok":  # failed runs: big red dots
+            body.extend(f"<circle cx='{sx(x):.1f}' cy='{sy(y):.1f}' r='4' fill='#d62728'/>"
+                        for x, y in zip(t["x"], t["y"], strict=True))
+    body.append(f"<text x='2' y='12' font-size='10'>{y1:,.3g}</text>"
+                f"<text x='2' y='{height - 4}' font-size='10'>{y0:,.3g}</text>")
+    return (head + f"<svg width='{width}' height='{height}' style='background:#fafafa'>"
+            + "".join(body) + "</svg>")
+
+
+def referenced_models(user_ns: dict[str, Any] | None,
+                      fit_in: Sequence[tuple[weakref.ref[Any], str]] = ()) -> list[str]:
+    """Keras models bound to top-level names or the output cache, as text ("where held")."""
+    keras = sys.modules.get("keras")  # not imported: no model can exist
+    if keras is None or not user_ns:
+        return []
+    model_type, history_type = keras.Model, keras.callbacks.History
+    held: dict[int, list[str]] = {}
+    names: dict[int, str] = {}
+    runs: dict[int, str] = {}
+
+    def note(value: Any, where: str) -> None:
+        if isinstance(value, history_type):
+            value, where = getattr(value, "model", None), f"{where}.model"
+        if isinstance(value, model_type):
+            held.setdefault(id(value), []).append(where)
+            names[id(value)] = str(getattr(value, "name", "?"))
+            runs.update((id(value), run) for ref, run in fit_in if ref() is value)
+
+    for name, value in list(user_ns.items()):
+        if not name.startswith("_") or CACHE_NAME.fullmatch(name):
+            note(value, name)
+    out = user_ns.get("Out")
+    for n, value in list(out.items()) if isinstance(out, dict) else ():
+        note(value, f"Out[{n}]")
+    def order(where: str) -> int:  # your names (in the order defined), then the output cache
+        return where.startswith("_") + 2 * where.startswith("Out[")
+
+    return [f"{names[k]}: held by {', '.join(sorted(where, key=order))}"
+            + (f" (fit in {runs[k]})" if k in runs else "") for k, where in held.items()]
+
+
+# -- markup shared by the widget and the static view ----------------------------------------------
+def header_html(data: dict[str, Any], runs: int, live: str) -> str:
+    """Runs so far, the run going on (``live``: HTML) and the trends, current label first."""
+    status = f"{runs} run(s)" + (f", {data['failed']} not ok" if data["failed"] else "")
+    trends = "".join(f"<div>{html.escape(t)}</div>" if i else f"<div><b>{html.escape(t)}</b></div>"
+                     for i, t in enumerate(data["trends"]))
+    return f"<div><b>keras_nbguard</b> · {status} · {live}</div>{trends}"
+
+
+def lists_html(reports: Sequence[str], models: Sequence[str]) -> str:
+    """What the last resets did (``reports``: HTML lines) and the models still referenced."""
+    items = "".join(f"<li>{html.escape(m)}</li>" for m in models) or "<li>none</li>"
+    return (f"<div class='nbguard-reports'>{''.join(reports)}</div><div class='nbguard-models'>"
+            f"<b>Models still referenced</b><ul>{items}</ul></div>")
+
+
+def static_view(records: Sequence[RunRecord], data: dict[str, Any], reports: Sequence[str],
+                models: Sequence[str], live: str, note: str) -> dict[str, str]:
+    """The dashboard without a widget frontend: trends, two SVG charts, the last runs; a bundle."""
+    charts = (svg_chart(data, "fit", "fit", "fit time per run [s]")
+              + svg_chart(data, "rss", "after", "RSS after each run [MB]"))
+    gpu = f"<div>{html.escape(data['gpu_note'])}</div>" if data["gpu_note"] else ""
+    table = runs_table(records[-20:], "last runs")
+    head = header_html(data, len(records), html.escape(live))
+    body = (f"<div class='keras-nbguard-static'>{head}{charts}{gpu}{table._repr_html_()}"
+            f"{lists_html(reports, models)}"
+            f"<div style='color:#777;font-size:80%'>{html.escape(note)}</div></div>")
+    text = [*data["trends"], *([data["gpu_note"]] if data["gpu_note"] else []), table.text(),
+            "models still referenced: " + ("; ".join(models) or "none")]
+    return {"text/html": body, "text/plain": "\n".join(text)}
