@@ -11,20 +11,13 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-from .records import FitRecord, GpuReading, RunRecord
+from .records import CleanReport, FitRecord, GpuReading, RunRecord
 from .session import NbguardWarning, Session, get_session
 
 __all__ = [
-    "FitRecord",
-    "GpuReading",
-    "NbguardWarning",
-    "RunRecord",
-    "Session",
-    "__version__",
-    "configure",
-    "get_session",
-    "runs",
-    "track",
+    "CleanReport", "FitRecord", "FreeReport", "GpuReading", "Leak", "LeakReport",
+    "NbguardWarning", "RunRecord", "Session", "__version__", "configure", "dashboard", "free",
+    "get_session", "leaks", "runs", "track",
 ]
 
 
@@ -38,9 +31,36 @@ def track(label: str, **options: Any) -> Any:
     return get_session().track(label, **options)
 
 
-def runs(label: str | None = None) -> list[RunRecord]:
-    """This kernel's RunRecords, oldest first (only ``label``'s when given)."""
-    return get_session().runs(label)
+def runs(label: str | None = None, this_kernel: bool = False) -> list[RunRecord]:
+    """This notebook's RunRecords across kernel restarts, oldest first (``label``'s only when
+    given; this kernel's only with ``this_kernel``)."""
+    return get_session().runs(label, this_kernel)
+
+
+def leaks() -> Any:
+    """Every live Keras model, with the paths that hold it; stale ones flagged."""
+    return get_session().leaks()
+
+
+def free(*, include_current: bool = False, containers: bool = False) -> Any:
+    """Drop references to stale models (current ones too with ``include_current``), then clear."""
+    return get_session().free(include_current=include_current, containers=containers)
+
+
+def __getattr__(name: str) -> Any:
+    # keras_nbguard.dashboard is imported on first use (it is callable: keras_nbguard.dashboard()
+    # returns the kernel's Dashboard), so %load_ext stays cheap.
+    import importlib
+
+    if name == "dashboard":
+        return importlib.import_module(f"{__name__}.dashboard")
+    if name in ("Leak", "LeakReport"):  # the leak finder loads with the first run, not at load
+        return getattr(importlib.import_module(f"{__name__}.probes"), name)
+    if name == "FreeReport":
+        from .freeing import FreeReport
+
+        return FreeReport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def configure(**options: Any) -> Any:

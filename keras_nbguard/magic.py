@@ -29,7 +29,7 @@ from .tracking import tracked
 
 POLICIES = {"mixed_float16", "mixed_bfloat16", "float16", "bfloat16", "float32", "float64"}
 SHORT_POLICIES = {"float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
-SUBCOMMANDS = ("status", "runs", "config")
+SUBCOMMANDS = ("status", "runs", "config", "leaks", "free", "dashboard")
 
 
 def _run_option_arguments(func: Any) -> Any:
@@ -118,7 +118,12 @@ class KerasMagics(Magics):
                 display(run.record)
 
     @magic_arguments()
-    @argument("command", choices=SUBCOMMANDS, help="status | runs | config")
+    @argument("command", choices=SUBCOMMANDS,
+              help="status | runs | config | leaks | free | dashboard")
+    @argument("--all", dest="free_all", action="store_true", help="free: current models too.")
+    @argument("--containers", action="store_true",
+              help="free: also set the slots of your lists, dicts, attributes and closures that "
+                   "hold them to None.")
     @argument("--label", "-l", metavar="NAME", default=None, help="runs: only this label.")
     @argument("--no-gpu-limit", action="store_true", help="config: drop the GPU memory cap.")
     @argument("--no-mixed-precision", action="store_true",
@@ -133,11 +138,24 @@ class KerasMagics(Magics):
         """keras_nbguard commands.
 
         status   what the extension sees: configuration, GPU setup, runs so far, RSS now.
-        runs     the runs of this kernel as a table (``--label NAME`` for one label).
+        runs     the runs of this notebook as a table (``--label NAME`` for one label).
+        leaks    every live Keras model, with the paths that hold it; stale ones flagged.
+        free     drop references to stale models (``--all``: current ones too;
+                 ``--containers``: also inside your lists/dicts/attributes), then clear.
+        dashboard  the live dashboard widget (a static view without a widget frontend).
         config   show the defaults every ``%%kerasrun`` starts from, or change them with the same
                  options ``%%kerasrun`` takes (plus --clear, --no-gpu-limit, --no-mixed-precision).
         """
         args = parse_argstring(self.nbguard, line)
+        if args.command == "leaks":
+            return self.session.leaks()
+        if args.command == "free":
+            return self.session.free(include_current=args.free_all, containers=args.containers)
+        if args.command == "dashboard":
+            from .dashboard import dashboard
+
+            display(dashboard(self.session))
+            return None
         if args.command == "runs":
             return runs_table(self.session.runs(args.label))
         if args.command == "config":
@@ -197,6 +215,9 @@ def load(shell: Any) -> KerasMagics:
     shell.register_magics(magics)
     shell.events.register("pre_run_cell", magics.pre_run_cell)
     set_session(session)
+    board = sys.modules.get("keras_nbguard.dashboard")
+    if board is not None:  # %reload_ext: the dashboard already shown follows the new session
+        board.follow(session)
     return magics
 
 
@@ -210,4 +231,7 @@ def unload(shell: Any) -> None:
     manager.magics["cell"].pop("kerasrun", None)
     manager.magics["line"].pop("nbguard", None)
     magics.session.close()
+    board = getattr(magics.session, "dashboard", None)
+    if board is not None:  # its pre/post_run_cell hooks and session listeners go too
+        board.detach()
     set_session(None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -55,7 +56,10 @@ class Session:
             "clear_session": actions.clear_keras_session,
             "clear_output_cache": lambda: actions.clear_output_cache(self.shell),
             "reset_history": self._reset_history,
+            "free": lambda: self.free().summary(),
         }
+        self._models: Any = None
+        self.dashboard: Any = None  # the kernel's Dashboard once shown
         self._queued: list[str] = []
         # Held while a run starts and while a reset runs: a reset clicked from another thread
         # (widget messages on a subshell) never clears Keras in the middle of a fit.
@@ -127,10 +131,53 @@ class Session:
             run.record = record
             self.history.append(record)
             self._record_end(run, record)
+            try:
+                self.models.note_run(run.label, run.run_number,
+                                     [*run.fit_timer.models, *run.creations.models])
+            except Exception as exc:
+                self.warn_once(f"models of the run were not attributed: {exc}")
             self._notify(self.record_listeners, record)
         for name in queued:
             self.perform(name)
         return record
+
+    # -- live models ----------------------------------------------------------------------------
+    @property
+    def models(self) -> Any:
+        """Which run created each model, by weak reference (the leak finder loads on first use,
+        to keep %load_ext cheap)."""
+        if self._models is None:
+            from .probes import ModelRegistry
+
+            self._models = ModelRegistry()
+        return self._models
+
+    def latest_runs(self) -> dict[str, int]:
+        latest: dict[str, int] = {}
+        for record in self.runs():
+            latest[record.label] = max(latest.get(record.label, 0), record.run_number)
+        return latest
+
+    def _namespace(self) -> Any:
+        return self.shell if self.shell is not None else sys.modules["__main__"].__dict__
+
+    def leaks(self) -> Any:
+        """Every live Keras model, with the paths that hold it; stale ones flagged."""
+        from .probes import find_leaks
+
+        ns = self.shell.user_ns if self.shell is not None else sys.modules["__main__"].__dict__
+        return find_leaks(ns, self.models, shell=self.shell, latest_runs=self.latest_runs())
+
+    def free(self, *, include_current: bool = False, containers: bool = False) -> Any:
+        """Drop the references to stale models (current ones too with ``include_current``)."""
+        from .freeing import free as free_models
+
+        with self._lock:
+            if self.current is not None:
+                raise RuntimeError(f"keras_nbguard: run {self.current.label!r} is going; "
+                                   f"free once it ends")
+            return free_models(self._namespace(), self.models, include_current=include_current,
+                               containers=containers, latest_runs=self.latest_runs())
 
     # -- the store: written as the run goes --------------------------------------------------------
     def _record_start(self, run: Run) -> None:

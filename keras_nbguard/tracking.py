@@ -43,6 +43,9 @@ class Run:
         self.fit_timer = FitTimer()
         self.sampler = RssSampler(interval=1 / session.sample_hz)
         self.traces = TraceCounter()
+        from .probes import CreationWatch  # the first run, not %load_ext, loads the leak finder
+
+        self.creations = CreationWatch()  # models built in the run, for the leak finder
         self._peak = PeakRss()
         self._peak_reset = False
         self._gpu = GpuCollector(session.tf_gpu, session.nvml)
@@ -88,6 +91,8 @@ class Run:
             self.sampler.start()
         with self._guard("patching Model.fit"):
             self.fit_timer.install()
+        with self._guard("watching model construction"):
+            self.creations.install()
         with self._guard("counting tf.function traces"):
             self.traces.install()
         with self._guard("resetting GPU memory stats"):
@@ -98,7 +103,8 @@ class Run:
         wall = time.perf_counter() - self._t0
         for step, action in (("stopping the RSS sampler", self.sampler.stop),
                              ("restoring Model.fit", self.fit_timer.uninstall),
-                             ("restoring the trace hook", self.traces.uninstall)):
+                             ("restoring the trace hook", self.traces.uninstall),
+                             ("restoring Model.__new__", self.creations.uninstall)):
             with self._guard(step):
                 action()
         if self._deep_started:

@@ -255,3 +255,15 @@ def test_deep_clean_purges_the_dead_runs_gradient_entries(keras_shell):
     assert "gradient entries" in dict(last.summary_rows())["deep clean"]
     run(keras_shell, FIT_CELL.replace("--label mlp", "--label deep --quiet --no-deep-clean"))
     assert keras_nbguard.runs("deep")[-1].deep_clean is None
+
+
+def test_nbguard_leaks_and_free_through_the_magic(keras_shell):
+    run(keras_shell, FIT_CELL.replace("--label mlp", "--label lk --quiet"))
+    run(keras_shell, "old = model")
+    run(keras_shell, FIT_CELL.replace("--label mlp", "--label lk --quiet"))
+    report = keras_shell.run_line_magic("nbguard", "leaks")
+    stale = [leak for leak in report.leaks if leak.stale]
+    assert any("old" in leak.paths for leak in stale)
+    freed = keras_shell.run_line_magic("nbguard", "free")
+    assert "old" not in keras_shell.user_ns and "model" in keras_shell.user_ns
+    assert freed.rss_before is not None

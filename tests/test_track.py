@@ -106,3 +106,17 @@ def test_labels_are_the_first_code_line_and_stick_to_their_cell():
     first = labels.label_for("a = 1\n", "cell-1")
     assert labels.label_for("a = 2  # edited\n", "cell-1") == first
     assert labels.label_for("a = 1\n", "cell-2") == "a = 1 (2)"
+
+
+def test_two_watches_on_one_module_both_fire(tmp_path, monkeypatch):
+    (tmp_path / "late_two.py").write_text("VALUE = 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    watches = [when_imported("late_two", lambda m, i=i: seen.append((i, m.VALUE))) for i in (1, 2)]
+    try:
+        import late_two  # noqa: F401
+    finally:
+        for watch in watches:
+            watch.close()
+        sys.modules.pop("late_two", None)
+    assert sorted(seen) == [(1, 2), (2, 2)]

@@ -1,0 +1,134 @@
+"""The dashboard in a real browser: JupyterLab (comms on and off subshells) and Notebook 7.
+
+Each test starts a real server on 127.0.0.1, opens ``notebooks/dashboard_demo.ipynb`` in headless
+Chromium (Playwright), runs all cells (``%load_ext``, the dashboard, three ``%%kerasrun`` cells)
+and reads the plot's data from the page. Skipped only when ``/usr/bin/chromium`` or Playwright is
+missing. About 40 s a test on 2 cores.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from jupyter_lab import CHROMIUM, chromium_page, jupyter_server, kernel_eval, run_all
+
+ROOT = Path(__file__).parent.parent
+NOTEBOOK = ROOT / "notebooks" / "dashboard_demo.ipynb"
+SCREENSHOT = ROOT / "docs" / "dashboard.png"
+
+pytestmark = [
+    pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                       reason=f"{CHROMIUM} is missing (apt-get install -y chromium)"),
+    pytest.mark.skipif(importlib.util.find_spec("playwright") is None,
+                       reason="playwright is not installed (pip install -e '.[test]')"),
+]
+# The plot's traces: ``meta`` is our trace key ("fit:fit:mlp", "rss:after:mlp", ...)
+TRACES = """() => [...(document.querySelector('.js-plotly-plot')?.data || [])].map(t => ({
+    meta: t.meta, y: Array.from(t.y || []).filter(v => v !== null && !Number.isNaN(v))}))"""
+# Page errors of the frontend itself, seen with a plain "1+1" notebook and no keras_nbguard too
+UPSTREAM_ERRORS = {"notebook": ("Cannot read properties of undefined (reading 'schema')",)}
+MODELS = "() => document.querySelector('.nbguard-models')?.innerText || ''"
+REPORTS = "() => document.querySelector('.nbguard-reports')?.innerText || ''"
+
+
+def points(page, key: str) -> int:
+    return sum(len(t["y"]) for t in page.evaluate(TRACES) if t["meta"] == key)
+
+
+SLOW_RUN = """%%kerasrun --label slow --quiet
+import time
+import keras
+class Slow(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        time.sleep(0.4)
+make_model().fit(x, y, epochs=12, verbose=0, callbacks=[Slow()])
+"""
+TOP = "() => document.querySelector('.widget-vbox .widget-html')?.innerText || ''"
+
+
+def check_live_and_queued(page, comms: str) -> None:
+    """While a run goes, the live panels move; a reset clicked then is queued (comms on a
+    subshell) or waits in the kernel's queue (comms disabled) — never run in the middle."""
+    page.evaluate("""code => { window.nbguardDone = false;
+        window.jupyterapp.shell.currentWidget.sessionContext.session.kernel
+            .requestExecute({code, store_history: false}).done
+            .then(() => { window.nbguardDone = true; }); }""", SLOW_RUN)
+    page.wait_for_function(f"() => ({TOP})().includes('running: slow #1')", timeout=30_000)
+    page.wait_for_function(f"() => ({TRACES})().some(t => t.meta === 'live:epochs' "
+                           "&& t.y.length >= 2)", timeout=30_000)
+    assert not page.evaluate("window.nbguardDone")  # seen while the cell was busy
+    page.get_by_role("button", name="Clear Keras session").click()
+    if comms == "perCommTarget":
+        page.wait_for_function(f"() => ({REPORTS})().includes(\"queued: runs when 'slow' ends\")",
+                               timeout=20_000)
+        assert not page.evaluate("window.nbguardDone")
+    page.wait_for_function("window.nbguardDone", timeout=60_000)
+    page.wait_for_function(f"() => ({REPORTS})().includes('clear_session: cleared')",
+                           timeout=20_000)
+    assert points(page, "fit:fit:slow") == 1
+
+
+def check_dashboard(page, server, app: str, screenshot: Path | None) -> str:
+    """Open and run the notebook, check the plot and a reset button; returns which was clicked."""
+    page.goto(server.page_url(NOTEBOOK.name, app))
+    run_all(page, timeout=150)
+    page.wait_for_function(f"() => ({TRACES})().some(t => t.meta === 'fit:fit:mlp' "
+                           "&& t.y.length === 3)", timeout=30_000)
+    assert points(page, "fit:fit:mlp") == 3
+    for series in ("after", "peak", "before"):
+        assert points(page, f"rss:{series}:mlp") == 3
+    assert points(page, "live:rss") > 0  # the last run's RSS over time
+    assert "no GPU" in page.inner_text(".js-plotly-plot")  # a note, not an empty plot
+    assert "Loading widget" not in page.inner_text("body")
+    assert "sequential" in page.evaluate(MODELS)
+    assert "True" in kernel_eval(page, "print('model' in globals())")
+    if screenshot is not None:
+        screenshot.parent.mkdir(exist_ok=True)
+        page.locator(".widget-vbox").first.screenshot(path=str(screenshot))
+    # Keep the last run's model under another name, then run again: `kept` is now stale
+    # (from mlp #3 while mlp #4 is the latest run), the one model "Free flagged models" must free.
+    kernel_eval(page, "kept = model\nget_ipython().run_cell('%%kerasrun --label mlp --quiet\\n"
+                      "model = make_model()\\nmodel.fit(x, y, epochs=1, verbose=0)\\n')",
+                timeout=60)
+    assert "True" in kernel_eval(page, "print('kept' in globals())")
+    page.get_by_role("button", name="Free flagged models").click()
+    page.wait_for_function(f"() => ({REPORTS})().includes('free')", timeout=30_000)
+    page.wait_for_function(f"() => !({MODELS})().includes('kept')", timeout=30_000)
+    assert "False" in kernel_eval(page, "print('kept' in globals())")
+    assert "True" in kernel_eval(page, "print('model' in globals())")  # current: left alone
+    clicked = "free"
+    assert "Loading widget" not in page.inner_text("body")
+    assert [e for e in page.errors if e not in UPSTREAM_ERRORS.get(app, ())] == []
+    return clicked
+
+
+@pytest.mark.parametrize("comms", ["disabled", "perCommTarget"])
+def test_dashboard_in_jupyterlab(tmp_path, comms):
+    settings = {"@jupyterlab/apputils-extension/kernels-settings": {"commsOverSubshells": comms}}
+    with jupyter_server(tmp_path, "lab", settings) as server, chromium_page() as page:
+        shutil.copy(NOTEBOOK, server.root / NOTEBOOK.name)
+        try:
+            check_dashboard(page, server, "lab", SCREENSHOT if comms == "perCommTarget" else None)
+            check_live_and_queued(page, comms)
+            assert [e for e in page.errors] == []
+        except Exception:
+            page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
+            print(server.log_tail())
+            raise
+
+
+@pytest.mark.skipif(importlib.util.find_spec("notebook") is None,
+                    reason="Notebook 7 is not installed (pip install notebook)")
+def test_dashboard_in_notebook7(tmp_path):
+    with jupyter_server(tmp_path, "notebook") as server, chromium_page() as page:
+        shutil.copy(NOTEBOOK, server.root / NOTEBOOK.name)
+        try:
+            check_dashboard(page, server, "notebook", None)
+        except Exception:
+            page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
+            print(server.log_tail())
+            raise

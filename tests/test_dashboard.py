@@ -1,0 +1,290 @@
+"""The dashboard: figure_data on records, the widget and its buttons, the static fallback."""
+
+from __future__ import annotations
+
+import gc
+import html
+import subprocess
+import sys
+import threading
+import weakref
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import run
+from nbclient import NotebookClient
+from test_records import make_record
+
+import keras_nbguard
+from keras_nbguard import dashboard as dashboard_module
+from keras_nbguard.dashboard import Dashboard, dashboard, widget_frontend
+from keras_nbguard.figures import figure_data, referenced_models, static_view, trend_text
+from keras_nbguard.records import GpuReading
+from keras_nbguard.session import Session, using
+
+MB = 2**20
+NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "dashboard_demo.ipynb"
+
+
+def runs(n: int, label: str = "mlp", grow_mb: int = 4, **changes):
+    return [make_record(label=label, run_number=i + 1, started_at=1000.0 + i,
+                        fit_seconds=1.0 + 0.01 * i, rss_after=(500 + grow_mb * i) * MB,
+                        **changes) for i in range(n)]
+
+
+def by_uid(data):
+    return {t["uid"]: t for t in data["traces"]}
+
+
+# -- figure_data: pure, on records -----------------------------------------------------------
+def test_figure_data_one_trace_per_series_and_label_with_hover_text():
+    records = runs(3) + runs(2, label="cnn")
+    data = figure_data(records)
+    traces = by_uid(data)
+    assert traces["fit:fit:mlp"]["x"] == [1, 2, 3] and traces["fit:fit:cnn"]["x"] == [4, 5]
+    assert traces["rss:after:mlp"]["y"] == [500.0, 504.0, 508.0]
+    assert traces["fit:fit:mlp"]["color"] != traces["fit:fit:cnn"]["color"]
+    text = traces["fit:fit:cnn"]["text"][1]
+    assert "cnn #2" in text and "ok" in text and "fit 1.01 s" in text and "RSS" in text
+    assert data["labels"] == ["mlp", "cnn"] and data["failed"] == 0
+    assert data["trends"][0].startswith("cnn: ")  # the current label first
+
+
+def test_unknown_figures_are_gaps_never_zero_and_no_gpu_is_said():
+    records = [make_record(fit_seconds=None, fits=(), rss_peak=None)]
+    traces = by_uid(figure_data(records))
+    assert traces["fit:fit:mlp"]["y"] == [None] and traces["rss:peak:mlp"]["y"] == [None]
+    assert not any(k.startswith("gpu:") for k in traces)
+    assert figure_data(records)["gpu_note"] == "no GPU: TensorFlow sees none"
+    no_tf = [make_record(gpu=GpuReading(reason="TensorFlow has not initialized its GPU yet"))]
+    assert figure_data(no_tf)["gpu_note"] == "no GPU: TensorFlow has not initialized its GPU yet"
+
+
+def test_gpu_figures_are_plotted_when_known():
+    records = [make_record(gpu=GpuReading(tf_peak=300 * MB, nvml_used=1000 * MB))]
+    data = figure_data(records)
+    assert data["gpu_note"] is None
+    assert by_uid(data)["gpu:tf peak:mlp"]["y"] == [300.0]
+    assert by_uid(data)["gpu:nvml process:mlp"]["y"] == [None]
+
+
+def test_failed_runs_are_marked_and_restarts_found():
+    records = runs(3)
+    records[1] = make_record(run_number=2, status="oom", error="ResourceExhaustedError: x")
+    records += runs(2)  # the history started again: run numbers 1, 2 once more
+    data = figure_data(records)
+    marks = by_uid(data)["rss:not ok"]
+    assert marks["x"] == [2] and marks["symbol"] == ["star"] and "oom" in marks["text"][0]
+    assert data["failed"] == 1 and data["restarts"] == [4]
+
+
+def test_trend_in_words_over_the_labels_last_runs():
+    assert trend_text(runs(8, grow_mb=4), "mlp") == (
+        "mlp: RSS +4.0 MB per run over 8 runs; fit time +10 ms per run over 8 runs")
+    assert trend_text(runs(1), "mlp") == "mlp: a trend needs 2 runs (1 so far)"
+    # only since the label's last restart
+    assert "over 2 runs" in trend_text(runs(5) + runs(2, grow_mb=1), "mlp")
+
+
+def test_static_view_has_charts_table_and_failures_in_red():
+    records = runs(3)
+    records[2] = make_record(run_number=3, status="error", rss_after=520 * MB)
+    bundle = static_view(records, figure_data(records), [], ["m: held by model"], "last run", "")
+    assert bundle["text/html"].count("<svg") == 2 and "#d62728" in bundle["text/html"]
+    assert "mlp    3  error" in bundle["text/plain"]
+    assert "m: held by model" in bundle["text/plain"]
+
+
+def test_importing_the_dashboard_costs_no_plotly_or_widgets():
+    code = ("import sys, keras_nbguard.dashboard, keras_nbguard.figures; "
+            "print([m for m in ('plotly', 'ipywidgets', 'tensorflow', 'keras') "
+            "if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# -- the widget ------------------------------------------------------------------------------
+@pytest.fixture
+def board(shell):
+    board = Dashboard(keras_nbguard.get_session(), mode="widget")
+    yield board
+    board.detach()
+
+
+def bottom(board) -> str:
+    """The reports and models under the buttons, as text."""
+    return html.unescape(board._bottom.value)
+
+
+def figure_points(board, key):
+    return next(t for t in board.figure.data if t.meta == key)
+
+
+def test_a_run_updates_the_plot_live_panels_and_models(keras_shell, board):
+    run(keras_shell, "%%kerasrun --quiet --label mlp\nmodel = make_model()\n"
+                     "model.fit(x, y, epochs=2, verbose=0)\n")
+    assert list(figure_points(board, "fit:fit:mlp").x) == [1]
+    assert len(board.figure.data[0].y) == 2  # seconds per epoch of the last run
+    assert len(board.figure.data[1].x) > 0  # its RSS over time
+    assert "last run: mlp #1 (ok)" in board._top.value
+    n = max(keras_shell.user_ns["Out"])  # the History the cell ended with is Out[n]
+    assert "sequential: held by model, " in bottom(board)  # your names first, then the cache
+    assert f"_{n}.model, Out[{n}].model (fit in mlp #1)" in bottom(board)
+    assert any(a.text.startswith("no GPU") for a in board.figure.layout.annotations)
+
+
+def test_clear_session_button_reports_rss_before_and_after(board):
+    board.buttons["clear_session"].click()
+    assert "clear_session:" in bottom(board) and "RSS" in bottom(board)
+    assert " MB → " in bottom(board)
+
+
+def test_clear_output_cache_and_reset_history_buttons(keras_shell, board):
+    session = keras_nbguard.get_session()
+    run(keras_shell, "%%kerasrun --quiet\nmodel = make_model()\nmodel.fit(x, y, verbose=0)\n")
+    board.buttons["clear_output_cache"].click()
+    assert "clear_output_cache: cleared" in bottom(board)
+    assert "Out[" not in bottom(board).split("Models still referenced")[1]
+    board.buttons["reset_history"].click()
+    assert session.history == [] and "forgot 1 run(s)" in bottom(board)
+    assert all(len(t.x) == 0 for t in board.figure.data[2:])  # the runs are gone
+
+
+def test_free_button_says_when_the_action_is_not_there(board):
+    session = board.session
+    if "free" in session.actions:
+        board.buttons["free"].click()
+        assert "free:" in bottom(board)
+    else:
+        board.buttons["free"].click()
+        assert "free: not available in this build" in bottom(board)
+
+
+def test_a_click_during_a_run_is_queued_then_done(board):
+    session = board.session
+    with using(session), keras_nbguard.track("busy"):
+        clicker = threading.Thread(target=board.buttons["clear_session"].click)  # a subshell
+        clicker.start()
+        clicker.join()
+        assert "clear_session: queued: runs when 'busy' ends" in bottom(board)
+        assert "running: busy #1" in board._top.value
+    assert "clear_session: cleared" in bottom(board).split("queued")[0]  # newest first
+
+
+def test_a_click_on_a_subshell_during_an_untracked_cell_waits_for_the_cell(board):
+    board._before_cell()  # a plain cell (no %%kerasrun) is running on the main shell
+    clicker = threading.Thread(target=board.buttons["clear_session"].click)
+    clicker.start()
+    clicker.join()
+    assert "clear_session: queued: runs when the running cell ends" in bottom(board)
+    assert "clear_session: cleared" not in bottom(board)
+    board._after_cell()
+    assert "clear_session: cleared" in bottom(board)
+    board.buttons["reset_history"].click()  # on the main thread: that cell is over, now
+    assert "reset_history: forgot" in bottom(board)
+
+
+def test_button_errors_are_shown_in_the_widget(board, monkeypatch):
+    board.session.actions["clear_session"] = lambda: 1 / 0
+    board.buttons["clear_session"].click()
+    assert "clear_session: ZeroDivisionError" in bottom(board)  # a failed report
+    monkeypatch.setattr(board.session, "perform", lambda name: {}[name])
+    board.buttons["reset_history"].click()  # our own bug: the traceback goes to the Output
+    assert "reset_history failed: KeyError" in bottom(board)
+
+
+def test_the_widget_never_keeps_a_model_alive(keras_shell, board):
+    run(keras_shell, "%%kerasrun --quiet\nmodel = make_model()\nmodel.fit(x, y, verbose=0)\n")
+    ref = weakref.ref(keras_shell.user_ns["model"])
+    assert "sequential" in bottom(board)
+    run(keras_shell, "del model")
+    board.buttons["clear_output_cache"].click()
+    board.buttons["clear_session"].click()
+    gc.collect()
+    assert ref() is None
+    assert "<li>none</li>" in bottom(board)
+
+
+def test_updates_from_many_threads_keep_the_figure_whole(board):
+    session = board.session
+    session.history.extend(runs(20))
+    threads = [threading.Thread(target=lambda: [board.refresh() for _ in range(5)])
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for i in range(20):
+        board._on_sample(i * 0.1, 500 * MB)
+    for t in threads:
+        t.join()
+    assert list(figure_points(board, "fit:fit:mlp").x) == list(range(1, 21))
+
+
+def test_one_dashboard_per_kernel_also_across_reload(shell, monkeypatch):
+    monkeypatch.setattr(dashboard_module, "_last", None)
+    first = dashboard(mode="widget")
+    assert dashboard() is first and keras_nbguard.get_session().dashboard is first
+    figure = first.figure
+    shell.run_line_magic("reload_ext", "keras_nbguard")
+    again = dashboard()
+    assert again is first and again.figure is figure
+    assert again.session is keras_nbguard.get_session()
+    again.detach()
+
+
+def test_detach_leaves_no_hooks_and_follow_reattaches(shell, monkeypatch):
+    monkeypatch.setattr(dashboard_module, "_last", None)
+    board = dashboard(mode="static")
+    session = keras_nbguard.get_session()
+    board.detach()
+    assert board._after_cell not in shell.events.callbacks["post_run_cell"]
+    assert board._on_record not in session.record_listeners
+    dashboard_module.follow(session)
+    assert board._after_cell in shell.events.callbacks["post_run_cell"]
+    assert session.dashboard is board
+    board.detach()
+
+
+def test_the_module_is_callable_like_the_function(shell, monkeypatch):
+    monkeypatch.setattr(dashboard_module, "_last", None)
+    board = keras_nbguard.dashboard(mode="static")
+    assert board.mode == "static" and board.widget is None
+    assert "models still referenced" in repr(board)
+    board.detach()
+
+
+# -- without a widget frontend ---------------------------------------------------------------
+def test_frontend_detection(monkeypatch):
+    class Kernelled:
+        kernel = object()
+
+    monkeypatch.delenv("KERAS_NBGUARD_DASHBOARD", raising=False)
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    monkeypatch.delenv("VSCODE_PID", raising=False)
+    assert widget_frontend(None)[0] is False
+    assert widget_frontend(object())[0] is False  # terminal IPython: no kernel
+    assert widget_frontend(Kernelled()) == (False, widget_frontend(Kernelled())[1])
+    monkeypatch.setenv("JPY_SESSION_NAME", "/x/demo.ipynb")
+    assert widget_frontend(Kernelled()) == (True, "kernel started by a Jupyter server")
+    monkeypatch.setenv("KERAS_NBGUARD_DASHBOARD", "static")
+    assert widget_frontend(Kernelled())[0] is False
+
+
+def test_referenced_models_without_keras_is_empty():
+    assert referenced_models({"x": 1}) == [] or "keras" in sys.modules
+
+
+def test_nbclient_execution_shows_the_static_view_updated_by_display_id(tmp_path):
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(o.get("output_type") != "error" for c in code for o in c.outputs)
+    (shown,) = code[2].outputs
+    assert "application/vnd.jupyter.widget-view+json" not in shown["data"]
+    markup, text = shown["data"]["text/html"], shown["data"]["text/plain"]
+    assert "keras-nbguard-static" in markup and "3 run(s)" in markup and "<svg" in markup
+    assert "mlp: RSS" in text and "per run over 3 runs" in text
+    assert "sequential: held by model, history.model" in text
+    assert "Loading widget" not in markup + text
+    assert Session  # the notebook ran in its own kernel: nothing leaks into this process

@@ -1,0 +1,295 @@
+"""Live Keras models and the paths that hold them, in a real IPython shell with real Keras."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import subprocess
+import sys
+import weakref
+
+import pytest
+from conftest import run
+from IPython.core.interactiveshell import InteractiveShell
+
+from keras_nbguard.probes import CreationWatch, Leak, LeakReport, ModelRegistry, find_leaks
+
+TINY = """
+import functools, sys, types
+import numpy as np
+import keras
+x = np.zeros((16, 4), "float32")
+y = np.zeros((16, 1), "float32")
+def tiny(name):
+    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2), keras.layers.Dense(1)],
+                         name=name)
+    m.compile("adam", "mse")
+    return m
+"""
+
+# Every way a notebook holds a model, each in its own name; built once, probed once.
+HOLDERS = """
+model = tiny("by_name")
+models = [1, 2, 3, tiny("in_list")]
+results = {"run1": {"model": None}, "run2": {"model": tiny("in_nested_dict")}}
+class Trainer:
+    klass = tiny("class_attr")
+    def __init__(self):
+        self.best = tiny("attribute")
+        self._p = tiny("behind_property")
+    @property
+    def p(self):
+        return self._p
+    @functools.cached_property
+    def cached(self):
+        return tiny("cached_property")
+trainer = Trainer()
+trainer.cached
+class Holder:
+    pass
+h = Holder()
+vars(h)  # a materialized instance __dict__
+h.m = tiny("instance_dict")
+def make_cb(m):
+    def cb():
+        return m
+    return cb
+cb = make_cb(tiny("closure"))
+def f(a, m=tiny("default_arg"), *, k=tiny("kw_default")):
+    pass
+s = {tiny("in_set")}
+t = (0, tiny("in_tuple"))
+es = keras.callbacks.EarlyStopping()
+es.set_model(tiny("callback"))
+class Outer(keras.Model):
+    def __init__(self):
+        super().__init__(name="outer")
+        self.blocks = [tiny("inner")]
+    def call(self, inputs):
+        return self.blocks[0](inputs)
+outer = Outer()
+usermod = types.ModuleType("usermod")
+sys.modules["usermod"] = usermod
+usermod.model = tiny("module_attr")
+import itertools
+opaque = itertools.repeat(tiny("opaque"))
+"""
+
+EXPECTED = {
+    "by_name": "model",
+    "in_list": "models[3]",
+    "in_nested_dict": 'results["run2"]["model"]',
+    "class_attr": "Trainer.klass",
+    "attribute": "trainer.best",
+    "behind_property": "trainer._p",
+    "cached_property": "trainer.cached",
+    "instance_dict": "h.m",
+    "closure": "cb.__closure__[0].cell_contents",
+    "default_arg": "f.__defaults__[0]",
+    "kw_default": 'f.__kwdefaults__["k"]',
+    "in_set": "s{…}",
+    "in_tuple": "t[1]",
+    "callback": "es.model",
+    "inner": "outer.blocks[0]",
+    "module_attr": "usermod.model",
+    "opaque": "opaque.<?>",
+}
+
+
+def clear_tracebacks() -> None:
+    """Also IPython's own copy: ``%reset`` leaves InteractiveTB.tb (and its frames) alive."""
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            delattr(sys, name)
+    InteractiveShell.instance().InteractiveTB.tb = None
+
+
+def fresh_shell() -> InteractiveShell:
+    shell = InteractiveShell.instance()
+    shell.reset(new_session=False)
+    clear_tracebacks()
+    gc.collect()
+    assert run(shell, TINY).success
+    return shell
+
+
+@pytest.fixture
+def ip():
+    shell = fresh_shell()
+    yield shell
+    shell.reset(new_session=False)
+    clear_tracebacks()
+    sys.modules.pop("usermod", None)
+
+
+def by_name(report: LeakReport, name: str) -> Leak:
+    found = [leak for leak in (*report.leaks, *report.unreachable) if leak.model_name == name]
+    assert len(found) == 1, (name, report.lines())
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def holders_report():
+    """One namespace holding models every way above, plus IPython's own holders; probed once."""
+    shell = fresh_shell()
+    try:
+        assert run(shell, HOLDERS).success
+        fit = run(shell, 'tiny("in_output_cache").fit(x, y, epochs=1, verbose=0)')
+        assert fit.success
+        assert run(shell, 'history = tiny("by_history").fit(x, y, epochs=1, verbose=0)').success
+        run(shell, "def boom():\n    m = tiny('in_traceback')\n    raise ValueError('boom')\n")
+        assert not run(shell, "boom()").success
+        gc.disable()  # keep the dropped model alive (its own cycles) until the probe has run
+        try:
+            assert run(shell, "doomed = tiny('unreachable')\ndel doomed").success
+            report = find_leaks(shell=shell)
+        finally:
+            gc.enable()
+        return report, fit.execution_count
+    finally:
+        shell.reset(new_session=False)
+        clear_tracebacks()
+        sys.modules.pop("usermod", None)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_holder_kind_is_named_as_typed(holders_report, name):
+    report, _ = holders_report
+    leak = by_name(report, name)
+    assert leak.path == EXPECTED[name], leak.paths
+    assert leak.paths[0] == leak.path and leak.class_name == "Sequential"
+
+
+def test_output_cache_and_history_paths(holders_report):
+    report, n = holders_report
+    cached = by_name(report, "in_output_cache")
+    assert {f"Out[{n}].model", f"_{n}.model"} <= set(cached.paths)
+    assert cached.stale and "IPython's caches" in cached.reason  # no name of the user holds it
+    assert by_name(report, "by_history").path == "history.model"
+
+
+def test_last_traceback_frames(holders_report):
+    report, _ = holders_report
+    leak = by_name(report, "in_traceback")
+    assert leak.path.startswith("sys.last_traceback.tb_next")
+    assert leak.path.endswith('.tb_frame.f_locals["m"]')
+    assert leak.holder == "local 'm' of boom()" and leak.stale
+
+
+def test_holders_say_what_they_are(holders_report):
+    report, _ = holders_report
+    assert by_name(report, "closure").holder == "closure variable 'm' of make_cb.<locals>.cb"
+    assert by_name(report, "opaque").holder_type == "repeat"  # not nameable: type and best path
+    assert by_name(report, "behind_property").holder_type == "Trainer"
+    inner = by_name(report, "inner")
+    assert inner.inside == "outer" and inner.holder_type == "TrackedList"
+
+
+def test_unreachable_models_are_counted_with_a_hint(holders_report):
+    report, _ = holders_report
+    leak = by_name(report, "unreachable")
+    assert leak in report.unreachable and leak.path == "" and leak.paths == ()
+    assert "no path from your names" in leak.reason
+    assert report.hint and "gc" in report.hint
+
+
+def test_keras_own_nesting_is_not_reported(holders_report):
+    report, _ = holders_report
+    names = [leak.model_name for leak in (*report.leaks, *report.unreachable)]
+    assert not any(name.startswith("functional") for name in names)  # Sequential._functional
+
+
+def test_sizes_are_counted(ip):
+    run(ip, "m = tiny('sized')\nm.optimizer.build(m.trainable_variables)")
+    leak = by_name(find_leaks(shell=ip), "sized")
+    params = 4 * 2 + 2 + 2 * 1 + 1
+    assert leak.params == params and leak.weight_bytes == 4 * params
+    assert leak.optimizer_bytes >= 2 * 4 * params  # Adam: two slots per weight, plus counters
+    run(ip, "unbuilt = keras.Sequential(name='unbuilt')")
+    leak = by_name(find_leaks(shell=ip), "unbuilt")
+    assert leak.params is None and leak.weight_bytes is None and leak.optimizer_bytes == 0
+
+
+def test_current_and_stale_by_run(ip):
+    registry = ModelRegistry()
+    run(ip, "old = tiny('old')")
+    registry.note_run("mlp", 1, [ip.user_ns["old"]])
+    run(ip, "model = tiny('new')\nother = tiny('other_label')")
+    registry.note_run("mlp", 2, [weakref.ref(ip.user_ns["model"])])
+    registry.note_run("cnn", 1, [ip.user_ns["other"]])
+    report = find_leaks(ip.user_ns, registry, shell=ip)
+    old, new, other = (by_name(report, n) for n in ("old", "new", "other_label"))
+    assert old.stale and (old.run_label, old.run_number) == ("mlp", 1)
+    assert old.reason == "from run 'mlp' #1; the latest is #2"
+    assert not new.stale and (new.run_label, new.run_number) == ("mlp", 2)
+    assert not other.stale  # the latest run of its own label
+    assert old in report.stale and report.leaks[0].stale  # stale first
+    assert by_name(find_leaks(ip.user_ns, registry, shell=ip, latest_runs={"mlp": 3}),
+                   "new").stale
+
+
+def test_a_model_fit_again_by_the_latest_run_is_current(ip):
+    registry = ModelRegistry()
+    run(ip, "model = tiny('reused')")
+    registry.note_run("mlp", 1, [ip.user_ns["model"]])
+    registry.note_run("mlp", 2, [ip.user_ns["model"]])  # the next run fit it again
+    leak = by_name(find_leaks(shell=ip, registry=registry), "reused")
+    assert not leak.stale and leak.run_number == 1 and leak.last_run_number == 2
+
+
+def test_leaks_hold_no_model_and_the_registry_is_weak(ip):
+    registry = ModelRegistry()
+    run(ip, "model = tiny('weak')")
+    ref = weakref.ref(ip.user_ns["model"])
+    registry.note_run("mlp", 1, [ip.user_ns["model"]])
+    report = find_leaks(shell=ip, registry=registry)
+    for field in dataclasses.fields(Leak):
+        value = getattr(by_name(report, "weak"), field.name)
+        assert value is None or isinstance(value, (str, int, bool, tuple))
+    assert registry.origin(ref()) == ("mlp", 1)
+    del ip.user_ns["model"]
+    gc.collect()
+    assert ref() is None and len(registry) == 0 and report.lines()  # the report outlives it
+
+
+def test_creation_watch_attributes_models_a_run_built(ip):
+    import keras
+
+    watch = CreationWatch()
+    original = keras.Model.__dict__["__new__"]
+    watch.install()
+    try:
+        run(ip, "a = tiny('built_in_run')\n"
+                "inp = keras.Input((3,))\nb = keras.Model(inp, keras.layers.Dense(1)(inp))")
+    finally:
+        watch.uninstall()
+    assert keras.Model.__dict__["__new__"] is original
+    built = [r() for r in watch.models]
+    assert any(m is ip.user_ns["a"] for m in built)
+    assert sum(m is ip.user_ns["b"] for m in built) == 1  # Model(inputs, outputs): once
+    run(ip, "c = tiny('after_run')")
+    assert not any(r() is ip.user_ns["c"] for r in watch.models)
+
+
+def test_the_walk_is_bounded(ip):
+    run(ip, "deep = [[[[[[[tiny('deep')]]]]]]]")
+    report = find_leaks(shell=ip, max_depth=1)
+    assert not report.complete and report.notes
+    assert by_name(report, "deep") in report.unreachable
+    assert by_name(find_leaks(shell=ip), "deep").path == "deep[0][0][0][0][0][0][0]"
+
+
+def test_reports_render(holders_report):
+    report, _ = holders_report
+    text = "\n".join(report.lines())
+    assert "STALE" in text and "unreachable" in text
+    assert report._repr_html_().startswith("<pre")
+    assert len(report) == len(report.leaks) and list(report) == list(report.leaks)
+
+
+def test_importing_costs_no_keras_and_finds_nothing_without_it():
+    code = ("import sys; import keras_nbguard.probes as p, keras_nbguard.freeing\n"
+            "assert 'keras' not in sys.modules and 'tensorflow' not in sys.modules\n"
+            "r = p.find_leaks({'x': [1]}); assert len(r) == 0 and r.scans == 0\n"
+            "assert 'keras' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
