@@ -30,7 +30,7 @@ class NbguardWarning(UserWarning):
 class Session:
     def __init__(self, options: RunOptions | None = None, *,
                  tf_gpu: Callable[[], TfGpu | None] = TfGpu.if_imported,
-                 nvml: NvmlReader | None = None, sample_hz: float = 100.0,
+                 nvml: NvmlReader | None = None, sample_hz: float = 50.0,
                  store: Store | str | None = DEFAULT_STORE, shell: Any = None) -> None:
         self.options = options or RunOptions()
         self.tf_gpu = tf_gpu
