@@ -77,6 +77,7 @@ class DeepClean:
         self._rss = rss or default_rss_reader()
         self._warn = warn or _warn
         self._runs: list[_RunEntries] = []
+        self._names_cache: tuple[int, frozenset[str]] | None = None  # (registry size, names)
         # Entries that exist now were not made by our runs: never ours to purge.
         self._baseline: frozenset[str] = self._guarded(self._custom_names, None) or frozenset()
 
@@ -160,8 +161,15 @@ class DeepClean:
         registry = self._registry()
         if registry is None:
             return None
-        return frozenset(name for name in registry
-                         if isinstance(name, str) and name.startswith(CUSTOM_GRADIENT_PREFIX))
+        # The registry only ever grows between our purges, so an unchanged size means unchanged
+        # names: a run without new traces (the common re-run) skips the ~1,000-entry scan.
+        cached = self._names_cache
+        if cached is not None and cached[0] == len(registry):
+            return cached[1]
+        names = frozenset(name for name in registry
+                          if isinstance(name, str) and name.startswith(CUSTOM_GRADIENT_PREFIX))
+        self._names_cache = (len(registry), names)
+        return names
 
     def _registry(self) -> dict[str, Any] | None:
         """The gradient registry's dict; None when TensorFlow is not imported (nothing to do)."""

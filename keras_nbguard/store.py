@@ -179,9 +179,8 @@ class Store:
         self._submit("INSERT INTO epochs VALUES (?, ?, ?)", (run_id, epoch, seconds))
 
     def run_finished(self, run_id: str, record: RunRecord) -> None:
-        self._submit("UPDATE runs SET status = ?, updated_at = ?, last_rss = ?, record = ? "
-                     "WHERE id = ?", (record.status, time.time(), record.rss_after,
-                                      json.dumps(record.to_dict()), run_id))
+        # serialized on the writer thread: the cell does not wait for the JSON either
+        self._submit("finish", (run_id, record))
 
     def flush(self, timeout: float = 5.0) -> None:
         """Wait until everything submitted so far is committed."""
@@ -225,6 +224,13 @@ class Store:
                     sql, params = entry
                     if sql == "flush":
                         waiting.append(params[0])
+                    elif sql == "finish":
+                        run_id, record = params
+                        self.db.execute(
+                            "UPDATE runs SET status = ?, updated_at = ?, last_rss = ?, "
+                            "record = ? WHERE id = ?",
+                            (record.status, time.time(), record.rss_after,
+                             json.dumps(record.to_dict()), run_id))
                     elif sql == "samples":
                         run_id, samples = params
                         self.db.executemany("INSERT INTO samples VALUES (?, ?, ?)",
