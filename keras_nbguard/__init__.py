@@ -16,8 +16,8 @@ from .session import NbguardWarning, Session, get_session
 
 __all__ = [
     "CleanReport", "FitRecord", "FreeReport", "GpuReading", "Leak", "LeakReport",
-    "NbguardWarning", "RunRecord", "Session", "__version__", "configure", "dashboard", "free",
-    "get_session", "leaks", "runs", "track",
+    "NbguardWarning", "RunRecord", "Session", "__version__", "configure", "dashboard", "export",
+    "free", "get_session", "leaks", "runs", "runs_frame", "track",
 ]
 
 
@@ -35,6 +35,20 @@ def runs(label: str | None = None, this_kernel: bool = False) -> list[RunRecord]
     """This notebook's RunRecords across kernel restarts, oldest first (``label``'s only when
     given; this kernel's only with ``this_kernel``)."""
     return get_session().runs(label, this_kernel)
+
+
+def runs_frame(label: str | None = None, this_kernel: bool = False) -> Any:
+    """``runs()`` as a pandas DataFrame, one row per run (needs pandas)."""
+    from .export import runs_frame as frame
+
+    return frame(runs(label, this_kernel))
+
+
+def export(path: str, label: str | None = None, this_kernel: bool = False) -> int:
+    """Write ``runs()`` to the CSV file ``path``; returns the number of runs written."""
+    from .export import write_csv
+
+    return write_csv(runs(label, this_kernel), path)
 
 
 def leaks() -> Any:

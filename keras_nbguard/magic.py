@@ -29,7 +29,7 @@ from .tracking import tracked
 
 POLICIES = {"mixed_float16", "mixed_bfloat16", "float16", "bfloat16", "float32", "float64"}
 SHORT_POLICIES = {"float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
-SUBCOMMANDS = ("status", "runs", "config", "leaks", "free", "dashboard")
+SUBCOMMANDS = ("status", "runs", "config", "leaks", "free", "dashboard", "export")
 
 
 def _run_option_arguments(func: Any) -> Any:
@@ -119,12 +119,18 @@ class KerasMagics(Magics):
 
     @magic_arguments()
     @argument("command", choices=SUBCOMMANDS,
-              help="status | runs | config | leaks | free | dashboard")
+              help="status | runs | config | leaks | free | dashboard | export")
+    @argument("file", nargs="?", default=None, help="export: the CSV file to write.")
     @argument("--all", dest="free_all", action="store_true", help="free: current models too.")
     @argument("--containers", action="store_true",
               help="free: also set the slots of your lists, dicts, attributes and closures that "
                    "hold them to None.")
-    @argument("--label", "-l", metavar="NAME", default=None, help="runs: only this label.")
+    @argument("--label", "-l", metavar="NAME", default=None,
+              help="runs, export: only this label.")
+    @argument("--this-kernel", action="store_true",
+              help="runs, export: only this kernel's runs (not earlier kernels').")
+    @argument("--db", metavar="PATH", default=None,
+              help="config: keep the run history in this SQLite file (':memory:': not on disk).")
     @argument("--no-gpu-limit", action="store_true", help="config: drop the GPU memory cap.")
     @argument("--no-mixed-precision", action="store_true",
               help="config: stop setting a dtype policy.")
@@ -143,10 +149,17 @@ class KerasMagics(Magics):
         free     drop references to stale models (``--all``: current ones too;
                  ``--containers``: also inside your lists/dicts/attributes), then clear.
         dashboard  the live dashboard widget (a static view without a widget frontend).
+        export   write the runs to a CSV file: ``%nbguard export runs.csv`` (``--label``,
+                 ``--this-kernel`` to narrow).
         config   show the defaults every ``%%kerasrun`` starts from, or change them with the same
-                 options ``%%kerasrun`` takes (plus --clear, --no-gpu-limit, --no-mixed-precision).
+                 options ``%%kerasrun`` takes (plus --clear, --no-gpu-limit, --no-mixed-precision,
+                 and --db PATH for where the run history is kept).
         """
         args = parse_argstring(self.nbguard, line)
+        if args.file is not None and args.command != "export":
+            raise UsageError(f"%nbguard {args.command} takes no file name (got {args.file!r})")
+        if args.command == "export":
+            return self._export(args)
         if args.command == "leaks":
             return self.session.leaks()
         if args.command == "free":
@@ -157,7 +170,7 @@ class KerasMagics(Magics):
             display(dashboard(self.session))
             return None
         if args.command == "runs":
-            return runs_table(self.session.runs(args.label))
+            return runs_table(self.session.runs(args.label, args.this_kernel))
         if args.command == "config":
             options = _options_from(args, self.session.options)
             if args.no_gpu_limit:
@@ -165,8 +178,33 @@ class KerasMagics(Magics):
             if args.no_mixed_precision:
                 options = dataclasses.replace(options, mixed_precision=None)
             self.session.options = options
-            return key_values("keras_nbguard config", _describe_options(options))
+            if args.db is not None:
+                try:
+                    self.session.use_store(args.db)
+                except RuntimeError as exc:
+                    raise UsageError(str(exc)) from None
+            return key_values("keras_nbguard config",
+                              [*_describe_options(options), self._history_db()])
         return key_values("keras_nbguard status", self._status())
+
+    def _export(self, args: argparse.Namespace) -> None:
+        from .export import write_csv
+
+        if not args.file:
+            raise UsageError("%nbguard export needs a file name: %nbguard export runs.csv")
+        records = self.session.runs(args.label, args.this_kernel)
+        try:
+            count = write_csv(records, os.path.expanduser(args.file))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        print(f"keras_nbguard: wrote {count} run(s) to {args.file}")
+        return None
+
+    def _history_db(self) -> tuple[str, str]:
+        store = self.session.store
+        if store is None:
+            return ("history db", "off")
+        return ("history db", "in memory (not kept)" if store.in_memory else store.path)
 
     def _status(self) -> list[tuple[str, str]]:
         import psutil
@@ -190,6 +228,7 @@ class KerasMagics(Magics):
             ("keras imported", str("keras" in sys.modules)),
             ("gpu", gpu),
             *_describe_options(self.session.options),
+            self._history_db(),
         ]
 
 

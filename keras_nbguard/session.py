@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import threading
 import warnings
@@ -17,7 +18,7 @@ from .deepclean import DeepClean
 from .identity import kernel_id, notebook_key, process_started
 from .prepare import RunOptions
 from .records import RunRecord
-from .store import DiedRun, RunFeed, RunKey, Store, process_alive
+from .store import MEMORY, DiedRun, RunFeed, RunKey, Store, process_alive
 from .tracking import Run, tracked
 
 DEFAULT_STORE = "default"
@@ -81,6 +82,21 @@ class Session:
             raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
         self.options = dataclasses.replace(self.options, **changes)
         return self.options
+
+    def use_store(self, path: str) -> Store:
+        """Keep the run history in the SQLite file at ``path`` from now on (":memory:": nowhere
+        on disk). Runs of earlier kernels are then read from that file."""
+        path = path if path == MEMORY else os.path.abspath(os.path.expanduser(path))
+        with self._lock:
+            if self.current is not None:
+                raise RuntimeError(f"keras_nbguard: run {self.current.label!r} is going; change "
+                                   f"the history database once it ends")
+            old, self.store = self.store, Store(path, warn=self.warn_once)
+        if old is not None:
+            old.close()
+        self.earlier = []
+        self._load_earlier_runs(self.store)
+        return self.store
 
     # -- runs ------------------------------------------------------------------------------------
     def runs(self, label: str | None = None, this_kernel: bool = False) -> list[RunRecord]:
@@ -184,8 +200,6 @@ class Session:
         if self.store is None:
             return
         try:
-            import os
-
             key = dataclasses.replace(run.key, pid=os.getpid(), pid_started=process_started())
             self.store.run_started(run.id, key, run.label, run.run_number, run.started_at, None)
             run.feed = RunFeed(self.store, run.id)

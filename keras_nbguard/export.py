@@ -1,0 +1,95 @@
+"""Run records as flat rows: a CSV file, or a pandas DataFrame. Stdlib only (pandas on demand).
+
+One row per run, one column per figure. An unknown figure is an empty CSV cell (``None`` / NaN
+in a frame), never 0, so a spreadsheet average is not dragged down by figures nobody measured.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from .records import RunRecord
+
+COLUMNS = (
+    "notebook", "kernel_id", "cell_id", "label", "run_number", "status", "started_at",
+    "wall_seconds", "prepare_seconds", "fit_seconds", "fits", "epochs", "epoch_seconds",
+    "rss_before", "rss_after", "rss_peak", "rss_delta", "delta_fit_seconds", "delta_rss_after",
+    "gpu_tf_peak", "gpu_tf_current", "gpu_nvml_used", "gpu_nvml_process_used", "gpu_note",
+    "traces", "dataset_traces", "cleared", "deep_clean_entries", "error",
+)
+
+
+def run_row(record: RunRecord) -> dict[str, Any]:
+    """One record as ``COLUMNS``: bytes in bytes, seconds in seconds, times in ISO 8601 (UTC)."""
+    epochs = [s for fit in record.fits for s in fit.epoch_seconds]
+    clean = record.deep_clean
+    return {
+        "notebook": record.notebook,
+        "kernel_id": record.kernel_id,
+        "cell_id": record.cell_id,
+        "label": record.label,
+        "run_number": record.run_number,
+        "status": record.status,
+        "started_at": datetime.fromtimestamp(record.started_at, UTC).isoformat(),
+        "wall_seconds": record.wall_seconds,
+        "prepare_seconds": record.prepare_seconds,
+        "fit_seconds": record.fit_seconds,
+        "fits": len(record.fits),
+        "epochs": len(epochs) if record.fits else None,
+        # one cell, so the row stays a row; ";" keeps it clear of CSV's own separator
+        "epoch_seconds": ";".join(f"{s:.6g}" for s in epochs) or None,
+        "rss_before": record.rss_before,
+        "rss_after": record.rss_after,
+        "rss_peak": record.rss_peak,
+        "rss_delta": record.rss_delta,
+        "delta_fit_seconds": record.delta_fit_seconds,
+        "delta_rss_after": record.delta_rss_after,
+        "gpu_tf_peak": record.gpu.tf_peak,
+        "gpu_tf_current": record.gpu.tf_current,
+        "gpu_nvml_used": record.gpu.nvml_used,
+        "gpu_nvml_process_used": record.gpu.nvml_process_used,
+        "gpu_note": record.gpu.reason,
+        "traces": record.traces,
+        "dataset_traces": record.dataset_traces,
+        "cleared": record.cleared,
+        "deep_clean_entries": clean.entries if clean is not None and clean.available else None,
+        "error": record.error,
+    }
+
+
+def write_csv(records: Sequence[RunRecord], path: str | os.PathLike[str]) -> int:
+    """Write ``records`` to ``path`` (overwritten); returns how many rows were written.
+
+    Raises ``ValueError`` in the user's terms when the file can't be written."""
+    target = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(folder):
+        raise ValueError(f"can't export to {target}: folder {folder} does not exist")
+    if os.path.isdir(target):
+        raise ValueError(f"can't export to {target}: it is a folder; give a file name such as "
+                         f"{os.path.join(target, 'runs.csv')}")
+    try:
+        with open(target, "w", newline="", encoding="utf-8") as out:
+            writer = csv.DictWriter(out, fieldnames=COLUMNS)
+            writer.writeheader()
+            for record in records:
+                writer.writerow({k: "" if v is None else v for k, v in run_row(record).items()})
+    except OSError as exc:
+        raise ValueError(f"can't export to {target}: {exc.strerror or exc}") from exc
+    return len(records)
+
+
+def runs_frame(records: Sequence[RunRecord]) -> Any:
+    """The records as a pandas DataFrame (``started_at`` as timestamps, unknown figures NaN)."""
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ImportError("runs_frame() needs pandas, which is not installed here: "
+                          "pip install pandas (or use %nbguard export runs.csv)") from None
+    frame = pd.DataFrame([run_row(r) for r in records], columns=list(COLUMNS))
+    frame["started_at"] = pd.to_datetime(frame["started_at"], utc=True)
+    return frame

@@ -1,0 +1,111 @@
+"""Export: %nbguard export FILE.csv, keras_nbguard.runs_frame(), and %nbguard config --db."""
+
+from __future__ import annotations
+
+import csv
+import math
+import sqlite3
+import sys
+
+import pytest
+from IPython.core.error import UsageError
+
+import keras_nbguard
+
+FIT_CELL = "%%kerasrun --label mlp\nmodel = make_model()\nmodel.fit(x, y, epochs=2, verbose=0)\n"
+
+
+def _two_runs_and_a_failure(shell) -> None:
+    for _ in range(2):
+        assert shell.run_cell(FIT_CELL).success
+    assert not shell.run_cell("%%kerasrun --label broken\nraise ValueError('bad batch')").success
+
+
+def _rows(path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def test_export_writes_one_row_per_run_with_unknowns_left_empty(keras_shell, tmp_path, capsys):
+    _two_runs_and_a_failure(keras_shell)
+    target = tmp_path / "runs.csv"
+    keras_shell.run_line_magic("nbguard", f"export {target}")
+    assert "wrote 3 run(s)" in capsys.readouterr().out
+
+    rows = _rows(target)
+    records = keras_nbguard.runs()
+    assert [(r["label"], r["run_number"], r["status"]) for r in rows] == [
+        ("mlp", "1", "ok"), ("mlp", "2", "ok"), ("broken", "1", "error")]
+    for row, record in zip(rows, records, strict=True):
+        assert float(row["wall_seconds"]) == pytest.approx(record.wall_seconds)
+        assert int(row["rss_peak"]) == record.rss_peak
+        assert row["kernel_id"] == record.kernel_id
+    assert float(rows[1]["fit_seconds"]) == pytest.approx(records[1].fit_seconds)
+    assert rows[1]["epochs"] == "2" and len(rows[1]["epoch_seconds"].split(";")) == 2
+    assert float(rows[1]["delta_fit_seconds"]) == pytest.approx(records[1].delta_fit_seconds)
+    # no GPU here: the GPU figures are unknown, so empty (not 0), and the reason is given
+    assert rows[0]["gpu_tf_peak"] == "" and rows[0]["gpu_nvml_used"] == ""
+    assert rows[0]["gpu_note"]
+    # the failing run has no fit: no fit time, no epochs — and its error is kept
+    assert rows[2]["fit_seconds"] == "" and rows[2]["epochs"] == ""
+    assert "bad batch" in rows[2]["error"]
+
+
+def test_export_narrows_by_label(keras_shell, tmp_path):
+    _two_runs_and_a_failure(keras_shell)
+    keras_shell.run_line_magic("nbguard", f"export {tmp_path / 'mlp.csv'} --label mlp")
+    assert [r["label"] for r in _rows(tmp_path / "mlp.csv")] == ["mlp", "mlp"]
+
+
+def test_export_mistakes_are_usage_errors_in_plain_words(shell, tmp_path):
+    with pytest.raises(UsageError, match="needs a file name"):
+        shell.run_line_magic("nbguard", "export")
+    with pytest.raises(UsageError, match="does not exist"):
+        shell.run_line_magic("nbguard", f"export {tmp_path / 'no' / 'such' / 'runs.csv'}")
+    with pytest.raises(UsageError, match="is a folder"):
+        shell.run_line_magic("nbguard", f"export {tmp_path}")
+    with pytest.raises(UsageError, match="takes no file name"):
+        shell.run_line_magic("nbguard", "runs somefile.csv")
+
+
+def test_runs_frame_has_real_columns_and_nan_for_unknowns(keras_shell):
+    _two_runs_and_a_failure(keras_shell)
+    frame = keras_nbguard.runs_frame()
+    assert list(frame["status"]) == ["ok", "ok", "error"]
+    assert frame["fit_seconds"].iloc[0] > 0 and math.isnan(frame["fit_seconds"].iloc[2])
+    assert frame["gpu_tf_peak"].isna().all()
+    assert str(frame["started_at"].dt.tz) == "UTC"
+    assert frame["started_at"].is_monotonic_increasing
+    assert list(keras_nbguard.runs_frame("broken")["label"]) == ["broken"]
+
+
+def test_runs_frame_without_pandas_says_how_to_get_it(shell, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pandas", None)  # what an environment without pandas sees
+    with pytest.raises(ImportError, match="pip install pandas"):
+        keras_nbguard.runs_frame()
+
+
+def test_config_db_moves_the_history_to_another_file(shell, tmp_path, history_database):
+    assert shell.run_cell("%%kerasrun --label before\npass").success
+    other = tmp_path / "elsewhere.sqlite"
+    table = shell.run_line_magic("nbguard", f"config --db {other}")
+    assert ("history db", str(other)) in table.rows
+    assert shell.run_cell("%%kerasrun --label after\npass").success
+    keras_nbguard.get_session().store.flush()
+
+    def labels(path) -> list[str]:
+        with sqlite3.connect(path) as db:
+            return [row[0] for row in db.execute("SELECT label FROM runs ORDER BY started_at")]
+
+    assert labels(other) == ["after"]
+    assert labels(history_database) == ["before"]
+    # this kernel's runs stay visible; the status says where history goes now
+    assert [r.label for r in keras_nbguard.runs()] == ["before", "after"]
+    assert ("history db", str(other)) in shell.run_line_magic("nbguard", "status").rows
+
+
+def test_config_db_in_memory_keeps_nothing_on_disk(shell, tmp_path):
+    table = shell.run_line_magic("nbguard", "config --db :memory:")
+    assert ("history db", "in memory (not kept)") in table.rows
+    assert shell.run_cell("%%kerasrun --label ephemeral\npass").success
+    assert [r.label for r in keras_nbguard.runs()] == ["ephemeral"]
