@@ -8,6 +8,7 @@ gives way to an in-memory store, each with one warning.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import queue
@@ -200,6 +201,10 @@ class Store:
                     self._writer = threading.Thread(target=self._write_loop, daemon=True,
                                                     name="keras-nbguard-store")
                     self._writer.start()
+                    # The writer is a daemon: without this, a kernel shut down (or a script
+                    # ending) right after a run would lose its result, and the next load would
+                    # call that run "died".
+                    atexit.register(self.flush)
 
     def _write_loop(self) -> None:
         while True:
@@ -252,6 +257,7 @@ class Store:
 
     def close(self) -> None:
         if self._writer is not None:
+            atexit.unregister(self.flush)
             self._queue.put(None)
             self._writer.join(10)
         self.db.close()

@@ -30,6 +30,16 @@ def test_runs_survive_a_restart_and_numbers_continue(history_database, monkeypat
     assert oct(os.stat(history_database).st_mode & 0o777) == "0o600"
 
 
+def test_a_process_that_ends_right_after_a_run_still_stores_its_result(history_database):
+    # no close(), no flush(): the interpreter's exit must not drop the queued result
+    script = "import keras_nbguard\nwith keras_nbguard.track('last words'): pass\n"
+    subprocess.run([sys.executable, "-c", script], check=True)
+    with sqlite3.connect(history_database) as db:
+        rows = db.execute("SELECT status, record IS NOT NULL FROM runs").fetchall()
+    assert rows == [("ok", 1)]
+    assert Session().died == []
+
+
 def test_a_killed_run_is_reported_died_with_its_last_samples(history_database):
     script = textwrap.dedent("""
         import time, numpy as np, keras_nbguard
