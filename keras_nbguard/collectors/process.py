@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import _thread
+import functools
 import os
 import threading
 import time
@@ -31,7 +32,8 @@ def _statm_reader() -> RssReader | None:
     return read
 
 
-def default_rss_reader() -> RssReader:
+@functools.cache
+def _reader_of(pid: int) -> RssReader:
     reader = _statm_reader()
     if reader is None:  # not Linux: psutil, imported only here to keep %load_ext cheap
         import psutil
@@ -41,25 +43,44 @@ def default_rss_reader() -> RssReader:
     return reader
 
 
+def default_rss_reader() -> RssReader:
+    """This process's RSS reader, opened once (per pid: a forked child's /proc/self differs)."""
+    return _reader_of(os.getpid())
+
+
 class PeakRss:
-    """The kernel's own high-water mark (VmHWM), reset per run on Linux. None where unsupported."""
+    """The kernel's own high-water mark (VmHWM), reset per run on Linux. None where unsupported.
+
+    Both files stay open (per pid), since opening /proc files cost more than all the rest of a
+    run's bookkeeping."""
 
     def reset(self) -> bool:
+        fd = _proc_fd(os.getpid(), "clear_refs", os.O_WRONLY)
+        if fd is None:
+            return False
         try:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")  # "5" resets the peak RSS counter only (Linux >= 4.0)
+            os.write(fd, b"5")  # "5" resets the peak RSS counter only (Linux >= 4.0)
             return True
         except OSError:
             return False
 
     def read(self) -> int | None:
+        fd = _proc_fd(os.getpid(), "status", os.O_RDONLY)
+        if fd is None:
+            return None
         try:
-            with open("/proc/self/status") as f:
-                for line in f:
-                    if line.startswith("VmHWM:"):
-                        return int(line.split()[1]) * 1024
+            status = os.pread(fd, 4096, 0)
+            start = status.index(b"VmHWM:") + 6
+            return int(status[start:status.index(b"kB", start)]) * 1024
         except (OSError, ValueError):
-            pass
+            return None
+
+
+@functools.cache
+def _proc_fd(pid: int, name: str, flags: int) -> int | None:
+    try:
+        return os.open(f"/proc/{pid}/{name}", flags)
+    except OSError:
         return None
 
 
@@ -76,8 +97,11 @@ class RssSampler:
         self.interval = interval
         self._max_samples = max_samples
         self._stop = threading.Event()
-        self._done = threading.Event()
+        # Held around each sample: stop() takes it once to know no sample is half taken, and
+        # never has to wait for the thread itself to wake up and end.
+        self._lock = threading.Lock()
         self._started = False
+        self._stopped = False
         self._t0 = 0.0
         self._keep_every = 1
         self._count = 0
@@ -92,7 +116,8 @@ class RssSampler:
 
     @property
     def running(self) -> bool:
-        return self._started and not self._done.is_set()
+        """Whether samples are still being taken."""
+        return self._started and not self._stopped
 
     def start(self) -> None:
         self._t0 = time.perf_counter()
@@ -103,21 +128,22 @@ class RssSampler:
         self._started = True
 
     def stop(self) -> None:
-        """Stop the thread and wait for it to end; safe to call twice or without start."""
+        """End sampling (the thread wakes and ends by itself); safe to call twice or unstarted."""
+        with self._lock:
+            already, self._stopped = self._stopped, True
         self._stop.set()
-        if self._started:
-            self._done.wait()
-        if self.error is None:
+        if not already and self.error is None:
             self._take(flush=True)  # the series always ends with the state at stop
 
     def _loop(self) -> None:
         try:
             while not self._stop.wait(self.interval):
-                self._take()
+                with self._lock:
+                    if self._stopped:
+                        return
+                    self._take()
         except Exception as exc:  # a broken reader must not kill the run, only the figure
             self.error = f"RSS sampler stopped: {exc!r}"
-        finally:
-            self._done.set()
 
     def _take(self, flush: bool = False) -> None:
         rss = self._read()
