@@ -21,8 +21,9 @@ def nvml_error(code: int) -> pynvml.NVMLError:
 class FakeNvml:
     """The slice of pynvml we call, with the real library's exception classes."""
 
-    def __init__(self, init_error=None, processes=(), process_error=None, used_by_pid=None):
+    def __init__(self, init_error=None, processes=(), process_error=None, devices=1):
         self.init_error = init_error
+        self.devices = devices
         self.processes = processes
         self.process_error = process_error
         self.inits = 0
@@ -32,6 +33,9 @@ class FakeNvml:
         self.inits += 1
         if self.init_error is not None:
             raise nvml_error(self.init_error)
+
+    def nvmlDeviceGetCount(self):
+        return self.devices
 
     def nvmlDeviceGetHandleByIndex(self, index):
         self.handles.append(index)
@@ -47,6 +51,8 @@ class FakeNvml:
     def nvmlDeviceGetComputeRunningProcesses(self, handle):
         if self.process_error is not None:
             raise nvml_error(self.process_error)
+        if isinstance(self.processes, dict):  # per device index
+            return list(self.processes.get(handle[1], ()))
         return list(self.processes)
 
 
@@ -62,13 +68,17 @@ class FakeTfConfig:
         self.initialized = initialized
         self.growth: dict[str, bool] = {}
         self.logical: dict[str, list] = {}
-        self.stats_resets = 0
+        self.stats_resets: list[str] = []
         self.experimental = SimpleNamespace(
             set_memory_growth=self._set_growth, get_memory_growth=self._get_growth,
             reset_memory_stats=self._reset, get_memory_info=self._info)
 
     def list_physical_devices(self, kind):
         return list(self.gpu_list) if kind == "GPU" else []
+
+    def list_logical_devices(self, kind):
+        return [SimpleNamespace(name=f"/job:localhost/replica:0/task:0/device:GPU:{i}")
+                for i in range(len(self.gpu_list))] if kind == "GPU" else []
 
     def _set_growth(self, device, enabled):
         if self.initialized:
@@ -87,9 +97,12 @@ class FakeTfConfig:
         return self.logical.get(device.name)
 
     def _reset(self, device):
-        self.stats_resets += 1
+        self.stats_resets.append(device)
 
     def _info(self, device):
+        # as TF does: a name it does not know is a ValueError
+        if device not in {f"GPU:{i}" for i in range(len(self.gpu_list))}:
+            raise ValueError(f"Invalid device: {device}")
         return {"current": 100 * MB, "peak": 700 * MB}
 
 
@@ -150,7 +163,27 @@ def test_nvml_follows_cuda_visible_devices():
     nvml = FakeNvml()
     NvmlReader(nvml, environ={"CUDA_VISIBLE_DEVICES": "2,3"}).read()
     NvmlReader(nvml, environ={"CUDA_VISIBLE_DEVICES": "GPU-abc"}).read()
-    assert nvml.handles == [2, "GPU-abc"]
+    assert nvml.handles == [2, 3, "GPU-abc"]
+
+
+def test_nvml_sums_every_visible_device_and_this_process_on_each():
+    procs = {0: [SimpleNamespace(pid=os.getpid(), usedGpuMemory=900 * MB)],
+             1: [SimpleNamespace(pid=os.getpid(), usedGpuMemory=600 * MB)]}
+    nvml = FakeNvml(processes=procs, devices=3)
+    assert NvmlReader(nvml, environ={}).read() == (
+        3 * 3000 * MB, 3 * 80000 * MB, 1500 * MB, None)
+    # CUDA stops at the first invalid entry; "" or "-1" hide every GPU
+    nvml.handles.clear()
+    NvmlReader(nvml, environ={"CUDA_VISIBLE_DEVICES": "1,-1,2"}).read()
+    assert nvml.handles == [1]
+    assert NvmlReader(nvml, environ={"CUDA_VISIBLE_DEVICES": "-1"}).read() == (
+        None, None, None, "NVML: CUDA_VISIBLE_DEVICES hides every GPU")
+
+
+def test_pid_on_no_device_prefers_the_container_hint():
+    procs = {1: [SimpleNamespace(pid=4242, usedGpuMemory=900 * MB)]}
+    _, _, process, reason = NvmlReader(FakeNvml(processes=procs, devices=2), environ={}).read()
+    assert process is None and "container" in reason and "4242" not in reason
 
 
 # -- GPU readings per run ------------------------------------------------------------------------
@@ -160,11 +193,21 @@ def test_collector_reads_allocator_and_nvml_when_tf_initialized_a_gpu():
     collector = GpuCollector(lambda: tf, NvmlReader(FakeNvml(processes=procs), environ={}))
     collector.begin()
     reading = collector.end()
-    assert config.stats_resets == 1
+    assert config.stats_resets == ["GPU:0"]
     assert (reading.tf_current, reading.tf_peak) == (100 * MB, 700 * MB)
     assert (reading.nvml_used, reading.nvml_total, reading.nvml_process_used) == (
         3000 * MB, 80000 * MB, 900 * MB)
     assert reading.reason is None and reading.known
+
+
+def test_allocator_figures_are_summed_over_every_gpu_tf_uses():
+    tf, config = fake_tf(gpus=2, initialized=True)
+    collector = GpuCollector(lambda: tf, NvmlReader(FakeNvml(devices=2), environ={}))
+    collector.begin()
+    reading = collector.end()
+    assert config.stats_resets == ["GPU:0", "GPU:1"]
+    assert (reading.tf_current, reading.tf_peak) == (200 * MB, 1400 * MB)
+    assert reading.nvml_total == 2 * 80000 * MB
 
 
 @pytest.mark.parametrize("tf, words", [

@@ -35,11 +35,22 @@ class TfGpu:
     def runtime_initialized(self) -> bool:
         return self._runtime_initialized()
 
+    def _devices(self) -> list[str]:
+        """TF's GPUs as it names them ("GPU:0", "GPU:1", ...; logical ones under a memory cap).
+        Asked only once the runtime is up, since listing logical devices initializes it."""
+        names = [d.name.split("device:")[-1] for d in self.config.list_logical_devices("GPU")]
+        return names or ["GPU:0"]
+
     def memory_info(self) -> dict[str, int]:
-        return self.config.experimental.get_memory_info("GPU:0")
+        """Allocator bytes summed over every GPU of this process (a strategy spreads a model
+        over all of them); ``devices`` says how many were summed."""
+        infos = [self.config.experimental.get_memory_info(name) for name in self._devices()]
+        return {"current": sum(int(i["current"]) for i in infos),
+                "peak": sum(int(i["peak"]) for i in infos), "devices": len(infos)}
 
     def reset_memory_stats(self) -> None:
-        self.config.experimental.reset_memory_stats("GPU:0")
+        for name in self._devices():
+            self.config.experimental.reset_memory_stats(name)
 
 
 def _real_runtime_initialized() -> bool:
@@ -84,15 +95,25 @@ class NvmlReader:
             self._initialized = True
         return self._nvml
 
-    def _handle(self, nvml: Any) -> Any:
-        """The NVML device behind TF's GPU:0, following CUDA_VISIBLE_DEVICES."""
-        first = self._environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-        if first.startswith(("GPU-", "MIG-")):
-            return nvml.nvmlDeviceGetHandleByUUID(first)
-        return nvml.nvmlDeviceGetHandleByIndex(int(first) if first.isdigit() else 0)
+    def _handles(self, nvml: Any) -> list[Any]:
+        """The NVML devices this process can use: CUDA_VISIBLE_DEVICES's (indexes or UUIDs, up
+        to the first invalid entry, as CUDA reads it), or every device when it is unset."""
+        visible = self._environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is None:
+            return [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+        handles = []
+        for entry in (e.strip() for e in visible.split(",")):
+            if entry.startswith(("GPU-", "MIG-")):
+                handles.append(nvml.nvmlDeviceGetHandleByUUID(entry))
+            elif entry.isdigit():
+                handles.append(nvml.nvmlDeviceGetHandleByIndex(int(entry)))
+            else:
+                break
+        return handles
 
     def read(self, pid: int | None = None) -> tuple[int | None, int | None, int | None, str | None]:
-        """(device used, device total, this process's used, reason for whatever is None)."""
+        """(device used, device total, this process's used, reason for whatever is None), each
+        summed over the visible devices."""
         if self._failed:
             return None, None, None, self._failed
         try:
@@ -104,12 +125,23 @@ class NvmlReader:
             self._failed = nvml_reason(exc)
             return None, None, None, self._failed
         try:
-            handle = self._handle(nvml)
-            info = nvml.nvmlDeviceGetMemoryInfo(handle)
+            handles = self._handles(nvml)
+            infos = [nvml.nvmlDeviceGetMemoryInfo(handle) for handle in handles]
         except Exception as exc:
             return None, None, None, nvml_reason(exc)
-        used, reason = self._process_used(nvml, handle, os.getpid() if pid is None else pid)
-        return int(info.used), int(info.total), used, reason
+        if not handles:
+            return None, None, None, "NVML: CUDA_VISIBLE_DEVICES hides every GPU"
+        pid = os.getpid() if pid is None else pid
+        per_device = [self._process_used(nvml, handle, pid) for handle in handles]
+        found = [used for used, _ in per_device if used is not None]
+        if found:
+            used, reason = sum(found), None
+        else:  # on no device: a list that holds others' pids says the most (containers)
+            reasons = [why for _, why in per_device if why]
+            used = None
+            reason = next((r for r in reasons if "not in NVML's list" in r), reasons[0])
+        return (sum(int(i.used) for i in infos), sum(int(i.total) for i in infos), used,
+                reason)
 
     @staticmethod
     def _process_used(nvml: Any, handle: Any, pid: int) -> tuple[int | None, str | None]:
