@@ -88,9 +88,30 @@ class KerasMagics(Magics):
         self.session = session
         self.labels = CellLabels()
         self._cell_id: str | None = None
+        self._died_later: list[Any] = []
 
     def pre_run_cell(self, info: Any) -> None:
         self._cell_id = getattr(info, "cell_id", None)
+
+    def say_died_runs(self, died: list[Any]) -> None:
+        """Tell the user which runs the last kernel of this notebook died in (the OOM killer).
+
+        Loaded at kernel start (the keras-nbguard kernelspec, IPython config) there is no cell to
+        show it in yet, so it goes to the top of the first cell instead of nowhere."""
+        if not died:
+            return
+        if not _inside_a_cell(self.shell):
+            self._died_later = died
+            self.shell.events.register("pre_run_cell", self._say_died_in_first_cell)
+            return
+        for run in died:
+            display(run)
+
+    def _say_died_in_first_cell(self, info: Any) -> None:
+        self.shell.events.unregister("pre_run_cell", self._say_died_in_first_cell)
+        died, self._died_later = self._died_later, []
+        for run in died:
+            display(run)
 
     @magic_arguments()
     @argument("--label", "-l", metavar="NAME", default=None,
@@ -243,16 +264,23 @@ def _describe_options(options: RunOptions) -> list[tuple[str, str]]:
     ]
 
 
+def _inside_a_cell(shell: Any) -> bool:
+    """Whether output now reaches a cell: a kernel's shell knows the request it is serving
+    (none at start-up); a terminal or plain shell shows output wherever it is."""
+    if not hasattr(shell, "parent_header"):
+        return True
+    return bool(shell.parent_header)
+
+
 def load(shell: Any) -> KerasMagics:
     unload(shell)  # a second %load_ext must not double anything
     session = Session(shell=shell)
-    for died in session.died:  # the last kernel of this notebook was killed mid-run
-        display(died)
     for problem in gpu_setup.configure_at_load(TfGpu.if_imported()):
         session.warn_once(problem)
     magics = KerasMagics(shell, session)
     shell.register_magics(magics)
     shell.events.register("pre_run_cell", magics.pre_run_cell)
+    magics.say_died_runs(session.died)
     set_session(session)
     board = sys.modules.get("keras_nbguard.dashboard")
     if board is not None:  # %reload_ext: the dashboard already shown follows the new session
@@ -267,6 +295,8 @@ def unload(shell: Any) -> None:
         return
     with contextlib.suppress(ValueError):
         shell.events.unregister("pre_run_cell", magics.pre_run_cell)
+    with contextlib.suppress(ValueError):  # still waiting for a first cell
+        shell.events.unregister("pre_run_cell", magics._say_died_in_first_cell)
     manager.magics["cell"].pop("kerasrun", None)
     manager.magics["line"].pop("nbguard", None)
     magics.session.close()

@@ -1,0 +1,303 @@
+"""Real Jupyter kernels (jupyter_client, no mocks): history across restarts and kills, the shipped
+"Python 3 (keras-nbguard)" kernelspec and the IPython-config opt-in."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
+
+from keras_nbguard.records import fmt_bytes, fmt_seconds
+
+NOTEBOOK = "/home/me/experiments.ipynb"
+SPEC = "python3-keras-nbguard"
+STARTUP_TIMEOUT = 60.0  # TF-free start takes ~2 s here; a loaded CI box can take much longer
+CELL_TIMEOUT = 120.0  # the first cell that imports TensorFlow takes several seconds on 2 cores
+
+FIT_CELL = """%%kerasrun --label mlp
+import numpy as np
+import keras
+x = np.random.default_rng(0).random((256, 8), dtype="float32")
+y = np.random.default_rng(1).random((256, 1), dtype="float32")
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+model.fit(x, y, epochs=1, verbose=0)
+"""
+
+LONG_FIT_CELL = """%%kerasrun --label big
+import numpy as np
+import keras
+x = np.random.default_rng(0).random((512, 8), dtype="float32")
+y = np.random.default_rng(1).random((512, 1), dtype="float32")
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+model.fit(x, y, epochs=100_000, verbose=0)  # killed long before it ends
+"""
+
+# What a cell hands back to the test: one JSON line, after a marker, so that warnings or other
+# prints in the same cell can't be mistaken for it.
+MARK = "@@keras_nbguard_test@@"
+RUNS_EXPR = ("[dict(label=r.label, status=r.status, number=r.run_number, kernel=r.kernel_id, "
+             "notebook=r.notebook, samples=len(r.rss_samples), rss_after=r.rss_after) "
+             "for r in __import__('keras_nbguard').runs({args})]")
+
+
+@dataclass
+class Cell:
+    """What one executed cell put on iopub, as text."""
+
+    status: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    display: str = ""  # text/plain of display_data and execute_result
+    error: str = ""
+
+    @property
+    def text(self) -> str:
+        return "\n".join((self.stdout, self.stderr, self.display, self.error))
+
+
+@dataclass
+class Kernel:
+    km: KernelManager
+    kc: BlockingKernelClient
+    closed: bool = False
+
+    @property
+    def kernel_id(self) -> str:
+        return str(self.km.kernel_id)
+
+    @property
+    def pid(self) -> int:
+        process = self.km.provisioner.process  # type: ignore[union-attr]
+        return int(process.pid)
+
+    def run(self, code: str, timeout: float = CELL_TIMEOUT) -> Cell:
+        cell = Cell()
+
+        def collect(msg: dict[str, Any]) -> None:
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                if content["name"] == "stdout":
+                    cell.stdout += content["text"]
+                else:
+                    cell.stderr += content["text"]
+            elif kind in ("display_data", "execute_result"):
+                cell.display += content["data"].get("text/plain", "") + "\n"
+            elif kind == "error":
+                cell.error += "\n".join(content["traceback"])
+
+        reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=collect,
+                                            allow_stdin=False)
+        cell.status = reply["content"]["status"]
+        return cell
+
+    def ok(self, code: str, timeout: float = CELL_TIMEOUT) -> Cell:
+        cell = self.run(code, timeout)
+        assert cell.status == "ok", cell.text
+        return cell
+
+    def value(self, expression: str) -> Any:
+        """Evaluate ``expression`` in the kernel and bring it back through JSON."""
+        cell = self.ok(f"import json as _j\nprint({MARK!r} + _j.dumps({expression}))\ndel _j")
+        (line,) = [ln for ln in cell.stdout.splitlines() if ln.startswith(MARK)]
+        return json.loads(line[len(MARK):])
+
+    def runs(self, args: str = "") -> list[dict[str, Any]]:
+        return self.value(RUNS_EXPR.format(args=args))  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        if self.closed:  # closed by the test (a restart) and again by the fixture
+            return
+        self.closed = True
+        self.kc.stop_channels()
+        if self.km.has_kernel:
+            self.km.shutdown_kernel(now=True)
+        self.km.cleanup_resources()
+
+
+StartKernel = Callable[..., Kernel]
+
+
+@pytest.fixture
+def start_kernel(tmp_path: Path, history_database: Path) -> Iterator[StartKernel]:
+    """Starts real kernels the way Jupyter Server does (a connection file named after the kernel
+    id, JPY_SESSION_NAME set to the notebook); shuts every one of them down, however the test
+    ends."""
+    started: list[Kernel] = []
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    empty_profile = tmp_path / "ipython"  # never the user's own IPython profile / startup files
+
+    def start(kernel_name: str = "python3", notebook: str = NOTEBOOK,
+              ipython_dir: Path = empty_profile) -> Kernel:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("TF_FORCE_GPU_ALLOW_GROWTH", "JPY_SESSION_NAME")}
+        env.update(KERAS_NBGUARD_DB=str(history_database), JPY_SESSION_NAME=notebook,
+                   IPYTHONDIR=str(ipython_dir), JUPYTER_RUNTIME_DIR=str(runtime),
+                   TF_CPP_MIN_LOG_LEVEL="2",
+                   PYDEVD_DISABLE_FILE_VALIDATION="1")  # debugpy's frozen-modules note
+        kernel_id = str(uuid.uuid4())
+        km = KernelManager(kernel_name=kernel_name, kernel_id=kernel_id,
+                           connection_file=str(runtime / f"kernel-{kernel_id}.json"))
+        km.start_kernel(env=env)
+        kc = km.client()
+        kernel = Kernel(km, kc)
+        started.append(kernel)
+        kc.start_channels()
+        kc.wait_for_ready(timeout=STARTUP_TIMEOUT)
+        return kernel
+
+    yield start
+    for kernel in started:
+        kernel.close()
+
+
+def read_only(db: Path) -> sqlite3.Connection:
+    # mode=ro: the test only watches; the kernel is the sole writer, as in real use
+    return sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+
+
+def wait_for_samples(db: Path, label: str, kernel: Kernel,
+                     timeout: float = CELL_TIMEOUT) -> tuple[Any, ...]:
+    """The run's row once it is 'running' with over a second of RSS samples on disk."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert kernel.km.is_alive(), "the kernel died before the run got going"
+        try:
+            with read_only(db) as conn:
+                row = conn.execute(
+                    "SELECT r.id, r.status, r.run_number, r.pid, r.started_at, count(s.t), "
+                    "max(s.t) - min(s.t) FROM runs r JOIN samples s ON s.run_id = r.id "
+                    "WHERE r.label = ? GROUP BY r.id", (label,)).fetchone()
+        except sqlite3.OperationalError:  # no database or no tables yet
+            row = None
+        if row and row[1] == "running" and row[5] >= 5 and row[6] >= 1.0:
+            return tuple(row)
+        time.sleep(0.2)
+    raise AssertionError(f"run {label!r} never showed samples in {db}")
+
+
+def kill_unreaped(pid: int) -> None:
+    """SIGKILL, as the OOM killer does, and leave the process unreaped: until its parent waits
+    for it a dead kernel is a zombie that still has its pid and create time."""
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the killed kernel did not die"
+        time.sleep(0.05)
+
+
+def test_runs_survive_a_kernel_restart_and_numbers_continue(start_kernel: StartKernel) -> None:
+    first = start_kernel()
+    assert first.value("'keras_nbguard' in __import__('sys').modules") is False
+    first.ok("%load_ext keras_nbguard")
+    assert "kerasrun 'mlp' #1" in first.ok(FIT_CELL).display
+    assert "kerasrun 'mlp' #2" in first.ok(FIT_CELL).display
+    first.close()  # a restart: the kernel is shut down and a new process takes its place
+
+    second = start_kernel()
+    second.ok("%load_ext keras_nbguard")
+    earlier = second.runs()
+    assert [(r["label"], r["number"], r["status"]) for r in earlier] == [("mlp", 1, "ok"),
+                                                                        ("mlp", 2, "ok")]
+    assert {r["kernel"] for r in earlier} == {first.kernel_id}
+    assert {r["notebook"] for r in earlier} == {NOTEBOOK}
+    assert second.runs("this_kernel=True") == []
+    # numbering continues from the store; the body needn't fit again for that
+    assert "kerasrun 'mlp' #3" in second.ok("%%kerasrun --label mlp\nz = 1\n").display
+    assert [r["number"] for r in second.runs("'mlp'")] == [1, 2, 3]
+    mine = second.runs("this_kernel=True")
+    assert [(r["number"], r["kernel"]) for r in mine] == [(3, second.kernel_id)]
+
+
+def test_a_killed_kernels_run_is_reported_by_the_next_kernel(start_kernel: StartKernel,
+                                                             history_database: Path) -> None:
+    first = start_kernel()
+    first.ok("%load_ext keras_nbguard")
+    first.kc.execute(LONG_FIT_CELL)  # not waited for: it is still fitting when killed
+    run_id, _, number, pid, started_at, _, _ = wait_for_samples(history_database, "big", first)
+    assert pid == first.pid  # the row names the kernel process itself
+    kill_unreaped(pid)
+
+    second = start_kernel()
+    loaded = second.ok("%load_ext keras_nbguard").text
+    with read_only(history_database) as conn:
+        status, updated_at, last_rss, samples = conn.execute(
+            "SELECT status, updated_at, last_rss, (SELECT count(*) FROM samples WHERE run_id = "
+            "runs.id) FROM runs WHERE id = ?", (run_id,)).fetchone()
+    assert status == "died" and last_rss and samples >= 5
+    assert f"run 'big' #{number} died" in loaded
+    assert f"pid {pid}" in loaded
+    assert updated_at - started_at >= 1.0  # the row was flushed while the fit went on
+    assert f"{fmt_seconds(updated_at - started_at)} into the run" in loaded
+    assert f"last RSS seen {fmt_bytes(last_rss)}" in loaded
+
+    (died,) = second.runs()
+    assert died["label"] == "big" and died["status"] == "died" and died["number"] == number
+    assert died["kernel"] == first.kernel_id and died["samples"] == samples
+    assert died["rss_after"] == last_rss
+    # shown once: the next load finds nothing left 'running'
+    assert "died" not in second.ok("%reload_ext keras_nbguard").text
+
+
+def test_the_shipped_kernelspec_loads_the_extension_before_user_code(
+        start_kernel: StartKernel) -> None:
+    spec = KernelSpecManager().get_kernel_spec(SPEC)
+    assert spec.display_name == "Python 3 (keras-nbguard)"
+    assert "--ext=keras_nbguard" in spec.argv
+    assert SPEC in KernelSpecManager().find_kernel_specs()
+
+    kernel = start_kernel(kernel_name=SPEC)
+    status = kernel.ok("%nbguard status").display  # the very first cell, no %load_ext
+    # loaded before TensorFlow, so GPU growth went in through the environment
+    assert "TensorFlow not imported yet; TF_FORCE_GPU_ALLOW_GROWTH=true" in status
+    assert kernel.value("[m in __import__('sys').modules for m in ('tensorflow', 'keras')]") == [
+        False, False]
+    assert "kerasrun 'first' #1" in kernel.ok("%%kerasrun --label first\nz = 1\n").display
+    (run,) = kernel.runs()
+    assert run["kernel"] == kernel.kernel_id and run["notebook"] == NOTEBOOK
+
+
+@pytest.mark.parametrize(("config_file", "line"), [
+    ("ipython_kernel_config.py", 'c.IPKernelApp.extensions = ["keras_nbguard"]'),
+    # the base file every IPython app reads, terminal IPython included
+    ("ipython_config.py", 'c.InteractiveShellApp.extensions = ["keras_nbguard"]'),
+])
+def test_ipython_config_opt_in_loads_the_extension_at_kernel_start(
+        start_kernel: StartKernel, tmp_path: Path, config_file: str, line: str) -> None:
+    ipython_dir = tmp_path / "ipython-opt-in"
+    (ipython_dir / "profile_default").mkdir(parents=True)
+    (ipython_dir / "profile_default" / config_file).write_text(line + "\n")
+
+    kernel = start_kernel(ipython_dir=ipython_dir)  # the plain python3 kernel
+    status = kernel.ok("%nbguard status").display
+    assert "TensorFlow not imported yet; TF_FORCE_GPU_ALLOW_GROWTH=true" in status
+    assert kernel.value("'tensorflow' in __import__('sys').modules") is False
+    assert "kerasrun 'first' #1" in kernel.ok("%%kerasrun --label first\nz = 1\n").display
+
+
+def test_a_kernelspec_kernel_after_a_kill_shows_the_died_run_in_its_first_cell(
+        start_kernel: StartKernel, history_database: Path) -> None:
+    first = start_kernel(kernel_name=SPEC)
+    first.kc.execute("%%kerasrun --label big\nimport time\ntime.sleep(60)\n")
+    pid = wait_for_samples(history_database, "big", first)[3]
+    kill_unreaped(pid)
+    second = start_kernel(kernel_name=SPEC)  # what Jupyter's restarter does after the kill
+    # loaded before any cell existed: said at the top of the first cell, and only there
+    assert "run 'big' #1 died" in second.ok("1 + 1").text
+    assert "died" not in second.ok("2 + 2").text
+    assert second.runs()[0]["status"] == "died"
