@@ -15,7 +15,7 @@ from typing import Any
 from .records import RunRecord
 
 COLUMNS = (
-    "notebook", "kernel_id", "cell_id", "label", "run_number", "status", "started_at",
+    "notebook", "kernel_id", "pid", "cell_id", "label", "run_number", "status", "started_at",
     "wall_seconds", "prepare_seconds", "fit_seconds", "fits", "epochs", "epoch_seconds",
     "rss_before", "rss_after", "rss_peak", "rss_delta", "delta_fit_seconds", "delta_rss_after",
     "gpu_tf_peak", "gpu_tf_current", "gpu_nvml_used", "gpu_nvml_process_used", "gpu_note",
@@ -30,6 +30,7 @@ def run_row(record: RunRecord) -> dict[str, Any]:
     return {
         "notebook": record.notebook,
         "kernel_id": record.kernel_id,
+        "pid": record.pid,
         "cell_id": record.cell_id,
         "label": record.label,
         "run_number": record.run_number,

@@ -56,6 +56,10 @@ def hover_text(r: RunRecord) -> str:
     return "<br>".join(lines)
 
 
+def _other_process(a: tuple[str, int | None], b: tuple[str, int | None]) -> bool:
+    return a[0] != b[0] or (a[1] is not None and b[1] is not None and a[1] != b[1])
+
+
 def restarts(records: Sequence[RunRecord]) -> list[int]:
     """x positions (1-based) where the history starts again: a new kernel, or a label's run
     number went back (the history was reset)."""
@@ -63,9 +67,12 @@ def restarts(records: Sequence[RunRecord]) -> list[int]:
     found = []
     kernel = None
     for x, r in enumerate(records, 1):
-        new_kernel = getattr(r, "kernel_id", None)  # records from a history store have it
+        # a new kernel id, or the same id in a new process ("Restart kernel" keeps the id)
+        kernel_id = getattr(r, "kernel_id", None)  # records from a history store have it
+        new_kernel = (kernel_id, getattr(r, "pid", None)) if kernel_id is not None else None
         went_back = r.label in last and r.run_number <= last[r.label]
-        if went_back or (kernel is not None and new_kernel not in (None, kernel)):
+        if went_back or (kernel is not None and new_kernel is not None
+                         and _other_process(kernel, new_kernel)):
             found.append(x)
         last[r.label], kernel = r.run_number, new_kernel or kernel
     return found

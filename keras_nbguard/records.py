@@ -97,6 +97,8 @@ class RunRecord:
     notebook: str | None = None
     cell_id: str | None = None
     kernel_id: str | None = None
+    # the kernel's process: "Restart kernel" in Jupyter keeps the kernel id, not the process
+    pid: int | None = None
     deep_clean: CleanReport | None = None  # what the clean before this run reclaimed
 
     # -- derived figures ---------------------------------------------------------------------

@@ -39,7 +39,9 @@ class Session:
         self.sample_hz = sample_hz
         self._warned: set[str] = set()
         self.history: list[RunRecord] = []  # this kernel's runs
-        self.earlier: list[RunRecord] = []  # this notebook's runs in earlier kernels (the store)
+        # this notebook's runs before this session: earlier kernels', and this process's before a
+        # %reload_ext (the store)
+        self.earlier: list[RunRecord] = []
         self.current: Run | None = None
         self.shell = shell  # the IPython shell when loaded as an extension
         self.notebook = notebook_key(shell)
@@ -69,8 +71,9 @@ class Session:
     def _load_earlier_runs(self, store: Store) -> None:
         try:
             self.died = store.mark_dead_runs(process_alive, self.notebook)
-            self.earlier = [r for r in store.runs(notebook=self.notebook)
-                            if r.kernel_id != self.kernel_id]
+            # Everything stored is earlier: this session has no run yet. (Not filtered by kernel
+            # id: Jupyter's "Restart kernel" keeps the id, and the runs before it are history.)
+            self.earlier = store.runs(notebook=self.notebook)
         except Exception as exc:  # a broken store never stops a kernel
             self.warn_once(f"run history could not be read: {type(exc).__name__}: {exc}")
 
@@ -119,7 +122,7 @@ class Session:
             raise RuntimeError(f"keras_nbguard: run {self.current.label!r} is still going; "
                                f"tracked runs can't be nested")
         previous = self.last_run(label)
-        key = RunKey(self.notebook, cell_id, self.kernel_id, 0, 0.0)
+        key = RunKey(self.notebook, cell_id, self.kernel_id, os.getpid(), process_started())
         run = Run(self, label, (previous.run_number + 1) if previous else 1, options, key)
         with self._lock:
             self.current = run
@@ -200,8 +203,7 @@ class Session:
         if self.store is None:
             return
         try:
-            key = dataclasses.replace(run.key, pid=os.getpid(), pid_started=process_started())
-            self.store.run_started(run.id, key, run.label, run.run_number, run.started_at, None)
+            self.store.run_started(run.id, run.key, run.label, run.run_number, run.started_at, None)
             run.feed = RunFeed(self.store, run.id)
             run.sampler.listeners.append(run.feed.on_sample)
             run.fit_timer.epoch_listeners.append(run.feed.on_epoch)

@@ -277,15 +277,16 @@ class Store:
             where.append("kernel_id = ?")
             params.append(kernel_id)
         sql = ("SELECT id, notebook, cell_id, label, run_number, kernel_id, started_at, "
-               "updated_at, status, last_rss, record FROM runs"
+               "updated_at, status, last_rss, record, pid FROM runs"
                + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY started_at")
         return [self._record(row) for row in self._rows(sql, tuple(params))
                 if row[8] != "running" or row[5] == kernel_id]
 
     def _record(self, row: tuple[Any, ...]) -> RunRecord:
-        run_id, notebook, cell_id, label, number, kernel, started, updated, status, rss, data = row
+        (run_id, notebook, cell_id, label, number, kernel, started, updated, status, rss, data,
+         pid) = row
         if data:
-            return RunRecord.from_dict(json.loads(data))
+            return RunRecord.from_dict({"pid": pid, **json.loads(data)})
         samples = self._rows("SELECT t, rss FROM samples WHERE run_id = ? ORDER BY t", (run_id,))
         return RunRecord(
             label=label, status=status, started_at=started, wall_seconds=updated - started,
@@ -293,7 +294,7 @@ class Store:
             rss_after=rss, rss_peak=max((s[1] for s in samples), default=rss),
             gpu=_no_gpu(status), cleared=False, traces=None, run_number=number,
             rss_samples=tuple((t, r) for t, r in samples), notebook=notebook, cell_id=cell_id,
-            kernel_id=kernel)
+            kernel_id=kernel, pid=pid)
 
     def mark_dead_runs(self, alive: Callable[[int, float], bool],
                        notebook: str | None = None) -> list[DiedRun]:

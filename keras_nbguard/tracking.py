@@ -147,6 +147,7 @@ class Run:
             notebook=self.key.notebook if self.key else None,
             cell_id=self.key.cell_id if self.key else None,
             kernel_id=self.key.kernel_id if self.key else None,
+            pid=self.key.pid if self.key else None,
             deep_clean=self._clean,
         )
         return self.record

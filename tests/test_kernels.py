@@ -224,6 +224,22 @@ def test_runs_survive_a_kernel_restart_and_numbers_continue(start_kernel: StartK
     assert [(r["number"], r["kernel"]) for r in mine] == [(3, second.kernel_id)]
 
 
+def test_jupyters_restart_keeps_the_kernel_id_and_the_history(start_kernel: StartKernel) -> None:
+    # "Restart kernel" in Jupyter: a new process under the same kernel id and connection file
+    kernel = start_kernel(kernel_name=SPEC)
+    assert "kerasrun 'mlp' #1" in kernel.ok("%%kerasrun --label mlp\nz = 1\n").display
+    before = kernel.pid
+    kernel.km.restart_kernel(now=True)
+    kernel.kc.wait_for_ready(timeout=STARTUP_TIMEOUT)
+    assert kernel.pid != before
+    assert "kerasrun 'mlp' #2" in kernel.ok("%%kerasrun --label mlp\nz = 1\n").display
+    assert [r["number"] for r in kernel.runs()] == [1, 2]
+    assert [r["number"] for r in kernel.runs("this_kernel=True")] == [2]
+    # the dashboard (and the history page) mark the restart between the two runs
+    assert kernel.value("__import__('keras_nbguard.figures').figures.restarts("
+                        "__import__('keras_nbguard').runs())") == [2]
+
+
 def test_a_killed_kernels_run_is_reported_by_the_next_kernel(start_kernel: StartKernel,
                                                              history_database: Path) -> None:
     first = start_kernel()
