@@ -283,18 +283,11 @@ class Store:
                 if row[8] != "running" or row[5] == kernel_id]
 
     def _record(self, row: tuple[Any, ...]) -> RunRecord:
-        (run_id, notebook, cell_id, label, number, kernel, started, updated, status, rss, data,
-         pid) = row
+        run_id, status, data, pid = row[0], row[8], row[10], row[11]
         if data:
             return RunRecord.from_dict({"pid": pid, **json.loads(data)})
         samples = self._rows("SELECT t, rss FROM samples WHERE run_id = ? ORDER BY t", (run_id,))
-        return RunRecord(
-            label=label, status=status, started_at=started, wall_seconds=updated - started,
-            fit_seconds=None, fits=(), rss_before=samples[0][1] if samples else None,
-            rss_after=rss, rss_peak=max((s[1] for s in samples), default=rss),
-            gpu=_no_gpu(status), cleared=False, traces=None, run_number=number,
-            rss_samples=tuple((t, r) for t, r in samples), notebook=notebook, cell_id=cell_id,
-            kernel_id=kernel, pid=pid)
+        return unfinished_record((*row[1:10], pid), status, samples)
 
     def mark_dead_runs(self, alive: Callable[[int, float], bool],
                        notebook: str | None = None) -> list[DiedRun]:
@@ -356,10 +349,22 @@ class NewerDatabase(sqlite3.DatabaseError):
     """The file was written by a newer keras_nbguard: refuse it rather than damage it."""
 
 
-def _no_gpu(status: str) -> Any:
+def unfinished_record(row: tuple[Any, ...], status: str,
+                      samples: list[tuple[float, int]]) -> RunRecord:
+    """What the rows written during a run that never finished tell (it is running, or died).
+
+    ``row``: notebook, cell_id, label, run_number, kernel_id, started_at, updated_at, status (in
+    the database), last_rss, pid; ``status``: the one to show."""
     from .records import GpuReading
 
-    return GpuReading(reason=f"not recorded: the run {status}")
+    notebook, cell_id, label, number, kernel, started, updated, _, rss, pid = row
+    return RunRecord(
+        label=label, status=status, started_at=started, wall_seconds=updated - started,
+        fit_seconds=None, fits=(), rss_before=samples[0][1] if samples else None,
+        rss_after=rss, rss_peak=max((s[1] for s in samples), default=rss),
+        gpu=GpuReading(reason=f"not recorded: the run {status}"), cleared=False, traces=None,
+        run_number=number, rss_samples=tuple((t, r) for t, r in samples), notebook=notebook,
+        cell_id=cell_id, kernel_id=kernel, pid=pid)
 
 
 def process_alive(pid: int, started: float) -> bool:

@@ -1,0 +1,113 @@
+"""Tornado handlers: the history page, its JSON API and the plotly.js it draws with.
+
+Every route goes through the Jupyter server's own login (``@web.authenticated``) and authorizer
+(``@authorized`` on the "keras_nbguard" resource): no route answers without the server's token or
+cookie. Each request reads the database afresh (read-only), so the page is as new as the last
+write of any kernel; a missing or unreadable file is a message, never a 500.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler, JupyterHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+from .history import StoredRun, Unreadable, by_notebook, notebook_summary, read_runs
+from .page import render
+
+RESOURCE = "keras_nbguard"
+SETTING = "keras_nbguard_db"  # web_app.settings key: a callable giving the database path
+
+
+class HistoryMixin:
+    """What the page and the API share: where the database is and reading it without raising."""
+
+    auth_resource = RESOURCE
+    settings: dict[str, Any]
+    log: Any
+
+    @property
+    def db_path(self) -> str:
+        return str(self.settings[SETTING]())
+
+    def read(self, notebook: str | None = None) -> tuple[list[StoredRun], str | None]:
+        """The runs and, when they could not be read, why (the page shows it)."""
+        try:
+            return read_runs(self.db_path, notebook), None
+        except Unreadable as exc:
+            return [], str(exc)
+        except Exception as exc:  # a bug of ours must not take the page down
+            self.log.exception("keras_nbguard: reading the run history failed")
+            return [], f"The run history could not be read ({type(exc).__name__}: {exc})."
+
+
+class PageHandler(HistoryMixin, JupyterHandler):
+    @web.authenticated
+    @authorized
+    def get(self) -> None:
+        runs, message = self.read()
+        plotly = url_path_join(self.base_url, "keras-nbguard", "static", "plotly.min.js")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(render(by_notebook(runs), db=self.db_path, message=message,
+                           plotly_url=f"{plotly}?v={plotly_version()}"))
+
+
+class NotebooksHandler(HistoryMixin, APIHandler):
+    @web.authenticated
+    @authorized
+    def get(self) -> None:
+        runs, message = self.read()
+        notebooks = [notebook_summary(name, group) for name, group in by_notebook(runs).items()]
+        self.finish(json.dumps({"db": self.db_path, "message": message,
+                                "notebooks": notebooks}))
+
+
+class RunsHandler(HistoryMixin, APIHandler):
+    @web.authenticated
+    @authorized
+    def get(self) -> None:
+        notebook = self.get_query_argument("notebook", None)  # None: every notebook
+        samples = self.get_query_argument("samples", "0") not in ("0", "", "false")
+        runs, message = self.read(notebook)
+        self.finish(json.dumps({"db": self.db_path, "message": message, "notebook": notebook,
+                                "runs": [r.to_dict(samples) for r in runs]}))
+
+
+class PlotlyHandler(HistoryMixin, JupyterHandler):
+    """plotly.js from the installed plotly package: the page works offline, no CDN."""
+
+    @web.authenticated
+    @authorized
+    def get(self) -> None:
+        self.set_header("Content-Type", "application/javascript; charset=utf-8")
+        # the URL carries plotly's version, so a browser may keep it
+        self.set_header("Cache-Control", "private, max-age=604800")
+        self.finish(plotly_js())
+
+
+@cache
+def plotly_js() -> bytes:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs().encode("utf-8")
+
+
+@cache
+def plotly_version() -> str:
+    from importlib.metadata import version
+
+    return version("plotly")
+
+
+def routes(base_url: str) -> list[tuple[str, type[web.RequestHandler]]]:
+    def at(*parts: str) -> str:
+        return url_path_join(base_url, "keras-nbguard", *parts)
+
+    return [(at("?"), PageHandler),  # with or without the trailing slash
+            (at("api", "notebooks"), NotebooksHandler), (at("api", "runs"), RunsHandler),
+            (at("static", "plotly.min.js"), PlotlyHandler)]
