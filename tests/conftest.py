@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -49,3 +51,46 @@ def keras_shell(shell):
 def run(shell, source: str):
     """Run a cell, returning IPython's ExecutionResult."""
     return shell.run_cell(source, store_history=True)
+
+
+# -- a bare shell with tiny models, for the leak finder and free() (test_probes, test_freeing) ----
+TINY = """
+import functools, sys, types
+import numpy as np
+import keras
+x = np.zeros((16, 4), "float32")
+y = np.zeros((16, 1), "float32")
+def tiny(name):
+    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2), keras.layers.Dense(1)],
+                         name=name)
+    m.compile("adam", "mse")
+    return m
+"""
+
+
+def clear_tracebacks() -> None:
+    """Also IPython's own copy: ``%reset`` leaves InteractiveTB.tb (and its frames) alive."""
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            delattr(sys, name)
+    InteractiveShell.instance().InteractiveTB.tb = None
+
+
+def fresh_shell() -> InteractiveShell:
+    """The real InteractiveShell, emptied (no extension loaded), with ``tiny(name)``, x and y."""
+    shell = InteractiveShell.instance()
+    shell.reset(new_session=False)
+    clear_tracebacks()
+    gc.collect()
+    assert run(shell, TINY).success
+    return shell
+
+
+@pytest.fixture
+def ip():
+    """``fresh_shell()``, emptied again afterwards so no model outlives the test."""
+    shell = fresh_shell()
+    yield shell
+    shell.reset(new_session=False)
+    clear_tracebacks()
+    sys.modules.pop("usermod", None)  # the module test_probes' HOLDERS registers

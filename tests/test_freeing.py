@@ -6,20 +6,10 @@ import sys
 import weakref
 
 import psutil
-import pytest
 from conftest import run
-from test_probes import clear_tracebacks, fresh_shell
 
 from keras_nbguard.freeing import free
 from keras_nbguard.probes import ModelRegistry
-
-
-@pytest.fixture
-def ip():
-    shell = fresh_shell()
-    yield shell
-    shell.reset(new_session=False)
-    clear_tracebacks()
 
 
 def made_by_runs(shell, *runs: tuple[str, int, list[str]]) -> ModelRegistry:

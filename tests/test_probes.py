@@ -9,23 +9,9 @@ import sys
 import weakref
 
 import pytest
-from conftest import run
-from IPython.core.interactiveshell import InteractiveShell
+from conftest import clear_tracebacks, fresh_shell, run
 
 from keras_nbguard.probes import CreationWatch, Leak, LeakReport, ModelRegistry, find_leaks
-
-TINY = """
-import functools, sys, types
-import numpy as np
-import keras
-x = np.zeros((16, 4), "float32")
-y = np.zeros((16, 1), "float32")
-def tiny(name):
-    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2), keras.layers.Dense(1)],
-                         name=name)
-    m.compile("adam", "mse")
-    return m
-"""
 
 # Every way a notebook holds a model, each in its own name; built once, probed once.
 HOLDERS = """
@@ -94,32 +80,6 @@ EXPECTED = {
     "module_attr": "usermod.model",
     "opaque": "opaque.<?>",
 }
-
-
-def clear_tracebacks() -> None:
-    """Also IPython's own copy: ``%reset`` leaves InteractiveTB.tb (and its frames) alive."""
-    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
-        if hasattr(sys, name):
-            delattr(sys, name)
-    InteractiveShell.instance().InteractiveTB.tb = None
-
-
-def fresh_shell() -> InteractiveShell:
-    shell = InteractiveShell.instance()
-    shell.reset(new_session=False)
-    clear_tracebacks()
-    gc.collect()
-    assert run(shell, TINY).success
-    return shell
-
-
-@pytest.fixture
-def ip():
-    shell = fresh_shell()
-    yield shell
-    shell.reset(new_session=False)
-    clear_tracebacks()
-    sys.modules.pop("usermod", None)
 
 
 def by_name(report: LeakReport, name: str) -> Leak:

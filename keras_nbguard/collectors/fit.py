@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from ..patching import AttributePatch, PatchOnImport
 from ..records import FitRecord
-from .imports import ImportWatch, when_imported
 
 MODEL_MODULE = "keras.src.models.model"
 KERAS_DEFAULT_BATCH_SIZE = 32
@@ -49,30 +49,18 @@ class FitTimer:
         self.fits: list[FitRecord] = []
         self.models: list[weakref.ref[Any]] = []  # every model fit in this run, weakly
         self.epoch_listeners: list[EpochListener] = []
-        self._patched: tuple[type, Any, bool] | None = None
-        self._watch: ImportWatch | None = None
+        self._scope = PatchOnImport(MODEL_MODULE)
 
     # -- the scoped patch ------------------------------------------------------------------------
     def install(self) -> None:
-        self._watch = when_imported(MODEL_MODULE, self._patch)
+        self._scope.install(self._patch)
 
     def uninstall(self) -> None:
-        if self._watch is not None:
-            self._watch.close()
-            self._watch = None
-        if self._patched is not None:
-            model_class, original, had_own = self._patched
-            if had_own:
-                model_class.fit = original
-            else:
-                del model_class.fit
-            self._patched = None
+        self._scope.uninstall()
 
-    def _patch(self, module: ModuleType) -> None:
+    def _patch(self, module: ModuleType) -> AttributePatch:
         model_class = module.Model
-        had_own = "fit" in model_class.__dict__
-        original = model_class.__dict__["fit"] if had_own else model_class.fit
-        self._patched = (model_class, original, had_own)
+        original = model_class.fit  # as looked up: Keras defines it on a base class
         signature = _signature(original)
         timer = self
 
@@ -81,7 +69,7 @@ class FitTimer:
             __tracebackhide__ = True
             return timer._timed_fit(original, signature, model, args, kwargs)
 
-        model_class.fit = fit
+        return AttributePatch(model_class, "fit", fit)
 
     # -- one fit ---------------------------------------------------------------------------------
     def _timed_fit(self, original: Callable[..., Any], signature: inspect.Signature, model: Any,

@@ -9,7 +9,7 @@ import functools
 from types import ModuleType
 from typing import Any
 
-from .imports import ImportWatch, when_imported
+from ..patching import AttributePatch, PatchOnImport
 
 TRACING_MODULE = "tensorflow.python.eager.polymorphic_function.tracing_compilation"
 TRACE_FUNCTION = "_create_concrete_function"
@@ -28,27 +28,20 @@ class TraceCounter:
         self.dataset_count: int | None = 0
         self.reason: str | None = None
         self._depth = 0
-        self._patched: tuple[ModuleType, Any] | None = None
-        self._watch: ImportWatch | None = None
+        self._scope = PatchOnImport(TRACING_MODULE)
 
     def install(self) -> None:
-        self._watch = when_imported(TRACING_MODULE, self._patch)
+        self._scope.install(self._patch)
 
     def uninstall(self) -> None:
-        if self._watch is not None:
-            self._watch.close()
-            self._watch = None
-        if self._patched is not None:
-            module, original = self._patched
-            setattr(module, TRACE_FUNCTION, original)
-            self._patched = None
+        self._scope.uninstall()
 
-    def _patch(self, module: ModuleType) -> None:
+    def _patch(self, module: ModuleType) -> AttributePatch | None:
         original = getattr(module, TRACE_FUNCTION, None)
         if original is None:
             self.count = self.dataset_count = None
             self.reason = "this TensorFlow version has no trace hook we know"
-            return
+            return None
         counter = self
 
         @functools.wraps(original)
@@ -62,8 +55,7 @@ class TraceCounter:
             finally:
                 counter._depth -= 1
 
-        self._patched = (module, original)
-        setattr(module, TRACE_FUNCTION, traced)
+        return AttributePatch(module, TRACE_FUNCTION, traced)
 
     def _count(self, tracing_options: Any) -> None:
         if self.count is None or self.dataset_count is None:

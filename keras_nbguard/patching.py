@@ -1,0 +1,57 @@
+"""Scoped, reversible patches: wrap an attribute while a run is tracked, put it back afterwards.
+
+Restoring means putting back exactly what the owner itself held — the raw ``staticmethod`` or
+``classmethod`` object from its ``__dict__``, not what a lookup returns — or deleting our
+replacement when the attribute was inherited, so the class is left as if never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from .collectors.imports import ImportWatch, when_imported
+
+_MISSING = object()
+
+
+class AttributePatch:
+    """``owner.name`` replaced by ``replacement`` from construction until ``restore()``."""
+
+    def __init__(self, owner: Any, name: str, replacement: Any) -> None:
+        self.owner, self.name = owner, name
+        # vars(), not getattr(): a lookup would unwrap descriptors and see inherited attributes.
+        self._saved = vars(owner).get(name, _MISSING)
+        setattr(owner, name, replacement)
+
+    def restore(self) -> None:
+        if self._saved is _MISSING:
+            delattr(self.owner, self.name)  # inherited: the base class's one shows through again
+        else:
+            setattr(self.owner, self.name, self._saved)
+
+
+class PatchOnImport:
+    """A patch applied to a module as soon as it is imported (at once if it already is) and undone
+    by ``uninstall()``; ``apply(module)`` makes it and returns it, or None when it cannot."""
+
+    def __init__(self, module_name: str) -> None:
+        self.module_name = module_name
+        self._patch: AttributePatch | None = None
+        self._watch: ImportWatch | None = None
+
+    def install(self, apply: Callable[[ModuleType], AttributePatch | None]) -> None:
+        # ``apply`` is held only by the import watch, so nothing outlives uninstall().
+        def on_import(module: ModuleType) -> None:
+            self._patch = apply(module)
+
+        self._watch = when_imported(self.module_name, on_import)
+
+    def uninstall(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        if self._patch is not None:
+            self._patch.restore()
+            self._patch = None

@@ -1,0 +1,84 @@
+"""What is the user's and what is a framework's, told without importing Keras, TF or IPython:
+``sys.modules`` says whether they are loaded, an object's ``__module__`` whose it is."""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+MODEL_MODULE = "keras.src.models.model"
+CALLBACK_MODULE = "keras.src.callbacks.callback"
+# Objects of these packages are framework internals: chains through them are not followed (it
+# keeps the walk short). Keras callbacks (History included) are the exception: users hold those.
+FRAMEWORKS = frozenset({
+    "keras", "tensorflow", "tf_keras", "tensorboard", "jax", "jaxlib", "torch", "optree", "tree",
+    "absl", "h5py", "ml_dtypes", "google", "wrapt", "IPython", "ipykernel", "traitlets", "zmq",
+    "tornado", "jupyter_client", "executing", "stack_data", "keras_nbguard",
+})
+CONTAINERS = (dict, list, tuple, set, frozenset)
+_FOLLOWED = frozenset({"ExecutionResult"})  # framework objects that hold user results
+
+
+def model_class() -> type | None:
+    """Keras' Model class if Keras is imported (never imports it)."""
+    return getattr(sys.modules.get(MODEL_MODULE), "Model", None)
+
+
+def callback_class() -> type | None:
+    """Keras' Callback class if Keras is imported (never imports it)."""
+    return getattr(sys.modules.get(CALLBACK_MODULE), "Callback", None)
+
+
+def current_shell() -> Any:
+    """The running IPython shell, if IPython is imported and has one (never imports IPython)."""
+    get = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    return get() if get is not None else None
+
+
+def worth_following(obj: Any, callback: type | None) -> bool:
+    """Whether to keep walking up from ``obj`` (no: framework internals, modules)."""
+    if issubclass(type(obj), (*CONTAINERS, types.CellType, types.MethodType, types.FrameType,
+                              types.TracebackType, BaseException)):
+        return True  # by type: a proxy (TF's _DictWrapper) also claims to be a dict
+    if isinstance(obj, types.ModuleType):
+        return False
+    if isinstance(obj, types.FunctionType):
+        return package_of(obj) not in FRAMEWORKS
+    if (callback is not None and isinstance(obj, callback)) or type(obj).__name__ in _FOLLOWED:
+        return True
+    return package_of(obj if isinstance(obj, type) else type(obj)) not in FRAMEWORKS
+
+
+def package_of(obj: Any) -> str:
+    """The top-level package ``obj`` was defined in ("" when it does not say)."""
+    module = getattr(obj, "__module__", None)
+    return module.partition(".")[0] if isinstance(module, str) else ""
+
+
+def is_keras_nesting(outer: Any, name: Any) -> bool:
+    """A link Keras made (``Sequential._functional``, ``Model._layers``), not the user's own."""
+    if not isinstance(name, str) or not name.startswith("_"):
+        return False
+    return (package_of(type(outer)) in FRAMEWORKS or name in ("_layers", "_functional")
+            or name.startswith("_self_"))
+
+
+def all_subclasses(cls: type) -> list[type]:
+    """``cls`` and every class below it, each once."""
+    out: list[type] = []
+    todo = [cls]
+    while todo:
+        c = todo.pop()
+        if c not in out:
+            out.append(c)
+            todo.extend(type.__subclasses__(c))
+    return out
+
+
+def instance_dict(obj: Any) -> Any:
+    """``obj.__dict__`` without running a ``__getattr__`` of the object's own; None if none."""
+    try:
+        return object.__getattribute__(obj, "__dict__")
+    except Exception:
+        return None

@@ -1,0 +1,112 @@
+"""Which tracked run made each Keras model, by weak reference only, and the watch that sees every
+model a run builds (also those it never fits)."""
+
+from __future__ import annotations
+
+import types
+import weakref
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from ..patching import AttributePatch, PatchOnImport
+from .frameworks import MODEL_MODULE
+
+
+class RunRef(NamedTuple):
+    """A tracked run: its label and number."""
+
+    label: str
+    run_number: int
+
+
+class _Ref(weakref.ref):  # type: ignore[type-arg]
+    """A weak reference that also carries its model's runs (slots: no dict per model)."""
+
+    __slots__ = ("created", "key", "last")
+
+
+class ModelRegistry:
+    """Which run made each model, by weak reference only: a model dies whenever the user lets go.
+
+    A run hands over, when it ends, the models it fit (``FitTimer.models``) and those it built
+    (``CreationWatch.models``): the first run to hand a model over made it, the latest used it.
+    """
+
+    def __init__(self) -> None:
+        self._refs: dict[int, _Ref] = {}
+        self.latest: dict[str, int] = {}  # label -> latest run number seen
+
+    def note_run(self, label: str, run_number: int, models: Iterable[Any] = ()) -> int:
+        """Record the end of a run; ``models`` are models or weak references to them. Returns
+        how many of them this run created (seen for the first time)."""
+        self.latest[label] = max(self.latest.get(label, 0), run_number)
+        run = RunRef(label, run_number)
+        created = 0
+        for item in models:
+            model = item() if isinstance(item, weakref.ref) else item
+            if model is None:
+                continue
+            ref = self._ref(model)
+            if ref is None:
+                ref = _Ref(model, self._forget)
+                ref.key, ref.created = id(model), run
+                self._refs[ref.key] = ref
+                created += 1
+            ref.last = run
+        return created
+
+    def origin(self, model: Any) -> RunRef | None:
+        """The run that created ``model`` (label, run number); None if no run we know of."""
+        ref = self._ref(model)
+        return None if ref is None else ref.created
+
+    def last_run(self, model: Any) -> RunRef | None:
+        """The latest run that created or fit ``model``."""
+        ref = self._ref(model)
+        return None if ref is None else ref.last
+
+    def live(self) -> list[Any]:
+        """The known models still alive (strong references: drop the list soon)."""
+        return [m for m in (r() for r in list(self._refs.values())) if m is not None]
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+    def _ref(self, model: Any) -> _Ref | None:
+        ref = self._refs.get(id(model))
+        return ref if ref is not None and ref() is model else None
+
+    def _forget(self, ref: _Ref) -> None:
+        if self._refs.get(ref.key) is ref:
+            del self._refs[ref.key]
+
+
+class CreationWatch:
+    """While installed, every Keras model built is remembered weakly: a scoped, reversible patch
+    of ``Model.__new__`` (every model class goes through it), so that models a run built but never
+    fit are attributed to it too. Costs one weak reference per model built."""
+
+    def __init__(self) -> None:
+        self.models: list[weakref.ref[Any]] = []
+        self._scope = PatchOnImport(MODEL_MODULE)
+
+    def install(self) -> None:
+        self._scope.install(self._patch)
+
+    def uninstall(self) -> None:
+        self._scope.uninstall()
+
+    def _patch(self, module: types.ModuleType) -> AttributePatch:
+        cls = module.Model
+        original = cls.__dict__["__new__"]
+        make = original.__func__ if isinstance(original, staticmethod) else original
+        seen = self.models
+
+        def __new__(klass: type, *args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
+            obj = make(klass, *args, **kwargs)
+            if not seen or seen[-1]() is not obj:  # Model(inputs, outputs) comes through twice
+                seen.append(weakref.ref(obj))
+            return obj
+
+        return AttributePatch(cls, "__new__", staticmethod(__new__))
