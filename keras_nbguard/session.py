@@ -6,6 +6,7 @@ import dataclasses
 import os
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -39,9 +40,10 @@ class Session:
         self.sample_hz = sample_hz
         self._warned: set[str] = set()
         self.history: list[RunRecord] = []  # this kernel's runs
-        # this notebook's runs before this session: earlier kernels', and this process's before a
-        # %reload_ext (the store)
-        self.earlier: list[RunRecord] = []
+        # this notebook's runs before this session (earlier kernels', and this process's before a
+        # %reload_ext), read from the store on first use: see ``earlier``
+        self._earlier: list[RunRecord] | None = []
+        self._began = time.time()
         self.current: Run | None = None
         self.shell = shell  # the IPython shell when loaded as an extension
         self.notebook = notebook_key(shell)
@@ -71,11 +73,27 @@ class Session:
     def _load_earlier_runs(self, store: Store) -> None:
         try:
             self.died = store.mark_dead_runs(process_alive, self.notebook)
-            # Everything stored is earlier: this session has no run yet. (Not filtered by kernel
-            # id: Jupyter's "Restart kernel" keeps the id, and the runs before it are history.)
-            self.earlier = store.runs(notebook=self.notebook)
         except Exception as exc:  # a broken store never stops a kernel
             self.warn_once(f"run history could not be read: {type(exc).__name__}: {exc}")
+        # Read when first asked for, not at %load_ext: a notebook's history can hold thousands
+        # of runs, and loading must stay cheap. Runs from now on are this session's.
+        self._earlier = None
+        self._began = time.time()
+
+    @property
+    def earlier(self) -> list[RunRecord]:
+        """This notebook's runs before this session, oldest first. Everything stored is earlier,
+        since this session had no run yet when it began (not filtered by kernel id: Jupyter's
+        "Restart kernel" keeps the id, and the runs before it are history)."""
+        if self._earlier is None:
+            self._earlier = []
+            if self.store is not None:
+                try:
+                    self._earlier = self.store.runs(notebook=self.notebook, before=self._began)
+                except Exception as exc:
+                    self.warn_once(f"run history could not be read: {type(exc).__name__}: "
+                                   f"{exc}")
+        return self._earlier
 
     # -- configuration ---------------------------------------------------------------------------
     def configure(self, **changes: Any) -> RunOptions:
@@ -97,7 +115,6 @@ class Session:
             old, self.store = self.store, Store(path, warn=self.warn_once)
         if old is not None:
             old.close()
-        self.earlier = []
         self._load_earlier_runs(self.store)
         return self.store
 
@@ -108,7 +125,17 @@ class Session:
         return [r for r in records if label is None or r.label == label]
 
     def last_run(self, label: str) -> RunRecord | None:
-        for record in reversed(self.earlier + self.history):
+        for record in reversed(self.history):
+            if record.label == label:
+                return record
+        if self._earlier is None and self.store is not None:
+            # before the history is loaded: one query for this label, not the whole notebook
+            try:
+                return self.store.last_run(self.notebook, label, self._began)
+            except Exception as exc:
+                self.warn_once(f"run history could not be read: {type(exc).__name__}: {exc}")
+                return None
+        for record in reversed(self.earlier):
             if record.label == label:
                 return record
         return None
@@ -249,7 +276,7 @@ class Session:
     def _reset_history(self) -> str:
         count = len(self.history) + len(self.earlier)
         self.history.clear()
-        self.earlier.clear()
+        self._earlier = []
         return f"forgot {count} run(s) (the history database keeps them)"
 
     def _notify(self, listeners: list[Callable[[Any], None]], value: Any) -> None:

@@ -38,6 +38,10 @@ CREATE TABLE IF NOT EXISTS samples (run_id TEXT, t REAL, rss INTEGER);
 CREATE INDEX IF NOT EXISTS samples_by_run ON samples (run_id);
 CREATE TABLE IF NOT EXISTS epochs (run_id TEXT, epoch INTEGER, seconds REAL);
 """
+# Not part of the schema's version: an index any reader may lack, added to older files on open.
+LABEL_INDEX = "CREATE INDEX IF NOT EXISTS runs_by_label ON runs (notebook, label, started_at)"
+RUN_COLUMNS = ("SELECT id, notebook, cell_id, label, run_number, kernel_id, started_at, "
+               "updated_at, status, last_rss, record, pid FROM runs")
 # Schema 1 had no cell ids and no per-epoch table.
 MIGRATIONS = {1: "ALTER TABLE runs ADD COLUMN cell_id TEXT;\n"
                  "CREATE TABLE IF NOT EXISTS epochs (run_id TEXT, epoch INTEGER, seconds REAL);"}
@@ -153,6 +157,7 @@ class Store:
                 for statement in SCHEMA.split(";"):
                     if statement.strip():
                         db.execute(statement)
+            db.execute(LABEL_INDEX)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             db.execute("COMMIT")
         except BaseException:
@@ -267,18 +272,31 @@ class Store:
         with self._lock:
             return self.db.execute(sql, params).fetchall()
 
-    def runs(self, notebook: str | None = None, kernel_id: str | None = None) -> list[RunRecord]:
-        """Records oldest first: of one notebook (all kernels) or one kernel; died runs included."""
-        where, params = [], []
+    def last_run(self, notebook: str, label: str, before: float) -> RunRecord | None:
+        """The newest finished or died run of ``label`` in ``notebook`` started before
+        ``before`` (runs still going don't count), or None."""
+        rows = self._rows(f"{RUN_COLUMNS} WHERE notebook = ? AND label = ? AND started_at < ? "
+                          f"AND status != 'running' ORDER BY started_at DESC LIMIT 1",
+                          (notebook, label, before))
+        return self._record(rows[0]) if rows else None
+
+    def runs(self, notebook: str | None = None, kernel_id: str | None = None,
+             before: float | None = None) -> list[RunRecord]:
+        """Records oldest first: of one notebook (all kernels) or one kernel, started before
+        ``before`` if given; died runs included."""
+        where: list[str] = []
+        params: list[Any] = []
+        if before is not None:
+            where.append("started_at < ?")
+            params.append(before)
         if notebook is not None:
             where.append("notebook = ?")
             params.append(notebook)
         if kernel_id is not None:
             where.append("kernel_id = ?")
             params.append(kernel_id)
-        sql = ("SELECT id, notebook, cell_id, label, run_number, kernel_id, started_at, "
-               "updated_at, status, last_rss, record, pid FROM runs"
-               + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY started_at")
+        sql = (RUN_COLUMNS + (" WHERE " + " AND ".join(where) if where else "")
+               + " ORDER BY started_at")
         return [self._record(row) for row in self._rows(sql, tuple(params))
                 if row[8] != "running" or row[5] == kernel_id]
 
