@@ -9,15 +9,23 @@ import uuid
 from functools import cache
 from typing import Any
 
+UNNAMED_KERNEL = "<kernel without a notebook path>"
+LAUNCHERS = ("ipykernel_launcher.py", os.path.join("ipykernel", "__main__.py"))
+
 
 def notebook_key(shell: Any = None) -> str:
-    """The notebook's path as Jupyter names the session, else the script, else "<interactive>"."""
+    """The notebook's path as Jupyter names the session, else the script, else "<interactive>".
+
+    A kernel started without a session name (nbconvert, papermill, a bare jupyter_client) is
+    keyed as such, not by the path of ipykernel's launcher, which says nothing to a reader."""
     if os.environ.get("JPY_SESSION_NAME"):
         return os.environ["JPY_SESSION_NAME"]
     session = getattr(shell, "user_ns", {}).get("__session__") if shell is not None else None
     if session:
         return str(session)
     script = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c") else None
+    if script and script.endswith(LAUNCHERS):
+        return UNNAMED_KERNEL
     return os.path.abspath(script) if script else "<interactive>"
 
 
