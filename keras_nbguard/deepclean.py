@@ -98,6 +98,8 @@ class DeepClean:
             if names is None:
                 return
             added = names - (mark or frozenset()) - self._baseline
+            if not added:  # the common re-run that traced nothing new
+                return
             ours = self._library_entries(added)
             self.protected += len(added) - len(ours)
             if ours:

@@ -136,7 +136,8 @@ class KerasMagics(Magics):
                 return run_cell_body(self.shell, f"%%kerasrun {line}".rstrip(), cell)
         finally:
             if run is not None and run.record is not None and not options.quiet:
-                display(run.record)
+                # a ready bundle: IPython needn't ask the record for each of its formats
+                display(run.record.summary_bundle(), raw=True)
 
     @magic_arguments()
     @argument("command", choices=SUBCOMMANDS,

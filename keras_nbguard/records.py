@@ -165,6 +165,10 @@ class RunRecord:
     def title(self) -> str:
         return f"kerasrun {self.label!r} #{self.run_number}"
 
+    def summary_text(self, rows: list[tuple[str, str]] | None = None) -> str:
+        rows = self.summary_rows() if rows is None else rows
+        return "\n".join([self.title(), *(f"  {name:<12} {value}" for name, value in rows)])
+
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         if cycle:
             p.text(f"RunRecord({self.label!r}, ...)")
@@ -174,12 +178,18 @@ class RunRecord:
             p.break_()
             p.text(f"  {name:<12} {value}")
 
-    def _repr_html_(self) -> str:
+    def summary_bundle(self) -> dict[str, str]:
+        """The summary as a display bundle, built once (the magic shows it after every run)."""
+        rows = self.summary_rows()
+        return {"text/plain": self.summary_text(rows), "text/html": self._repr_html_(rows)}
+
+    def _repr_html_(self, rows: list[tuple[str, str]] | None = None) -> str:
+        rows = self.summary_rows() if rows is None else rows
         colour = {"ok": "#2e7d32", "error": "#c62828", "oom": "#c62828"}.get(self.status, "#ef6c00")
         cells = "".join(
             f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(name)}</th>"
             f"<td style='text-align:left'>{html.escape(value)}</td></tr>"
-            for name, value in self.summary_rows()[1:]
+            for name, value in rows[1:]
         )
         return (
             f"<div class='keras-nbguard-run'><b>{html.escape(self.title())}</b> "

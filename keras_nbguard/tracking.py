@@ -88,7 +88,7 @@ class Run:
             self._rss_before = self.sampler.read_now()
         with self._guard("starting the RSS sampler"):
             self._peak_reset = self._peak.reset()
-            self.sampler.start()
+            self.sampler.start(self._rss_before)
         with self._guard("patching Model.fit"):
             self.fit_timer.install()
         with self._guard("watching model construction"):

@@ -49,3 +49,12 @@ def test_delta_is_unknown_when_either_side_is():
 def test_html_summary_escapes_and_shows_status():
     html = make_record(status="error", error="ValueError: <bad>")._repr_html_()
     assert "&lt;bad&gt;" in html and "error" in html and "<table" in html
+
+
+def test_the_magics_display_bundle_is_the_records_own_reprs():
+    from IPython.lib.pretty import pretty
+
+    record = make_record(warnings=("w",), error="ValueError: <bad>")
+    bundle = record.summary_bundle()
+    assert bundle["text/plain"] == pretty(record)
+    assert bundle["text/html"] == record._repr_html_()

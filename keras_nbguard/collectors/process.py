@@ -119,9 +119,10 @@ class RssSampler:
         """Whether samples are still being taken."""
         return self._started and not self._stopped
 
-    def start(self) -> None:
+    def start(self, first: int | None = None) -> None:
+        """Start sampling; ``first``: an RSS just read, to begin the series with."""
         self._t0 = time.perf_counter()
-        self._take()
+        self._take(first)
         # A bare thread: threading.Thread.start() blocks until the thread is scheduled, which
         # alone costs more than the rest of a run's overhead on a busy machine.
         _thread.start_new_thread(self._loop, ())
@@ -145,8 +146,9 @@ class RssSampler:
         except Exception as exc:  # a broken reader must not kill the run, only the figure
             self.error = f"RSS sampler stopped: {exc!r}"
 
-    def _take(self, flush: bool = False) -> None:
-        rss = self._read()
+    def _take(self, rss: int | None = None, flush: bool = False) -> None:
+        if rss is None:
+            rss = self._read()
         if self.peak is None or rss > self.peak:
             self.peak = rss
         # A kept sample carries the largest value since the last one, so decimation never
