@@ -149,10 +149,31 @@ def bench_fit_throughput(shell) -> None:
           f"{statistics.median(ratios):.3f} (interquartile {q1:.3f}–{q3:.3f}) (goal >= 0.99)")
 
 
+def idle_wakeups_cpu(hz: float, seconds: float) -> float:
+    """CPU share of a thread that only wakes ``hz`` times a second: the floor any sampler pays
+    on this machine, whatever it reads."""
+    import threading
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(1 / hz):
+            pass
+
+    thread = threading.Thread(target=loop, daemon=True)
+    c0, t0 = time.process_time(), time.perf_counter()
+    thread.start()
+    time.sleep(seconds)
+    stop.set()
+    thread.join()
+    return (time.process_time() - c0) / (time.perf_counter() - t0)
+
+
 def bench_sampler_cpu() -> None:
     from keras_nbguard.collectors.process import RssSampler
     seconds = 2 if QUICK else 10
     for hz in (100, 50):
+        print(f"a thread that only wakes {hz} times a second: CPU "
+              f"{idle_wakeups_cpu(hz, seconds):.3%} of one core (this machine's floor)")
         sampler = RssSampler(interval=1 / hz)
         c0, t0 = time.process_time(), time.perf_counter()
         sampler.start()
