@@ -39,6 +39,9 @@ def shell():
     ip.run_line_magic("load_ext", "keras_nbguard")
     yield ip
     ip.run_line_magic("unload_ext", "keras_nbguard")
+    # The instance is shared by every test: names a test leaves (a `history` holding a model)
+    # must not show up in the next test's leak or dashboard checks.
+    ip.reset(new_session=False)
 
 
 @pytest.fixture

@@ -123,10 +123,9 @@ class RssSampler:
         """Start sampling; ``first``: an RSS just read, to begin the series with."""
         self._t0 = time.perf_counter()
         self._take(first)
-        # A bare thread: threading.Thread.start() blocks until the thread is scheduled, which
-        # alone costs more than the rest of a run's overhead on a busy machine.
-        _thread.start_new_thread(self._loop, ())
         self._started = True
+        if not _shared_thread().take_on(self):  # it is sampling another run: a thread of our own
+            _thread.start_new_thread(self._loop, ())
 
     def stop(self) -> None:
         """End sampling (the thread wakes and ends by itself); safe to call twice or unstarted."""
@@ -137,14 +136,20 @@ class RssSampler:
             self._take(flush=True)  # the series always ends with the state at stop
 
     def _loop(self) -> None:
+        while not self._stop.wait(self.interval) and self._sample():
+            pass
+
+    def _sample(self) -> bool:
+        """One sample from the sampling thread; False once sampling has ended."""
         try:
-            while not self._stop.wait(self.interval):
-                with self._lock:
-                    if self._stopped:
-                        return
-                    self._take()
+            with self._lock:
+                if self._stopped:
+                    return False
+                self._take()
+                return True
         except Exception as exc:  # a broken reader must not kill the run, only the figure
             self.error = f"RSS sampler stopped: {exc!r}"
+            return False
 
     def _take(self, rss: int | None = None, flush: bool = False) -> None:
         if rss is None:
@@ -168,3 +173,46 @@ class RssSampler:
             self._keep_every *= 2
         for listener in self.listeners:
             listener(t, kept)
+
+
+class _SamplingThread:
+    """One daemon thread per process that samples whichever RssSampler it was handed, and
+    sleeps in between runs: starting a thread for every run cost more than the rest of a run's
+    bookkeeping."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._wake = threading.Event()
+        self._sampler: RssSampler | None = None
+        _thread.start_new_thread(self._loop, ())
+
+    def take_on(self, sampler: RssSampler) -> bool:
+        """Sample ``sampler`` until it stops; False if another one is still being sampled."""
+        current = self._sampler
+        if current is not None and current.running:
+            return False
+        self._sampler = sampler
+        self._wake.set()
+        return True
+
+    def _loop(self) -> None:
+        while True:
+            sampler = self._sampler
+            if sampler is None or not sampler.running:
+                self._wake.wait()  # a take_on() after this clear() sets it again
+                self._wake.clear()
+                continue
+            # (self._sampler is left as it is: clearing it here could drop one handed over
+            # meanwhile; a stopped one just sends the loop back to waiting)
+            while not sampler._stop.wait(sampler.interval) and sampler._sample():
+                pass
+
+
+_shared: _SamplingThread | None = None
+
+
+def _shared_thread() -> _SamplingThread:
+    global _shared
+    if _shared is None or _shared.pid != os.getpid():  # a forked child has no such thread
+        _shared = _SamplingThread()
+    return _shared
