@@ -149,6 +149,7 @@ class RssSampler:
                 return True
         except Exception as exc:  # a broken reader must not kill the run, only the figure
             self.error = f"RSS sampler stopped: {exc!r}"
+            self._stopped = True  # (the lock is released by now) no retrying a broken reader
             return False
 
     def _take(self, rss: int | None = None, flush: bool = False) -> None:
