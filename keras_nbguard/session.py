@@ -153,7 +153,7 @@ class Session:
         run = Run(self, label, (previous.run_number + 1) if previous else 1, options, key)
         with self._lock:
             self.current = run
-        self._record_start(run)
+        self._feed(run)
         self._notify(self.start_listeners, run)
         try:
             run.start()
@@ -161,6 +161,8 @@ class Session:
             self.current = None
             run.stop(None)
             raise
+        # after start(): the store's writer thread, woken now, can't slow the run's own set-up
+        self._record_start(run)
         return run
 
     def finish(self, run: Run, error: BaseException | None) -> RunRecord | None:
@@ -226,14 +228,20 @@ class Session:
                                containers=containers, latest_runs=self.latest_runs())
 
     # -- the store: written as the run goes --------------------------------------------------------
+    def _feed(self, run: Run) -> None:
+        """Hand the run's samples and epochs to the store as they come."""
+        if self.store is None:
+            return
+        run.feed = RunFeed(self.store, run.id)
+        run.sampler.listeners.append(run.feed.on_sample)
+        run.fit_timer.epoch_listeners.append(run.feed.on_epoch)
+
     def _record_start(self, run: Run) -> None:
         if self.store is None:
             return
         try:
-            self.store.run_started(run.id, run.key, run.label, run.run_number, run.started_at, None)
-            run.feed = RunFeed(self.store, run.id)
-            run.sampler.listeners.append(run.feed.on_sample)
-            run.fit_timer.epoch_listeners.append(run.feed.on_epoch)
+            self.store.run_started(run.id, run.key, run.label, run.run_number, run.started_at,
+                                   run.rss_at_start)
         except Exception as exc:
             self.warn_once(f"run history: the run start was not stored ({exc})")
 

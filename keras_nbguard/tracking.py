@@ -1,16 +1,18 @@
 """One tracked run: prepare, start the collectors, and turn what they saw into a RunRecord.
 
-Our own failures never reach the user's code: each collector step runs under ``_guard``, which turns
-an exception into one warning and a note in the record.
+Our own failures never reach the user's code: each collector step runs under ``_attempt``, which
+turns an exception into one warning and a note in the record.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import outcome
 from .collectors.fit import FitTimer
@@ -25,13 +27,26 @@ if TYPE_CHECKING:
     from .store import RunFeed, RunKey
 
 
+T = TypeVar("T")
+_run_ids: tuple[int, str, itertools.count[int]] | None = None
+
+
+def next_run_id() -> str:
+    """Unique across processes: a random token per process (per pid, so forks differ) and a
+    counter. uuid4() per run reads the OS's random source, a system call each time."""
+    global _run_ids
+    if _run_ids is None or _run_ids[0] != os.getpid():
+        _run_ids = (os.getpid(), uuid.uuid4().hex[:16], itertools.count(1))
+    return f"{_run_ids[1]}-{next(_run_ids[2])}"
+
+
 class Run:
     """A run in progress. After it ends, ``record`` holds the RunRecord and attribute access
     falls through to it, so ``with track("x") as run: ...`` then ``run.fit_seconds`` works."""
 
     def __init__(self, session: Session, label: str, run_number: int, options: RunOptions,
                  key: RunKey | None = None) -> None:
-        self.id = uuid.uuid4().hex
+        self.id = next_run_id()
         self.key = key
         self.feed: RunFeed | None = None
         self.session = session
@@ -59,6 +74,11 @@ class Run:
         self._t0 = time.perf_counter()
 
     @property
+    def rss_at_start(self) -> int | None:
+        """RSS read as the run started (None until then, or when it could not be read)."""
+        return self._rss_before
+
+    @property
     def fits(self) -> list[Any]:
         return list(self.fit_timer.fits)
 
@@ -72,50 +92,55 @@ class Run:
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
         t0 = time.perf_counter()
-        with self._guard("preparing the run"):
-            prepared = prepare(self.options, self.session.tf_gpu())
-            self._cleared = prepared.cleared
-            for problem in prepared.warnings:
-                self._warn(problem)
+        self._attempt("preparing the run", self._prepare)
         if self.options.deep_clean:
-            with self._guard("deep clean"):
-                if self._cleared:
-                    self._clean = self.session.deep_clean.clean()
-                self._deep_mark = self.session.deep_clean.run_started()
-                self._deep_started = True
+            self._attempt("deep clean", self._clean_and_mark)
         self._prepare_seconds = time.perf_counter() - t0
-        with self._guard("reading RSS"):
-            self._rss_before = self.sampler.read_now()
-        with self._guard("starting the RSS sampler"):
-            self._peak_reset = self._peak.reset()
-            self.sampler.start(self._rss_before)
-        with self._guard("patching Model.fit"):
-            self.fit_timer.install()
-        with self._guard("watching model construction"):
-            self.creations.install()
-        with self._guard("counting tf.function traces"):
-            self.traces.install()
-        with self._guard("resetting GPU memory stats"):
-            self._gpu.begin()
+        # The /proc reads and writes come before anything that wakes one of our threads: a
+        # system call releases the interpreter lock, and a woken thread would take it meanwhile.
+        self._rss_before = self._attempt("reading RSS", self.sampler.read_now)
+        self._peak_reset = bool(self._attempt("resetting the peak RSS", self._peak.reset))
+        for step, action in (("starting the RSS sampler", self._start_sampler),
+                             ("patching Model.fit", self.fit_timer.install),
+                             ("watching model construction", self.creations.install),
+                             ("counting tf.function traces", self.traces.install),
+                             ("resetting GPU memory stats", self._gpu.begin)):
+            self._attempt(step, action)
         self._t0 = time.perf_counter()
+
+    def _prepare(self) -> None:
+        prepared = prepare(self.options, self.session.tf_gpu())
+        self._cleared = prepared.cleared
+        for problem in prepared.warnings:
+            self._warn(problem)
+
+    def _clean_and_mark(self) -> None:
+        if self._cleared:
+            self._clean = self.session.deep_clean.clean()
+        self._deep_mark = self.session.deep_clean.run_started()
+        self._deep_started = True
+
+    def _start_sampler(self) -> None:
+        self.sampler.start(self._rss_before)
 
     def stop(self, exc: BaseException | None) -> RunRecord:
         wall = time.perf_counter() - self._t0
+        # the kernel's peak first, while our threads still sleep (see start)
+        hwm = self._attempt("reading the peak RSS", self._peak.read) if self._peak_reset else None
         for step, action in (("stopping the RSS sampler", self.sampler.stop),
                              ("restoring Model.fit", self.fit_timer.uninstall),
                              ("restoring the trace hook", self.traces.uninstall),
                              ("restoring Model.__new__", self.creations.uninstall)):
-            with self._guard(step):
-                action()
+            self._attempt(step, action)
         if self._deep_started:
-            with self._guard("remembering the run's gradient entries"):
-                self.session.deep_clean.run_ended(self._deep_mark, list(self.fit_timer.models))
-        gpu = GpuReading(reason="GPU reading failed")
-        with self._guard("reading GPU memory"):
-            gpu = self._gpu.end()
+            self._attempt("remembering the run's gradient entries",
+                          lambda: self.session.deep_clean.run_ended(
+                              self._deep_mark, list(self.fit_timer.models)))
+        gpu = (self._attempt("reading GPU memory", self._gpu.end)
+               or GpuReading(reason="GPU reading failed"))
         fits = list(self.fit_timer.fits)
         status = outcome.status_of(exc)
-        rss_peak = self._rss_peak()
+        rss_peak = max((p for p in (self.sampler.peak, hwm) if p), default=None)
         advice: list[str] = []
         if status == "oom":
             advice = outcome.oom_advice(fits, self.options.mixed_precision,
@@ -152,17 +177,15 @@ class Run:
         )
         return self.record
 
-    def _rss_peak(self) -> int | None:
-        peaks = [p for p in (self.sampler.peak, self._peak_reset and self._peak.read()) if p]
-        return max(peaks) if peaks else None
-
     # -- our own failures ------------------------------------------------------------------------
-    @contextmanager
-    def _guard(self, step: str) -> Iterator[None]:
+    def _attempt(self, step: str, action: Callable[[], T]) -> T | None:
+        """``action()``, or None and one warning if it fails (a plain call: this runs a dozen
+        times per run, where a context manager's cost showed)."""
         try:
-            yield
+            return action()
         except Exception as exc:
             self._warn(f"{step} failed ({type(exc).__name__}: {exc}); the figure is missing")
+            return None
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)

@@ -131,9 +131,9 @@ class RssSampler:
         """End sampling (the thread wakes and ends by itself); safe to call twice or unstarted."""
         with self._lock:
             already, self._stopped = self._stopped, True
-        self._stop.set()
         if not already and self.error is None:
             self._take(flush=True)  # the series always ends with the state at stop
+        self._stop.set()  # last: the woken thread would take the interpreter lock from the read
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval) and self._sample():
