@@ -183,6 +183,7 @@ class _SamplingThread:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
+        self.native_id: int | None = None  # the OS thread id, for accounting its CPU time
         self._wake = threading.Event()
         self._sampler: RssSampler | None = None
         _thread.start_new_thread(self._loop, ())
@@ -197,6 +198,7 @@ class _SamplingThread:
         return True
 
     def _loop(self) -> None:
+        self.native_id = threading.get_native_id()
         while True:
             sampler = self._sampler
             if sampler is None or not sampler.running:
