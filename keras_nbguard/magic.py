@@ -220,7 +220,6 @@ class KerasMagics(Magics):
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         print(f"keras_nbguard: wrote {count} run(s) to {args.file}")
-        return None
 
     def _history_db(self) -> tuple[str, str]:
         store = self.session.store
