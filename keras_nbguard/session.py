@@ -150,7 +150,8 @@ class Session:
                                f"tracked runs can't be nested")
         previous = self.last_run(label)
         key = RunKey(self.notebook, cell_id, self.kernel_id, os.getpid(), process_started())
-        run = Run(self, label, (previous.run_number + 1) if previous else 1, options, key)
+        run = Run(self, label, (previous.run_number + 1) if previous else 1, options, key,
+                  previous)
         with self._lock:
             self.current = run
         self._feed(run)
@@ -168,7 +169,8 @@ class Session:
     def finish(self, run: Run, error: BaseException | None) -> RunRecord | None:
         """Stop the run's collectors and keep its record; never raises (it runs in a finally)."""
         try:
-            record = run.stop(error).compared_to(self.last_run(run.label))
+            # the previous run as found at begin(): runs don't nest, so it is still the last one
+            record = run.stop(error).compared_to(run.previous_record)
         except Exception as exc:  # a bug of ours must not hide the user's own exception
             self.warn_once(f"the run could not be recorded: {type(exc).__name__}: {exc}")
             record = None

@@ -45,8 +45,9 @@ class Run:
     falls through to it, so ``with track("x") as run: ...`` then ``run.fit_seconds`` works."""
 
     def __init__(self, session: Session, label: str, run_number: int, options: RunOptions,
-                 key: RunKey | None = None) -> None:
+                 key: RunKey | None = None, previous: RunRecord | None = None) -> None:
         self.id = next_run_id()
+        self.previous_record = previous  # the label's last run as this one began (for deltas)
         self.key = key
         self.feed: RunFeed | None = None
         self.session = session
