@@ -225,6 +225,10 @@ class Store:
 
     def _write(self, batch: list[tuple[str, tuple[Any, ...]] | None]) -> None:
         waiting = []
+        # Records are serialized before the lock and the write transaction are taken: a long
+        # run's RSS series takes a while, and readers (the next run's begin) would wait on it.
+        batch = [("finish", (e[1][0], e[1][1], json.dumps(e[1][1].to_dict())))
+                 if e is not None and e[0] == "finish" else e for e in batch]
         try:
             with self._lock:
                 self.db.execute("BEGIN IMMEDIATE")
@@ -235,12 +239,11 @@ class Store:
                     if sql == "flush":
                         waiting.append(params[0])
                     elif sql == "finish":
-                        run_id, record = params
+                        run_id, record, payload = params
                         self.db.execute(
                             "UPDATE runs SET status = ?, updated_at = ?, last_rss = ?, "
                             "record = ? WHERE id = ?",
-                            (record.status, time.time(), record.rss_after,
-                             json.dumps(record.to_dict()), run_id))
+                            (record.status, time.time(), record.rss_after, payload, run_id))
                     elif sql == "samples":
                         run_id, samples = params
                         self.db.executemany("INSERT INTO samples VALUES (?, ?, ?)",
@@ -303,7 +306,8 @@ class Store:
     def _record(self, row: tuple[Any, ...]) -> RunRecord:
         run_id, status, data, pid = row[0], row[8], row[10], row[11]
         if data:
-            return RunRecord.from_dict({"pid": pid, **json.loads(data)})
+            # the pid column is the truth (a record built without a pid stores "pid": null)
+            return RunRecord.from_dict({**json.loads(data), "pid": pid})
         samples = self._rows("SELECT t, rss FROM samples WHERE run_id = ? ORDER BY t", (run_id,))
         return unfinished_record((*row[1:10], pid), status, samples)
 

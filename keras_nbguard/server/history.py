@@ -55,9 +55,11 @@ class StoredRun:
         return self.died and self.stored_status == "running"
 
     def to_dict(self, samples: bool = False) -> dict[str, Any]:
-        data = self.record.to_dict()
+        # the RSS series is the long part (?samples=1 asks for it): not copied just to be dropped
+        record = self.record if samples else replace(self.record, rss_samples=())
+        data = record.to_dict()
         if not samples:
-            data.pop("rss_samples", None)  # the long part; ?samples=1 asks for it
+            del data["rss_samples"]
         data.update(id=self.id, notebook=self.notebook, kernel_id=self.kernel_id, pid=self.pid,
                     died=self.died, died_inferred=self.inferred, stored_status=self.stored_status,
                     change=self.change)
@@ -165,7 +167,7 @@ def _run(db: sqlite3.Connection, row: tuple[Any, ...], alive: Alive) -> StoredRu
     if status == "running" and not (pid and alive(pid, pid_started or 0.0)):
         shown = "died"  # its process is gone: killed mid-run, whatever the database still says
     if data:
-        record = RunRecord.from_dict({"pid": pid, **json.loads(data)})
+        record = RunRecord.from_dict({**json.loads(data), "pid": pid})
     else:  # not finished: what the rows written during the run tell (as Store does)
         samples = db.execute("SELECT t, rss FROM samples WHERE run_id = ? ORDER BY t",
                              (run_id,)).fetchall()
