@@ -7,6 +7,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from .prepare import clear_keeping_policy
 from .records import fmt_bytes
 
 
@@ -35,8 +36,8 @@ def clear_keras_session() -> str:
     if keras is None:
         gc.collect()
         return "Keras is not imported; ran gc"
-    keras.utils.clear_session()
-    return "cleared the Keras session and ran gc"
+    problems = clear_keeping_policy(keras)  # mixed precision survives the button too
+    return "cleared the Keras session and ran gc" + "".join(f"; {p}" for p in problems)
 
 
 def clear_output_cache(shell: Any) -> str:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .prepare import clear_keeping_policy
 from .probes import Chain, Leak, ModelRegistry, Probe, current_shell, latest_of, leaks_of
 
 CACHE_NAMES = ("_", "__", "___")
@@ -237,10 +238,7 @@ def _clear_session(notes: list[str]) -> bool:
     if keras is None:
         return False
     try:
-        policy = keras.mixed_precision.global_policy()
-        keras.utils.clear_session()
-        if policy.name != keras.mixed_precision.global_policy().name:
-            keras.mixed_precision.set_global_policy(policy)
+        notes.extend(clear_keeping_policy(keras))
         return True
     except Exception as exc:  # freeing went through; only the session clear failed
         notes.append(f"clear_session failed: {type(exc).__name__}: {exc}")

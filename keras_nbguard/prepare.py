@@ -65,12 +65,24 @@ def _clear(keras: object | None, options: RunOptions, result: Prepared) -> bool:
     """
     if keras is None:
         return False
+    result.warnings += clear_keeping_policy(keras, options.mixed_precision)
+    return True
+
+
+def clear_keeping_policy(keras: object, policy: str | None = None) -> list[str]:
+    """``keras.utils.clear_session()``, then the dtype policy it reset put back (``policy``
+    instead, when given). Every clear of ours goes through here: runs, free, the button.
+    Returns what could not be done, in words."""
     policy_before = _policy_name(keras)
     keras.utils.clear_session()  # type: ignore[attr-defined]
-    wanted = options.mixed_precision or policy_before
-    if wanted and wanted != DEFAULT_POLICY:
-        _set_policy(keras, wanted, result)
-    return True
+    wanted = policy or policy_before
+    problems: list[str] = []
+    if wanted and wanted != DEFAULT_POLICY and _policy_name(keras) != wanted:
+        try:
+            keras.config.set_dtype_policy(wanted)  # type: ignore[attr-defined]
+        except Exception as exc:
+            problems.append(f"dtype policy {wanted!r} not applied: {exc}")
+    return problems
 
 
 def _policy_name(keras: object) -> str | None:

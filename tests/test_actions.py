@@ -70,3 +70,15 @@ def test_reset_history_and_clear_output_cache(keras_shell):
     assert session.perform("reset_history").message.startswith("forgot ")
     assert keras_nbguard.runs() == []
     assert "RSS" in session.perform("clear_session").text()
+
+
+def test_the_clear_session_reset_keeps_the_users_mixed_precision():
+    import keras
+
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        report = Session(store=None).perform("clear_session")
+        assert report.status == "done"
+        assert keras.config.dtype_policy().name == "mixed_bfloat16"  # clear_session alone: float32
+    finally:
+        keras.config.set_dtype_policy("float32")
