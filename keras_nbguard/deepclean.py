@@ -122,6 +122,8 @@ class DeepClean:
             registry = self._registry()
             if registry is None:
                 return report(reason="TensorFlow is not imported")
+            if not any(run.dead() for run in self._runs):  # the usual case: nothing to purge,
+                return report(entries=0, runs=0, kept=self.held)  # so no function census
             functions_before = _function_names()
             entries, runs = self._purge(registry)
             if entries:
@@ -150,6 +152,8 @@ class DeepClean:
                 if registry.pop(name, None) is not None:
                     entries += 1
         self._runs = alive
+        if entries:  # the registry shrank: its size no longer stands for its names
+            self._names_cache = None
         return entries, runs
 
     def _library_entries(self, names: frozenset[str]) -> frozenset[str]:
