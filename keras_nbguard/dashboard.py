@@ -181,8 +181,9 @@ class Dashboard:
         deferred, self._deferred = self._deferred, []
         for action in deferred:  # clicked on a subshell while a cell without a run was going
             self.session.perform(action)
-        if self._scan_models() != self._models:  # Out[n] is filled after the run's record
-            self.refresh()
+        models = self._scan_models()
+        if models != self._models:  # Out[n] is filled after the run's record
+            self.refresh(models)
 
     def _scan_models(self) -> list[str]:
         # names only: the one place to plug in the leak finder's full holder paths
@@ -220,10 +221,11 @@ class Dashboard:
             self._reports = [line, *self._reports][:6]
 
     # -- drawing -------------------------------------------------------------------------------
-    def refresh(self) -> None:
-        """Redraw from the session's history (cheap enough to run after every run)."""
+    def refresh(self, models: list[str] | None = None) -> None:
+        """Redraw from the session's history (cheap enough to run after every run);
+        ``models``: the referenced models when the caller has just scanned them."""
         with self._lock:  # also keeps two threads' redraws in order
-            self._models = self._scan_models()
+            self._models = self._scan_models() if models is None else models
             data = figure_data(self.session.runs(), self._memo)
             if self.widget is not None:
                 self._draw_widget(data)
