@@ -44,13 +44,12 @@ def clear_output_cache(shell: Any) -> str:
     """Forget Out[n], _n, _, __, ___ (a History there keeps its model alive)."""
     if shell is None:
         return "no IPython shell: there is no output cache"
-    count = len(shell.user_ns.get("Out", {}))
     numbers = list(shell.user_ns.get("Out", {}))
-    shell.displayhook.flush()  # IPython's own %reset out: Out, _N, _, __, ___, then gc
-    # ... which leaves the copies IPython keeps in user_ns_hidden (they hold a History too)
+    # IPython's own %reset out (flush: Out, _N, _, __, ___, then gc) leaves the copies it keeps
+    # in user_ns_hidden, which hold a History too: those go first, so flush's gc frees it all
     hidden = shell.user_ns_hidden
     for key in ("_", "__", "___", *(f"_{n}" for n in numbers)):
         if key in hidden:
             hidden[key] = ""
-    gc.collect()
-    return f"cleared {count} cached output(s)"
+    shell.displayhook.flush()
+    return f"cleared {len(numbers)} cached output(s)"
