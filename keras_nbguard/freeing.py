@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .prepare import clear_keeping_policy
-from .probes import Chain, Leak, ModelRegistry, Probe, current_shell, latest_of, leaks_of
+from .probes import Chain, Leak, ModelRegistry, Probe, current_shell, leaks_of
+from .records import CleanReport
 
 CACHE_NAMES = ("_", "__", "___")
 TRACEBACK_ATTRS = ("last_type", "last_value", "last_traceback", "last_exc")
@@ -41,6 +42,7 @@ class FreeReport:
     cleared_session: bool = False
     seconds: float = 0.0
     notes: tuple[str, ...] = ()
+    deep_clean: CleanReport | None = None  # the deep clean run right after, for what was freed
 
     @property
     def rss_freed(self) -> int | None:
@@ -53,12 +55,18 @@ class FreeReport:
         from .records import fmt_bytes
 
         kept = f", {len(self.kept)} still held" if self.kept else ""
+        freed = self.rss_freed
+        drop = "" if freed is None else f" ({fmt_bytes(-freed, signed=True)})"
         return (f"freed {len(self.freed)} model(s){kept}; RSS {fmt_bytes(self.rss_before)} → "
-                f"{fmt_bytes(self.rss_after)}")
+                f"{fmt_bytes(self.rss_after)}{drop}")
 
     def lines(self) -> list[str]:
+        from .records import fmt_clean
+
         out = [self.summary()]
         out.extend(f"  released {what}" for what in self.released)
+        if self.deep_clean is not None:
+            out.append(f"  deep clean: {fmt_clean(self.deep_clean)}")
         for leak in self.kept:
             where = ", ".join(leak.paths) or leak.reason
             out.append(f"  still alive: {leak.model_name} ({leak.class_name}) held by {where}")
@@ -81,23 +89,24 @@ class FreeReport:
 
 
 def free(target: Any = None, registry: ModelRegistry | None = None, *,
-         include_current: bool = False, containers: bool = False,
-         latest_runs: Mapping[str, int] | None = None, clear_session: bool = True,
+         include_current: bool = False, containers: bool = False, clear_session: bool = True,
+         deep_clean: Callable[[], CleanReport] | None = None,
          rss: Callable[[], int] | None = None) -> FreeReport:
     """Free stale Keras models (and current ones with ``include_current``).
 
     ``target``: the IPython shell (default: the running one) or a plain namespace dict.
     ``containers``: also replace the slots of user containers that hold a chosen model.
     ``clear_session``: run ``keras.utils.clear_session()`` after unbinding (dtype policy kept).
+    ``deep_clean``: run after that (``DeepClean.clean``), so that what the freed models' runs
+    left in TensorFlow goes now and the RSS after shows it.
     """
     t0 = time.perf_counter()
     shell, user_ns = _resolve(target)
     read_rss = rss or _default_rss()
     rss_before = _try(read_rss)
-    latest = latest_of(registry, latest_runs)
     probe = Probe(user_ns, registry, shell=shell).run()
     try:
-        pairs = leaks_of(probe, registry, latest)
+        pairs = leaks_of(probe, registry)
         chosen = [(m, leak) for m, leak in pairs if leak.stale or include_current]
         skipped = len(pairs) - len(chosen)
         released = _release(probe, [m for m, _ in chosen], shell, user_ns, containers)
@@ -107,13 +116,18 @@ def free(target: Any = None, registry: ModelRegistry | None = None, *,
     del probe, pairs, chosen  # our own references must not keep anything alive
     notes: list[str] = []
     gc.collect()
+    if _any_alive(refs) and _has_traceback(shell):
+        # a traceback the walk did not connect (too deep, or the time limit) may still hold one
+        released.extend(clear_tracebacks(shell))
+        gc.collect()
     cleared = clear_session and _clear_session(notes)
     gc.collect()
+    clean = deep_clean() if deep_clean is not None else None
     alive = {id(m) for m in (ref() for ref, _ in refs) if m is not None}
-    kept = _still_held(alive, user_ns, registry, shell, latest)
+    kept = _still_held(alive, user_ns, registry, shell)
     freed = tuple(leak for ref, leak in refs if ref() is None)
-    return FreeReport(freed, kept, tuple(released), skipped, rss_before, _try(read_rss), cleared,
-                      time.perf_counter() - t0, tuple(notes))
+    return FreeReport(freed, kept, tuple(dict.fromkeys(released)), skipped, rss_before,
+                      _try(read_rss), cleared, time.perf_counter() - t0, tuple(notes), clean)
 
 
 # -- what to release ----------------------------------------------------------------------------
@@ -134,17 +148,17 @@ def _release(probe: Probe, models: list[Any], shell: Any, user_ns: Any,
             elif kind == "ns":
                 _release_name(chain, model, shell, user_ns, containers, done)
             elif kind in ("out", "hidden"):
-                _pop(chain.objs[0], chain.first_key, f"{chain.root.prefix}[{chain.first_key!r}]",
-                     done)
+                text = f"{chain.root.prefix}[{chain.first_key!r}]"
+                pop_entry(chain.objs[0], chain.first_key, text, done)
             elif kind == "displayhook":
-                _reset_under(shell, user_ns, str(chain.first_key), done)
+                reset_cache_name(shell, user_ns, str(chain.first_key), done)
             elif kind == "exec" and chain.first_key in ("result", "error_in_exec"):
                 setattr(chain.objs[0], chain.first_key, None)
                 done[f"{chain.root.prefix}.{chain.first_key} = None"] = None
             elif containers and chain.user:
                 _empty_slot(chain, done)
     if tracebacks:
-        _clear_tracebacks(shell, done)
+        done.update(dict.fromkeys(clear_tracebacks(shell)))
     return list(done)
 
 
@@ -154,9 +168,9 @@ def _release_name(chain: Chain, model: Any, shell: Any, user_ns: Any, containers
     if not isinstance(name, str):
         return
     if name in CACHE_NAMES:  # IPython's last outputs: reset like %reset out does
-        _reset_under(shell, user_ns, name, done)
+        reset_cache_name(shell, user_ns, name, done)
     elif not chain.user:  # _7, and other names IPython owns: an output-cache entry
-        _pop(user_ns, name, f"{name}", done)
+        pop_entry(user_ns, name, f"{name}", done)
         hidden = getattr(shell, "user_ns_hidden", None)
         if isinstance(hidden, dict):
             hidden.pop(name, None)
@@ -168,13 +182,13 @@ def _release_name(chain: Chain, model: Any, shell: Any, user_ns: Any, containers
         _empty_slot(chain, done)
 
 
-def _pop(mapping: Any, key: Any, text: str, done: dict[str, None]) -> None:
+def pop_entry(mapping: Any, key: Any, text: str, done: dict[str, None]) -> None:
     if isinstance(mapping, dict) and key in mapping:
         del mapping[key]
         done[f"del {text}"] = None
 
 
-def _reset_under(shell: Any, user_ns: Any, name: str, done: dict[str, None]) -> None:
+def reset_cache_name(shell: Any, user_ns: Any, name: str, done: dict[str, None]) -> None:
     """``_``/``__``/``___`` go back to ``""`` in the namespace and the displayhook together (as
     ``%reset out`` does): IPython only keeps updating them while the two agree."""
     hook = getattr(shell, "displayhook", None)
@@ -186,7 +200,10 @@ def _reset_under(shell: Any, user_ns: Any, name: str, done: dict[str, None]) -> 
     done[f"{name} = ''"] = None
 
 
-def _clear_tracebacks(shell: Any, done: dict[str, None]) -> None:
+def clear_tracebacks(shell: Any) -> list[str]:
+    """Forget the last exception and its frames: ``sys.last_*`` and IPython's copies of them.
+    Returns what was cleared, in the user's terms."""
+    done: dict[str, None] = {}
     exc = getattr(sys, "last_value", None)
     for name in TRACEBACK_ATTRS:
         if hasattr(sys, name):
@@ -200,6 +217,16 @@ def _clear_tracebacks(shell: Any, done: dict[str, None]) -> None:
     if exc is not None and getattr(result, "error_in_exec", None) is exc:
         result.error_in_exec = None
         done["get_ipython().last_execution_result.error_in_exec = None"] = None
+    return list(done)
+
+
+def _has_traceback(shell: Any) -> bool:
+    return (any(getattr(sys, name, None) is not None for name in TRACEBACK_ATTRS)
+            or getattr(getattr(shell, "InteractiveTB", None), "tb", None) is not None)
+
+
+def _any_alive(refs: list[tuple[weakref.ref[Any], Leak]]) -> bool:
+    return any(ref() is not None for ref, _ in refs)
 
 
 def _empty_slot(chain: Chain, done: dict[str, None]) -> None:
@@ -245,13 +272,13 @@ def _clear_session(notes: list[str]) -> bool:
         return False
 
 
-def _still_held(alive: set[int], user_ns: Any, registry: ModelRegistry | None, shell: Any,
-                latest: Mapping[str, int]) -> tuple[Leak, ...]:
+def _still_held(alive: set[int], user_ns: Any, registry: ModelRegistry | None,
+                shell: Any) -> tuple[Leak, ...]:
     if not alive:
         return ()
     probe = Probe(user_ns, registry, shell=shell).run()
     try:
-        return tuple(leak for m, leak in leaks_of(probe, registry, latest) if id(m) in alive)
+        return tuple(leak for m, leak in leaks_of(probe, registry) if id(m) in alive)
     finally:
         probe.close()
 

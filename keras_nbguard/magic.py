@@ -50,6 +50,10 @@ def _run_option_arguments(func: Any) -> Any:
         argument("--mixed-precision", nargs="?", const="mixed_float16", metavar="POLICY",
                  default=None, help="Keras dtype policy, re-applied after each clear_session "
                                     "(default mixed_float16; or mixed_bfloat16)."),
+        argument("--keep-stale", dest="keep_stale", action="store_const", const=True,
+                 default=None, help="Keep earlier runs' models that only IPython's output cache "
+                                    "(Out[n], _) or a Keras History's .model still hold; by "
+                                    "default they are released."),
         argument("--quiet", action="store_const", const=True, default=None,
                  help="Don't show the run summary under the cell."),
     )):
@@ -59,7 +63,7 @@ def _run_option_arguments(func: Any) -> Any:
 
 def _options_from(args: argparse.Namespace, base: RunOptions) -> RunOptions:
     changes: dict[str, Any] = {}
-    for name in ("clear", "deep_clean", "gpu_growth", "quiet"):
+    for name in ("clear", "deep_clean", "gpu_growth", "quiet", "keep_stale"):
         if getattr(args, name, None) is not None:
             changes[name] = getattr(args, name)
     if args.gpu_limit is not None:
@@ -160,6 +164,8 @@ class KerasMagics(Magics):
               help="config: clear before each run (the default).")
     @argument("--deep-clean", dest="deep_clean", action="store_const", const=True,
               help="config: deep-clean before each run (the default).")
+    @argument("--release-stale", dest="keep_stale", action="store_const", const=False,
+              help="config: release earlier runs' models held only by caches (the default).")
     @_run_option_arguments
     @line_magic
     def nbguard(self, line: str) -> Any:
@@ -260,6 +266,8 @@ def _describe_options(options: RunOptions) -> list[tuple[str, str]]:
         ("gpu growth", {None: "as set at load", True: "on", False: "off"}[options.gpu_growth]),
         ("gpu limit", "none" if options.gpu_limit_mb is None else f"{options.gpu_limit_mb} MB"),
         ("mixed precision", options.mixed_precision or "off"),
+        ("stale models", "kept (--keep-stale)" if options.keep_stale
+         else "released when only Out[n] / a History holds them"),
         ("quiet", "on" if options.quiet else "off"),
     ]
 

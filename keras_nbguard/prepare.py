@@ -22,6 +22,8 @@ class RunOptions:
     gpu_limit_mb: int | None = None
     mixed_precision: str | None = None  # a Keras dtype policy name, e.g. "mixed_float16"
     quiet: bool = False
+    # keep earlier runs' models that only IPython's caches and Keras' History hold (autorelease.py)
+    keep_stale: bool = False
 
 
 @dataclass

@@ -66,6 +66,20 @@ class CleanReport:
 
 
 @dataclass(frozen=True)
+class HeldModels:
+    """Models of earlier runs of a run's label: those released around the run (``paths``: the
+    holders they were released from), or those still alive after it (``paths``: where they are
+    held, as the user would type it). Pure data: never a model."""
+
+    count: int
+    runs: tuple[int, ...] = ()  # the run numbers they came from
+    weight_bytes: int | None = None  # weights and optimizer state; None when a size is unknown
+    paths: tuple[str, ...] = ()
+    command: str | None = None  # stale: what frees them
+    rss_freed: int | None = None  # released: RSS drop once gone, graphs included (None: unknown)
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """Everything measured about one ``%%kerasrun`` cell or ``track()`` block."""
 
@@ -100,6 +114,10 @@ class RunRecord:
     # the kernel's process: "Restart kernel" in Jupyter keeps the kernel id, not the process
     pid: int | None = None
     deep_clean: CleanReport | None = None  # what the clean before this run reclaimed
+    # earlier runs' models of this label: released from IPython's and Keras' caches around the
+    # run, and those still held by the user's own names and containers after it
+    released_models: HeldModels | None = None
+    stale_models: HeldModels | None = None
 
     # -- derived figures ---------------------------------------------------------------------
     @property
@@ -137,6 +155,11 @@ class RunRecord:
         data["rss_samples"] = tuple(tuple(s) for s in data.get("rss_samples", ()))
         if data.get("deep_clean"):
             data["deep_clean"] = CleanReport(**data["deep_clean"])
+        for key in ("released_models", "stale_models"):
+            if data.get(key):
+                held = data[key]
+                data[key] = HeldModels(**{**held, "runs": tuple(held.get("runs", ())),
+                                          "paths": tuple(held.get("paths", ()))})
         return cls(**data)
 
     # -- display -------------------------------------------------------------------------------
@@ -152,6 +175,10 @@ class RunRecord:
             ("traces", fmt_traces(self)),
             ("vs previous", fmt_deltas(self)),
         ]
+        if self.stale_models is not None:
+            rows.append(("stale", fmt_stale(self.stale_models)))
+        if self.released_models is not None:
+            rows.append(("released", fmt_released(self.released_models)))
         if self.deep_clean is not None:
             rows.append(("deep clean", fmt_clean(self.deep_clean)))
         if not self.cleared:
@@ -244,9 +271,36 @@ def fmt_clean(clean: CleanReport) -> str:
         return f"{NA} ({clean.reason})"
     functions = NA if clean.functions is None else str(clean.functions)
     freed = clean.rss_freed
-    return (f"{clean.entries} gradient entries of {clean.runs} earlier run(s), {functions} "
-            f"functions released, RSS {fmt_bytes(None if freed is None else -freed, signed=True)}"
-            f", {fmt_seconds(clean.seconds)}")
+    # what is still held too: entries piling up for live models never hide behind "0 purged"
+    return (f"{clean.entries} gradient entries of {clean.runs} earlier run(s) purged, "
+            f"{clean.kept} held for runs whose models live; {functions} functions released, "
+            f"RSS {fmt_bytes(None if freed is None else -freed, signed=True)}, "
+            f"{fmt_seconds(clean.seconds)}")
+
+
+def _models_from(held: HeldModels) -> str:
+    runs = ", ".join(f"#{n}" for n in held.runs)
+    return f"{held.count} model{'s' if held.count != 1 else ''}" + (f" from {runs}" if runs else "")
+
+
+def _first_paths(paths: tuple[str, ...], count: int = 3) -> str:
+    more = len(paths) - count
+    return ", ".join(paths[:count]) + (f" and {more} more" if more > 0 else "")
+
+
+def fmt_stale(held: HeldModels) -> str:
+    """``2 models from #3, #4 still alive (16.4 MB weights): models[0], models[1] — ...``"""
+    command = f" — {held.command}" if held.command else ""
+    return (f"{_models_from(held)} still alive ({fmt_bytes(held.weight_bytes)} weights, graphs "
+            f"not counted): {_first_paths(held.paths)}{command}")
+
+
+def fmt_released(held: HeldModels) -> str:
+    """``1 model from #5 held by Out[12] (its History): 0.2 MB weights, RSS -7.9 MB``"""
+    rss = ("" if held.rss_freed is None
+           else f", RSS {fmt_bytes(-held.rss_freed, signed=True)} with its graphs")
+    return (f"{_models_from(held)} held by {_first_paths(held.paths)}: "
+            f"{fmt_bytes(held.weight_bytes)} weights{rss}")
 
 
 def fmt_traces(record: RunRecord) -> str:

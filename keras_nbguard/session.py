@@ -18,7 +18,7 @@ from .collectors.gpu import NvmlReader, TfGpu
 from .deepclean import DeepClean
 from .identity import kernel_id, notebook_key, process_started
 from .prepare import RunOptions
-from .records import RunRecord
+from .records import HeldModels, RunRecord
 from .store import MEMORY, DiedRun, RunFeed, RunKey, Store, process_alive
 from .tracking import Run, tracked
 
@@ -61,7 +61,9 @@ class Session:
             "clear_session": actions.clear_keras_session,
             "clear_output_cache": lambda: actions.clear_output_cache(self.shell),
             "reset_history": self._reset_history,
-            "free": lambda: self.free().summary(),
+            # the dashboard's "Free flagged models": exactly the stale ones its list flags,
+            # those in your containers too (their slots become None)
+            "free": lambda: self.free(containers=True).summary(),
         }
         self._models: Any = None
         self.dashboard: Any = None  # the kernel's Dashboard once shown
@@ -178,14 +180,14 @@ class Session:
             self.current = None
             queued, self._queued = self._queued, []
         if record is not None:
+            try:
+                self.models.note_run(run.label, run.run_number, run.models, run.id)
+            except Exception as exc:
+                self.warn_once(f"models of the run were not attributed: {exc}")
+            record = self._settle_after(run, record)
             run.record = record
             self.history.append(record)
             self._record_end(run, record)
-            try:
-                self.models.note_run(run.label, run.run_number,
-                                     [*run.fit_timer.models, *run.creations.models])
-            except Exception as exc:
-                self.warn_once(f"models of the run were not attributed: {exc}")
             self._notify(self.record_listeners, record)
         for name in queued:
             self.perform(name)
@@ -202,21 +204,43 @@ class Session:
             self._models = ModelRegistry()
         return self._models
 
-    def latest_runs(self) -> dict[str, int]:
-        latest: dict[str, int] = {}
-        for record in self.runs():
-            latest[record.label] = max(latest.get(record.label, 0), record.run_number)
-        return latest
+    def settle(self, label: str, *, release: bool, exclude: Any = None,
+               report: bool = True) -> Any:
+        """Release ``label``'s earlier models held only by caches and Keras' bookkeeping; list
+        the rest (``autorelease.settle``)."""
+        from .autorelease import settle
+
+        return settle(self.models, label, self.shell, self._user_ns(), release=release,
+                      exclude=exclude, report=report)
+
+    def _settle_after(self, run: Run, record: RunRecord) -> RunRecord:
+        """The run's record with the earlier models released after it and those still held.
+
+        After the run, not only before the next: a cell that rebinds ``model`` leaves the last
+        model in ``Out[n]`` only now, and the summary should say what is really still alive.
+        Their graphs go with the next run's clear and deep clean."""
+        try:
+            settled = self.settle(run.label, release=not run.options.keep_stale,
+                                  exclude=self.models.latest.get(run.label))
+            released = _merge(run.released, settled.released_note())
+            return dataclasses.replace(record, released_models=released,
+                                       stale_models=settled.stale_note())
+        except Exception as exc:
+            self.warn_once(f"earlier runs' models were not looked at: {type(exc).__name__}: "
+                           f"{exc}")
+            return record
 
     def _namespace(self) -> Any:
         return self.shell if self.shell is not None else sys.modules["__main__"].__dict__
+
+    def _user_ns(self) -> Any:
+        return self.shell.user_ns if self.shell is not None else sys.modules["__main__"].__dict__
 
     def leaks(self) -> Any:
         """Every live Keras model, with the paths that hold it; stale ones flagged."""
         from .probes import find_leaks
 
-        ns = self.shell.user_ns if self.shell is not None else sys.modules["__main__"].__dict__
-        return find_leaks(ns, self.models, shell=self.shell, latest_runs=self.latest_runs())
+        return find_leaks(self._user_ns(), self.models, shell=self.shell)
 
     def free(self, *, include_current: bool = False, containers: bool = False) -> Any:
         """Drop the references to stale models (current ones too with ``include_current``)."""
@@ -226,8 +250,9 @@ class Session:
             if self.current is not None:
                 raise RuntimeError(f"keras_nbguard: run {self.current.label!r} is going; "
                                    f"free once it ends")
+            deep_clean = self.deep_clean.clean if self.options.deep_clean else None
             return free_models(self._namespace(), self.models, include_current=include_current,
-                               containers=containers, latest_runs=self.latest_runs())
+                               containers=containers, deep_clean=deep_clean)
 
     # -- the store: written as the run goes --------------------------------------------------------
     def _feed(self, run: Run) -> None:
@@ -307,6 +332,19 @@ class Session:
         self._warned.add(message)
         warnings.warn(f"keras_nbguard: {message}", NbguardWarning, stacklevel=2)
         return True
+
+
+def _merge(before: HeldModels | None, after: HeldModels | None) -> HeldModels | None:
+    """The models released before a run and after it, as one note."""
+    if before is None or after is None:
+        return before or after
+    sizes = (before.weight_bytes, after.weight_bytes)
+    freed = (before.rss_freed, after.rss_freed)
+    return HeldModels(
+        count=before.count + after.count, runs=tuple(sorted({*before.runs, *after.runs})),
+        weight_bytes=None if None in sizes else sum(s for s in sizes if s is not None),
+        paths=tuple(dict.fromkeys((*before.paths, *after.paths))),
+        rss_freed=None if None in freed else sum(f for f in freed if f is not None))
 
 
 _current: Session | None = None

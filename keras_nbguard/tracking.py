@@ -6,6 +6,8 @@ turns an exception into one warning and a note in the record.
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import itertools
 import os
 import time
@@ -20,7 +22,7 @@ from .collectors.gpu import GpuCollector
 from .collectors.process import PeakRss, RssSampler
 from .collectors.traces import TraceCounter
 from .prepare import RunOptions, prepare
-from .records import GpuReading, RunRecord
+from .records import GpuReading, HeldModels, RunRecord
 
 if TYPE_CHECKING:
     from .session import Session
@@ -69,6 +71,8 @@ class Run:
         self._clean = None
         self._deep_mark: Any = None
         self._deep_started = False
+        self.released: HeldModels | None = None  # earlier models released before the run
+        self._rss_before_release: int | None = None
         self._prepare_seconds: float | None = None
         self._rss_before: int | None = None
         self.started_at = time.time()
@@ -78,6 +82,11 @@ class Run:
     def rss_at_start(self) -> int | None:
         """RSS read as the run started (None until then, or when it could not be read)."""
         return self._rss_before
+
+    @property
+    def models(self) -> list[Any]:
+        """Weak references to the models the run fit or built."""
+        return [*self.fit_timer.models, *self.creations.models]
 
     @property
     def fits(self) -> list[Any]:
@@ -93,6 +102,7 @@ class Run:
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
         t0 = time.perf_counter()
+        self._attempt("releasing earlier runs' models", self._release_earlier)
         self._attempt("preparing the run", self._prepare)
         if self.options.deep_clean:
             self._attempt("deep clean", self._clean_and_mark)
@@ -100,6 +110,10 @@ class Run:
         # The /proc reads and writes come before anything that wakes one of our threads: a
         # system call releases the interpreter lock, and a woken thread would take it meanwhile.
         self._rss_before = self._attempt("reading RSS", self.sampler.read_now)
+        before_release, after = self._rss_before_release, self._rss_before
+        if self.released is not None and before_release is not None and after is not None:
+            # what releasing them, then clear and deep clean, gave back
+            self.released = dataclasses.replace(self.released, rss_freed=before_release - after)
         self._peak_reset = bool(self._attempt("resetting the peak RSS", self._peak.reset))
         for step, action in (("starting the RSS sampler", self._start_sampler),
                              ("patching Model.fit", self.fit_timer.install),
@@ -108,6 +122,17 @@ class Run:
                              ("resetting GPU memory stats", self._gpu.begin)):
             self._attempt(step, action)
         self._t0 = time.perf_counter()
+
+    def _release_earlier(self) -> None:
+        """Before clear and deep clean, so what is released now is gone by the time they run."""
+        if self.options.keep_stale or self.session._models is None:
+            return  # nothing to release, or no model was ever tracked (no leak finder import)
+        before = self.sampler.read_now()
+        settled = self.session.settle(self.label, release=True, report=False)
+        if settled.released and not self.options.clear:
+            gc.collect()  # no clear_session will collect them
+        self._rss_before_release = before
+        self.released = settled.released_note()
 
     def _prepare(self) -> None:
         prepared = prepare(self.options, self.session.tf_gpu())
@@ -135,8 +160,7 @@ class Run:
             self._attempt(step, action)
         if self._deep_started:
             self._attempt("remembering the run's gradient entries",
-                          lambda: self.session.deep_clean.run_ended(
-                              self._deep_mark, list(self.fit_timer.models)))
+                          lambda: self.session.deep_clean.run_ended(self._deep_mark, self.models))
         gpu = (self._attempt("reading GPU memory", self._gpu.end)
                or GpuReading(reason="GPU reading failed"))
         fits = list(self.fit_timer.fits)

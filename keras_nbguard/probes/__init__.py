@@ -23,11 +23,11 @@ from .frameworks import CALLBACK_MODULE, FRAMEWORKS, MODEL_MODULE, current_shell
 from .naming import Chain, Edge, Root
 from .records import UNREACHABLE_HINT, Leak, LeakReport
 from .registry import CreationWatch, ModelRegistry, RunRef
-from .report import build_report, find_leaks, latest_of, leaks_of, sizes
+from .report import build_report, find_leaks, leaks_of, sizes
 from .walk import Probe
 
 __all__ = [
     "CALLBACK_MODULE", "FRAMEWORKS", "MODEL_MODULE", "UNREACHABLE_HINT", "Chain", "CreationWatch",
     "Edge", "Leak", "LeakReport", "ModelRegistry", "Probe", "Root", "RunRef", "build_report",
-    "current_shell", "find_leaks", "latest_of", "leaks_of", "model_class", "sizes",
+    "current_shell", "find_leaks", "leaks_of", "model_class", "sizes",
 ]

@@ -13,10 +13,13 @@ from .frameworks import MODEL_MODULE
 
 
 class RunRef(NamedTuple):
-    """A tracked run: its label and number."""
+    """A tracked run: its label, its number and its id. Numbers can repeat (a history reset, an
+    earlier kernel's runs): recency is the order runs were noted in, and ``run_id`` tells two runs
+    of the same number apart."""
 
     label: str
     run_number: int
+    run_id: str = ""
 
 
 class _Ref(weakref.ref):  # type: ignore[type-arg]
@@ -30,17 +33,22 @@ class ModelRegistry:
 
     A run hands over, when it ends, the models it fit (``FitTimer.models``) and those it built
     (``CreationWatch.models``): the first run to hand a model over made it, the latest used it.
+    Runs don't nest, so the order they are noted in is the order they happened: a model is stale
+    when a later run of its label was noted, whatever the run numbers say.
     """
 
     def __init__(self) -> None:
         self._refs: dict[int, _Ref] = {}
-        self.latest: dict[str, int] = {}  # label -> latest run number seen
+        self.latest: dict[str, RunRef] = {}  # label -> the run of that label noted last
+        self._noted = 0
 
-    def note_run(self, label: str, run_number: int, models: Iterable[Any] = ()) -> int:
+    def note_run(self, label: str, run_number: int, models: Iterable[Any] = (),
+                 run_id: str | None = None) -> int:
         """Record the end of a run; ``models`` are models or weak references to them. Returns
         how many of them this run created (seen for the first time)."""
-        self.latest[label] = max(self.latest.get(label, 0), run_number)
-        run = RunRef(label, run_number)
+        self._noted += 1
+        run = RunRef(label, run_number, run_id or f"noted-{self._noted}")
+        self.latest[label] = run
         created = 0
         for item in models:
             model = item() if isinstance(item, weakref.ref) else item
@@ -64,6 +72,16 @@ class ModelRegistry:
         """The latest run that created or fit ``model``."""
         ref = self._ref(model)
         return None if ref is None else ref.last
+
+    def is_stale(self, model: Any) -> bool:
+        """Whether a later run of the label that last used ``model`` has been noted."""
+        used = self.last_run(model)
+        return used is not None and self.latest.get(used.label, used) != used
+
+    def of_label(self, label: str) -> list[Any]:
+        """The live models that a run of ``label`` used last (strong references: drop soon)."""
+        return [m for m, ref in ((r(), r) for r in list(self._refs.values()))
+                if m is not None and ref.last.label == label]
 
     def live(self) -> list[Any]:
         """The known models still alive (strong references: drop the list soon)."""

@@ -55,25 +55,14 @@ def _count(variables: list[Any]) -> tuple[int, int | None]:
     return params, nbytes
 
 
-def latest_of(registry: ModelRegistry | None,
-              latest_runs: Mapping[str, int] | None) -> dict[str, int]:
-    """label -> latest run number, from the registry and the caller's own figures."""
-    latest = dict(registry.latest if registry is not None else {})
-    for label, number in (latest_runs or {}).items():
-        latest[label] = max(latest.get(label, 0), number)
-    return latest
-
-
-def leaks_of(probe: Probe, registry: ModelRegistry | None,
-             latest: Mapping[str, int]) -> list[tuple[Any, Leak]]:
+def leaks_of(probe: Probe, registry: ModelRegistry | None) -> list[tuple[Any, Leak]]:
     """(model, its Leak) for every model the probe found, Keras' nested models left out."""
-    return [(m, _leak(m, probe, probe.paths(m), registry, latest))
+    return [(m, _leak(m, probe, probe.paths(m), registry))
             for m in probe.models if id(m) not in probe.internal]
 
 
-def build_report(probe: Probe, registry: ModelRegistry | None,
-                 latest_runs: Mapping[str, int] | None) -> LeakReport:
-    pairs = leaks_of(probe, registry, latest_of(registry, latest_runs))
+def build_report(probe: Probe, registry: ModelRegistry | None) -> LeakReport:
+    pairs = leaks_of(probe, registry)
     reachable = sorted((leak for _, leak in pairs if leak.paths),
                        key=lambda leak: (not leak.stale, leak.path))
     unreachable = tuple(leak for _, leak in pairs if not leak.paths)
@@ -85,12 +74,13 @@ def build_report(probe: Probe, registry: ModelRegistry | None,
 
 
 def _leak(model: Any, probe: Probe, paths: list[tuple[str, bool]],
-          registry: ModelRegistry | None, latest: Mapping[str, int]) -> Leak:
+          registry: ModelRegistry | None) -> Leak:
     origin = registry.origin(model) if registry is not None else None
     last = registry.last_run(model) if registry is not None else None
     used = last or origin
-    newest = latest.get(used.label, used.run_number) if used is not None else None
-    old = used is not None and newest is not None and used.run_number < newest
+    # stale by recency: a later run of its label happened (run numbers can repeat)
+    newest = registry.latest.get(used.label) if registry is not None and used else None
+    old = used is not None and newest is not None and newest != used
     user = any(u for _, u in paths)
     if not paths:
         blockers = probe.blockers.get(id(model)) or []
@@ -98,8 +88,8 @@ def _leak(model: Any, probe: Probe, paths: list[tuple[str, bool]],
                   + (f" ({', '.join(blockers[:4])})" if blockers else ""))
         if not probe.complete:
             reason += "; the walk stopped early"
-    elif old:
-        reason = f"from run {used.label!r} #{used.run_number}; the latest is #{newest}"
+    elif old and newest is not None:
+        reason = f"from run {used.label!r} #{used.run_number}; the latest is #{newest.run_number}"
     elif not user:
         reason = "held only by IPython's caches, a traceback or a module, not by your names"
     elif used is None:
@@ -145,17 +135,17 @@ def _holder(probe: Probe, model: Any, best: str) -> tuple[str | None, str | None
 
 
 def find_leaks(user_ns: Mapping[str, Any] | None = None, registry: ModelRegistry | None = None,
-               *, shell: Any = None, latest_runs: Mapping[str, int] | None = None,
-               max_depth: int = 12, time_limit: float = 1.0, max_paths: int = 12) -> LeakReport:
+               *, shell: Any = None, max_depth: int = 12, time_limit: float = 1.0,
+               max_paths: int = 12) -> LeakReport:
     """Every live Keras model, with every path that holds it, its size and its run.
 
     ``user_ns`` defaults to ``shell.user_ns``; ``shell`` adds IPython's hidden holders (output
-    cache, ``_``, last result, traceback). ``latest_runs`` (label -> latest run number) decides
-    what is stale, on top of what ``registry`` saw. Never keeps a model alive.
+    cache, ``_``, last result, traceback). A model is stale when ``registry`` saw a later run of
+    its label than the one that last used it. Never keeps a model alive.
     """
     probe = Probe(user_ns, registry, shell=shell, max_depth=max_depth, time_limit=time_limit,
                   max_paths=max_paths)
     try:
-        return build_report(probe.run(), registry, latest_runs)
+        return build_report(probe.run(), registry)
     finally:
         probe.close()

@@ -1,0 +1,162 @@
+"""Earlier runs' models that nobody asked to keep: release them, and say where the rest are held.
+
+A cell ending in ``model.fit(...)`` puts its ``History`` in ``Out[n]``, ``_n`` and ``_``, and the
+History holds the model with its graphs: run after run, every model stays alive though the user
+kept none of them. ``settle`` looks at the models an earlier run of a label used and releases the
+ones held *only* by IPython's caches (``Out[n]``, ``_n``, ``_``/``__``/``___``, the last result),
+by the ``.model`` link of a Keras callback (a History keeps ``.history``, ``.params`` and
+``.epoch``) or by the last traceback (``sys.last_*``). A model that anything of the user's also
+holds — a name, a list, a dict, an attribute, a closure, a default argument, a running frame — is
+never touched: it is reported, with its paths, as still alive.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .freeing import CACHE_NAMES, TRACEBACK_ATTRS, clear_tracebacks, pop_entry, reset_cache_name
+from .probes import Chain, Probe, sizes
+from .probes.frameworks import callback_class
+from .probes.naming import awkwardness
+from .probes.registry import ModelRegistry, RunRef
+from .records import HeldModels
+
+_OUTPUT_NAME = re.compile(r"_\d+")
+_MODEL_LINKS = ("_model", "model")  # where Keras' Callback.set_model keeps the model
+Release = Callable[[], None]
+
+
+@dataclass
+class Settled:
+    """What one ``settle`` did: the models released, and those still held by the user."""
+
+    released: list[tuple[RunRef, int | None, list[str]]] = field(default_factory=list)
+    stale: list[tuple[RunRef, int | None, list[str], bool]] = field(default_factory=list)
+
+    def released_note(self, rss_freed: int | None = None) -> HeldModels | None:
+        if not self.released:
+            return None
+        holders = [h for _, _, hs in self.released for h in hs]
+        return _note([(run, size) for run, size, _ in self.released],
+                     sorted(dict.fromkeys(holders), key=_path_order), rss_freed=rss_freed)
+
+    def stale_note(self) -> HeldModels | None:
+        if not self.stale:
+            return None
+        paths = [p for _, _, ps, _ in self.stale for p in ps[:1]]  # each model's best path
+        in_containers = any(nested for *_, nested in self.stale)
+        command = "%nbguard free --containers" if in_containers else "%nbguard free"
+        return _note([(run, size) for run, size, _, _ in self.stale], paths, command=command)
+
+
+def settle(registry: ModelRegistry, label: str, shell: Any, user_ns: Any, *,
+           release: bool = True, exclude: RunRef | None = None,
+           report: bool = True) -> Settled:
+    """Release the models of ``label``'s earlier runs held only by caches and bookkeeping (unless
+    ``release`` is False) and list the others (unless ``report`` is False). ``exclude``: the run
+    whose models are current (the run that just ended); before a run, every model of the label
+    is from an earlier run."""
+    settled = Settled()
+    candidates = [m for m in registry.of_label(label) if registry.last_run(m) != exclude]
+    if not candidates or (not report and _all_named(candidates, user_ns)):
+        return settled  # the usual cases, and cheap ones: no heap walk
+    probe = Probe(user_ns, registry, shell=shell).run()
+    try:
+        releases: dict[str, Release] = {}
+        for model in candidates:
+            run = registry.last_run(model) or RunRef(label, 0)
+            every = probe.chains.get(id(model), [])
+            if not every:
+                continue  # unreachable: garbage that the next gc collects
+            chains = [c for c in every if c.via is None]  # not those inside another model
+            size = _size(model)
+            found = [_bookkeeping(chain, shell, user_ns) for chain in chains]
+            actions = [a for a in found if a is not None]
+            if release and probe.complete and chains and len(actions) == len(found):
+                holders: dict[int, str] = {}  # one text per holder: Out[12], not _12 and _ too
+                for holder, text, action in sorted(actions, key=lambda a: _path_order(a[1])):
+                    releases.setdefault(text, action)
+                    holders.setdefault(holder, text)
+                settled.released.append((run, size, list(holders.values())))
+            else:
+                paths = [p for p, _ in probe.paths(model)]
+                nested = any(len(c.edges) > 1 or c.via is not None for c in every if c.user)
+                settled.stale.append((run, size, paths, nested))
+        for action in releases.values():
+            action()
+    finally:
+        probe.close()
+        del candidates
+    if settled.released:
+        gc.collect()  # the models sit in reference cycles (model.history <-> History.model)
+    return settled
+
+
+def _bookkeeping(chain: Chain, shell: Any, user_ns: Any) -> tuple[int, str, Release] | None:
+    """How to release ``chain`` if it belongs to IPython or Keras: (the holder, as an id: a
+    History, or 0 for IPython's output caches; its text; the action). None when the user holds
+    the model this way."""
+    holder = chain.objs[-2] if len(chain.objs) >= 2 else None
+    callback = callback_class()
+    last = chain.edges[-1] if chain.edges else None
+    if (callback is not None and isinstance(holder, callback) and last is not None
+            and last.kind == "attr" and last.key in _MODEL_LINKS):
+        text = chain.text()
+        text = text[: -len(last.text)] if text.endswith(last.text) else text
+        key = last.key
+
+        def unlink() -> None:
+            setattr(holder, key, None)
+
+        return id(holder), f"{text} (its {type(holder).__name__})", unlink
+    kind, key = chain.root.kind, chain.first_key
+    if kind == "traceback" or (kind == "sys" and key in TRACEBACK_ATTRS):
+        def forget_traceback() -> None:
+            clear_tracebacks(shell)
+
+        return 1, "the last traceback", forget_traceback
+    if len(chain.edges) != 1:
+        return None
+    if kind == "out":
+        return 0, f"Out[{key}]", lambda: pop_entry(chain.objs[0], key, "", {})
+    if kind in ("ns", "hidden", "displayhook") and key in CACHE_NAMES:
+        return 0, str(key), lambda: reset_cache_name(shell, user_ns, str(key), {})
+    if kind in ("ns", "hidden") and isinstance(key, str) and _OUTPUT_NAME.fullmatch(key):
+        def drop_output_name() -> None:
+            for names in (user_ns, getattr(shell, "user_ns_hidden", None)):
+                pop_entry(names, key, "", {})
+
+        return 0, key, drop_output_name
+    if kind == "exec" and key == "result":
+        return 0, "the last result", lambda: setattr(chain.objs[0], "result", None)
+    return None
+
+
+def _all_named(models: list[Any], user_ns: Any) -> bool:
+    """Whether a name of the user's binds each model itself: then none can be released (the
+    model a re-run cell is about to rebind), and the heap walk can be skipped."""
+    named = {id(v) for k, v in list(user_ns.items()) if not k.startswith("_")}
+    return all(id(m) in named for m in models)
+
+
+def _size(model: Any) -> int | None:
+    _, weights, optimizer = sizes(model)
+    return None if weights is None or optimizer is None else weights + optimizer
+
+
+def _note(models: list[tuple[RunRef, int | None]], paths: list[str], *,
+          command: str | None = None, rss_freed: int | None = None) -> HeldModels:
+    sized = [size for _, size in models]
+    return HeldModels(
+        count=len(models),
+        runs=tuple(sorted({run.run_number for run, _ in models if run.run_number})),
+        weight_bytes=None if None in sized else sum(s for s in sized if s is not None),
+        paths=tuple(paths), command=command, rss_freed=rss_freed)
+
+
+def _path_order(path: str) -> tuple[int, int, str]:
+    return awkwardness(path), len(path), path

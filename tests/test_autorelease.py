@@ -1,0 +1,222 @@
+"""Earlier runs' models released from IPython's caches and Keras' History, never from the user's
+own holders; the rest flagged under the cell. A real shell, real Keras, the cells users write."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+from conftest import run
+
+import keras_nbguard
+from keras_nbguard.records import RunRecord
+
+FIT = "model.fit(x, y, epochs=1, verbose=0)"
+KERAS_IO = f"%%kerasrun --label io --quiet\nmodel = make_model()\n{FIT}\n"
+
+
+def rerun(shell, cell: str, times: int) -> list[weakref.ref]:
+    """Run ``cell`` ``times`` times; a weak reference to each run's ``model``."""
+    refs = []
+    for _ in range(times):
+        result = run(shell, cell)
+        assert result.success, result.error_in_exec
+        refs.append(weakref.ref(shell.user_ns["model"]))
+    return refs
+
+
+def alive(refs: list[weakref.ref]) -> list[bool]:
+    gc.collect()
+    return [ref() is not None for ref in refs]
+
+
+def last(label: str) -> RunRecord:
+    return keras_nbguard.runs(label)[-1]
+
+
+def test_a_cell_ending_in_fit_keeps_only_the_latest_model(keras_shell):
+    refs = rerun(keras_shell, KERAS_IO, 4)
+    out = keras_shell.user_ns["Out"]
+    histories = [out[n] for n in sorted(out)][-4:]
+    assert alive(refs) == [False, False, False, True]
+    # each History keeps its metrics; only the latest one (the current run's) keeps its model
+    assert all(len(h.history["loss"]) == 1 and h.epoch == [0] and h.params for h in histories)
+    assert [h.model is None for h in histories] == [True, True, True, False]
+    assert histories[-1].model is keras_shell.user_ns["model"]
+    released = last("io").released_models
+    assert released.count == 1 and released.runs == (3,)
+    assert released.paths == (f"Out[{sorted(out)[-2]}] (its History)",)
+    assert released.weight_bytes > 0 and last("io").stale_models is None
+
+
+def test_histories_kept_in_a_list_keep_their_metrics_and_lose_only_the_model(keras_shell):
+    run(keras_shell, "histories = []")
+    cell = "%%kerasrun --label kept --quiet\nmodel = make_model()\nhistories.append(" + FIT + ")"
+    refs = rerun(keras_shell, cell, 3)
+    histories = keras_shell.user_ns["histories"]
+    assert alive(refs) == [False, False, True]
+    assert [len(h.history["loss"]) for h in histories] == [1, 1, 1]
+    assert [h.model is None for h in histories] == [True, True, False]
+    assert last("kept").released_models.paths == ("histories[1] (its History)",)
+
+
+HOLDERS = {
+    "name": ("pass", "if 'first' not in globals(): first = model", "first"),
+    "list": ("keep = []", "keep.append(model)", "keep[0]"),
+    "dict": ("keep = {}", "keep[len(keep)] = model", "keep[0]"),
+    "attribute": ("class Box: pass\nbox = Box()", "setattr(box, f'm{len(vars(box))}', model)",
+                  "box.m0"),
+    "closure": ("keep = []", "keep.append((lambda m: lambda: m)(model))",
+                "keep[0].__closure__[0].cell_contents"),
+    "default": ("keep = []", "keep.append(lambda m=model: m)", "keep[0].__defaults__[0]"),
+}
+
+
+@pytest.mark.parametrize("holder", HOLDERS)
+def test_a_model_the_user_holds_is_never_released_but_flagged(keras_shell, holder):
+    setup, hold, path = HOLDERS[holder]
+    run(keras_shell, setup)
+    cell = f"%%kerasrun --label {holder} --quiet\nmodel = make_model()\n{hold}\n{FIT}\n"
+    refs = rerun(keras_shell, cell, 3)
+    out = keras_shell.user_ns["Out"]
+    first_history = out[sorted(out)[-3]]
+    assert alive(refs)[0] and first_history.model is refs[0]()  # also in Out: untouched
+    stale = last(holder).stale_models
+    assert stale is not None and 1 in stale.runs and path in stale.paths
+    want = "%nbguard free" if holder == "name" else "%nbguard free --containers"
+    assert stale.command == want
+    assert refs[0]().predict(keras_shell.user_ns["x"][:2], verbose=0).shape == (2, 1)
+
+
+def test_keep_stale_keeps_everything_and_config_sets_it(keras_shell):
+    refs = rerun(keras_shell, KERAS_IO.replace("--quiet", "--quiet --keep-stale"), 3)
+    assert alive(refs) == [True, True, True] and last("io").released_models is None
+    assert len(last("io").stale_models.paths) >= 2  # both earlier ones, flagged with paths
+    keras_shell.run_line_magic("nbguard", "config --keep-stale")
+    refs += rerun(keras_shell, KERAS_IO, 1)
+    assert all(alive(refs))
+    keras_shell.run_line_magic("nbguard", "config --release-stale")
+    refs += rerun(keras_shell, KERAS_IO, 1)
+    assert alive(refs) == [False, False, False, False, True]
+    assert last("io").released_models.count == 4
+
+
+def test_a_model_still_training_in_another_thread_is_never_touched(keras_shell):
+    rerun(keras_shell, KERAS_IO, 1)
+    run(keras_shell, """
+import threading
+started, stop = threading.Event(), threading.Event()
+class Hold(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        started.set()
+        stop.wait(60)
+trainer = threading.Thread(target=lambda m: m.fit(x, y, epochs=2, verbose=0, callbacks=[Hold()]),
+                           args=(model,))
+trainer.start()
+started.wait(60)
+del model
+""")
+    training = keras_shell.user_ns["trainer"]
+    ref = weakref.ref(keras_shell.user_ns["Out"][max(keras_shell.user_ns["Out"])].model)
+    try:
+        rerun(keras_shell, KERAS_IO, 1)  # before and after it: the model is in a running fit
+        assert alive([ref]) == [True] and training.is_alive()
+        assert last("io").released_models is None
+        assert last("io").stale_models.count == 1, last("io").stale_models
+    finally:
+        keras_shell.user_ns["stop"].set()
+        training.join(60)
+    assert not training.is_alive()
+
+
+def test_the_summary_says_what_was_released_and_what_is_still_alive(keras_shell):
+    run(keras_shell, "keep = []")
+    cell = KERAS_IO.replace("--quiet\n", "\n").replace(FIT, f"keep.append(model)\n{FIT}")
+    rerun(keras_shell, cell, 2)
+    rerun(keras_shell, KERAS_IO, 2)
+    rows = dict(last("io").summary_rows())
+    assert rows["stale"].startswith("2 models from #1, #2 still alive (")
+    assert "weights, graphs not counted): keep[0], keep[1] — %nbguard free --containers" in (
+        rows["stale"])
+    assert rows["released"].startswith("1 model from #3 held by Out[")
+    assert "(its History): " in rows["released"] and "MB weights" in rows["released"]
+    bundle = last("io").summary_bundle()
+    assert "keep[0], keep[1] — %nbguard free --containers" in bundle["text/html"]
+    assert "released     1 model from #3" in bundle["text/plain"]
+
+
+def test_a_reset_and_a_new_kernel_never_make_the_latest_model_stale(keras_shell, tmp_path):
+    session = keras_nbguard.get_session()
+    rerun(keras_shell, KERAS_IO, 3)
+    session.perform("reset_history")
+    rerun(keras_shell, KERAS_IO, 1)  # numbered #1 again
+    keras_shell.run_line_magic("reload_ext", "keras_nbguard")  # a new session: earlier runs
+    rerun(keras_shell, KERAS_IO, 1)  # from the database, #1 to #3 among them
+    assert last("io").run_number < 3
+    report = keras_shell.run_line_magic("nbguard", "leaks")
+    current = [leak for leak in report.leaks if "model" in leak.paths]
+    assert len(current) == 1 and not current[0].stale
+    freed = keras_shell.run_line_magic("nbguard", "free")
+    assert "model" in keras_shell.user_ns  # the current model is kept
+    assert not [leak for leak in freed.freed if "model" in leak.paths]
+
+
+def test_free_deep_cleans_at_once_and_shows_the_rss_drop(keras_shell):
+    run(keras_shell, "keep = []")
+    cell = ("%%kerasrun --label big --quiet\nmodel = keras.Sequential([keras.Input((8,)), "
+            "keras.layers.Dense(3000), keras.layers.Dense(3000), keras.layers.Dense(1)])\n"
+            "model.compile('adam', 'mse')\nkeep.append(model)\n" + FIT)
+    rerun(keras_shell, cell, 2)
+    report = keras_shell.run_line_magic("nbguard", "free --containers")
+    assert len(report.freed) == 1 and report.deep_clean is not None
+    assert report.deep_clean.entries > 0  # the freed run's graphs went now, not at the next run
+    # 9M weights + 18M adam slots, float32: ~100 MB
+    assert report.rss_freed > 50 * 2**20, report.lines()
+    assert "deep clean: " in "\n".join(report.lines())
+
+
+def test_a_custom_training_loop_is_deep_cleaned_once_its_models_are_gone(keras_shell):
+    from tensorflow.python.framework import ops
+
+    from keras_nbguard.deepclean import _gradient_origin, _library_dirs
+
+    run(keras_shell, """
+import tensorflow as tf
+@tf.custom_gradient
+def halve_grad(v):
+    return tf.identity(v), lambda dy: dy * 0.5
+""")
+    loop = """%%kerasrun --label loop --quiet
+model = make_model()
+opt = keras.optimizers.Adam()
+@tf.function
+def train_step(xb, yb):
+    with tf.GradientTape() as tape:
+        loss = keras.ops.mean((halve_grad(model(xb, training=True)) - yb) ** 2)
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(64):
+    train_step(xb, yb)
+"""
+    registry = ops._gradient_registry._registry
+
+    def entries() -> tuple[int, int]:
+        """(TensorFlow's and Keras' own, the user's halve_grad's) CustomGradient entries."""
+        names = [n for n in registry if n.startswith("CustomGradient-")]
+        libraries = _library_dirs()
+        users = [n for n in names if not _gradient_origin(registry[n]).startswith(libraries)]
+        return len(names) - len(users), len(users)
+
+    counts = []
+    for _ in range(5):
+        rerun(keras_shell, loop, 1)
+        counts.append(entries())
+    cleans = [r.deep_clean for r in keras_nbguard.runs("loop")[1:]]
+    assert sum(c.entries for c in cleans) > 0  # the dead runs' entries went: no fit needed
+    library = [lib for lib, _ in counts]
+    assert library[2] == library[3] == library[4], counts  # no pile-up from run to run
+    users = [user for _, user in counts]  # the user's own gradient, traced anew each run:
+    assert users[0] > 0 and users == [users[0] * n for n in range(1, 6)]  # never purged
+    assert "held for runs whose models live" in dict(last("loop").summary_rows())["deep clean"]
