@@ -16,10 +16,9 @@ import threading
 import time
 import types
 import uuid
-import weakref
 from typing import TYPE_CHECKING, Any
 
-from .figures import figure_data, header_html, lists_html, referenced_models, static_view
+from .figures import figure_data, header_html, lists_html, model_lines, static_view
 from .records import RunRecord, fmt_bytes
 
 if TYPE_CHECKING:
@@ -74,8 +73,7 @@ class Dashboard:
         self.mode = "widget" if widget else "static"
         self._lock = threading.RLock()  # every widget mutation, from any thread, holds it
         self._reports: list[str] = []
-        self._models: list[str] = []
-        self._fit_in: list[tuple[weakref.ref[Any], str]] = []  # weak: never keeps a model
+        self._models: list[str] = []  # the leak finder's lines: text, never a model
         self._run: Run | None = None
         self._live: tuple[list[float], list[float], list[float]] = ([], [], [])  # t, rss, epochs
         self._live_title = "no run yet"
@@ -157,11 +155,7 @@ class Dashboard:
         self._live[2].append(seconds)  # drawn by the sampler's next push
 
     def _on_record(self, record: RunRecord) -> None:
-        run, self._run = self._run, None
-        if run is not None:
-            name = f"{record.label} #{record.run_number}"
-            self._fit_in = [(r, n) for r, n in self._fit_in if r() is not None]
-            self._fit_in += [(ref, name) for ref in run.fit_timer.models]
+        self._run = None
         samples = record.rss_samples
         epochs = [s for fit in record.fits for s in fit.epoch_seconds]
         with self._lock:
@@ -186,8 +180,13 @@ class Dashboard:
             self.refresh(models)
 
     def _scan_models(self) -> list[str]:
-        # names only: the one place to plug in the leak finder's full holder paths
-        return referenced_models(getattr(self._shell, "user_ns", None), self._fit_in)
+        """The leak finder's paths, stale flags and sizes (no Keras imported: no model)."""
+        if "keras" not in sys.modules:
+            return []
+        try:
+            return model_lines(self.session.leaks())
+        except Exception as exc:  # a list we could not make must not break the dashboard
+            return [f"n/a (the leak finder failed: {type(exc).__name__}: {exc})"]
 
     # -- buttons -------------------------------------------------------------------------------
     def click(self, action: str, _button: Any = None) -> None:

@@ -8,10 +8,7 @@ Unknown figures stay ``None`` (a gap in the plot), never 0. No plotly or ipywidg
 from __future__ import annotations
 
 import html
-import re
-import sys
 import time
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,7 +22,6 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#1
 SYMBOLS = {"ok": "circle", "error": "x", "oom": "star", "interrupted": "diamond"}
 MARKED = {"fit": "fit", "rss": "after", "gpu": "tf peak"}  # the series failed runs are marked on
 TREND_RUNS = 10  # the trend looks at this many recent runs of a label
-CACHE_NAME = re.compile(r"_+|_\d+")  # IPython's output cache aliases: _, __, ___, _5
 
 # (panel, series, value in plot units or None, line dash, legend shown)
 SERIES = (
@@ -221,36 +217,19 @@ def svg_chart(data: dict[str, Any], panel: str, series: str, title: str,
             + "".join(body) + "</svg>")
 
 
-def referenced_models(user_ns: dict[str, Any] | None,
-                      fit_in: Sequence[tuple[weakref.ref[Any], str]] = ()) -> list[str]:
-    """Keras models bound to top-level names or the output cache, as text ("where held")."""
-    keras = sys.modules.get("keras")  # not imported: no model can exist
-    if keras is None or not user_ns:
-        return []
-    model_type, history_type = keras.Model, keras.callbacks.History
-    held: dict[int, list[str]] = {}
-    names: dict[int, str] = {}
-    runs: dict[int, str] = {}
-
-    def note(value: Any, where: str) -> None:
-        if isinstance(value, history_type):
-            value, where = getattr(value, "model", None), f"{where}.model"
-        if isinstance(value, model_type):
-            held.setdefault(id(value), []).append(where)
-            names[id(value)] = str(getattr(value, "name", "?"))
-            runs.update((id(value), run) for ref, run in fit_in if ref() is value)
-
-    for name, value in list(user_ns.items()):
-        if not name.startswith("_") or CACHE_NAME.fullmatch(name):
-            note(value, name)
-    out = user_ns.get("Out")
-    for n, value in list(out.items()) if isinstance(out, dict) else ():
-        note(value, f"Out[{n}]")
-    def order(where: str) -> int:  # your names (in the order defined), then the output cache
-        return where.startswith("_") + 2 * where.startswith("Out[")
-
-    return [f"{names[k]}: held by {', '.join(sorted(where, key=order))}"
-            + (f" (fit in {runs[k]})" if k in runs else "") for k, where in held.items()]
+def model_lines(report: Any) -> list[str]:
+    """The leak finder's live models (a ``LeakReport``), one line each, stale ones first and
+    flagged: the ones "Free flagged models" frees."""
+    lines = []
+    for leak in report.leaks:
+        run = f"{leak.run_label} #{leak.run_number}" if leak.run_label else "no tracked run"
+        paths = ", ".join(leak.paths[:4]) + (" …" if len(leak.paths) > 4 else "")
+        lines.append(f"{'STALE' if leak.stale else 'current'} {leak.model_name} "
+                     f"({fmt_bytes(leak.weight_bytes)} weights, {run}): {paths}")
+    if report.unreachable:
+        lines.append(f"{len(report.unreachable)} more alive that nothing you can name holds "
+                     f"(gone at the next clear)")
+    return lines
 
 
 # -- markup shared by the widget and the static view ----------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import html
 import subprocess
@@ -19,7 +20,8 @@ from test_records import make_record
 import keras_nbguard
 from keras_nbguard import dashboard as dashboard_module
 from keras_nbguard.dashboard import Dashboard, dashboard, widget_frontend
-from keras_nbguard.figures import figure_data, referenced_models, static_view, trend_text
+from keras_nbguard.figures import figure_data, model_lines, static_view, trend_text
+from keras_nbguard.probes import Leak, LeakReport
 from keras_nbguard.records import GpuReading
 from keras_nbguard.session import Session, using
 
@@ -129,8 +131,9 @@ def test_a_run_updates_the_plot_live_panels_and_models(keras_shell, board):
     assert len(board.figure.data[1].x) > 0  # its RSS over time
     assert "last run: mlp #1 (ok)" in board._top.value
     n = max(keras_shell.user_ns["Out"])  # the History the cell ended with is Out[n]
-    assert "sequential: held by model, " in bottom(board)  # your names first, then the cache
-    assert f"_{n}.model, Out[{n}].model (fit in mlp #1)" in bottom(board)
+    # the leak finder's line: flag, size, run, and its paths, your names first
+    assert f"mlp #1): model, Out[{n}].model" in bottom(board)
+    assert "current sequential (0.0 MB weights, mlp #1)" in bottom(board)
     assert any(a.text.startswith("no GPU") for a in board.figure.layout.annotations)
 
 
@@ -270,8 +273,15 @@ def test_frontend_detection(monkeypatch):
     assert widget_frontend(Kernelled())[0] is False
 
 
-def test_referenced_models_without_keras_is_empty():
-    assert referenced_models({"x": 1}) == [] or "keras" in sys.modules
+def test_model_lines_flag_stale_models_first_with_size_and_paths():
+    stale = Leak("models[0]", ("models[0]", "Out[3].model"), "sequential_1", "Sequential", 10,
+                 40 * 2**20, 0, "mlp", 1, True, "from run 'mlp' #1; the latest is #2")
+    current = dataclasses.replace(stale, path="model", paths=("model",), model_name="sequential",
+                                  run_number=2, stale=False)
+    lines = model_lines(LeakReport((stale, current), (current,)))
+    assert lines == ["STALE sequential_1 (40.0 MB weights, mlp #1): models[0], Out[3].model",
+                     "current sequential (40.0 MB weights, mlp #2): model",
+                     "1 more alive that nothing you can name holds (gone at the next clear)"]
 
 
 def test_nbclient_execution_shows_the_static_view_updated_by_display_id(tmp_path):
@@ -285,6 +295,6 @@ def test_nbclient_execution_shows_the_static_view_updated_by_display_id(tmp_path
     markup, text = shown["data"]["text/html"], shown["data"]["text/plain"]
     assert "keras-nbguard-static" in markup and "3 run(s)" in markup and "<svg" in markup
     assert "mlp: RSS" in text and "per run over 3 runs" in text
-    assert "sequential: held by model, history.model" in text
+    assert "current sequential (" in text and "mlp #3): model, history.model" in text
     assert "Loading widget" not in markup + text
     assert Session  # the notebook ran in its own kernel: nothing leaks into this process
