@@ -54,11 +54,12 @@ class FreeReport:
         """One line (what a Session action returns)."""
         from .records import fmt_bytes
 
-        kept = f", {len(self.kept)} still held" if self.kept else ""
-        freed = self.rss_freed
-        drop = "" if freed is None else f" ({fmt_bytes(-freed, signed=True)})"
-        return (f"freed {len(self.freed)} model(s){kept}; RSS {fmt_bytes(self.rss_before)} → "
-                f"{fmt_bytes(self.rss_after)}{drop}")
+        return f"{self.counts()}; RSS {fmt_bytes(self.rss_before)} → {fmt_bytes(self.rss_after)}"
+
+    def counts(self) -> str:
+        """How many were freed and kept, in words (the dashboard adds the RSS itself)."""
+        return f"freed {len(self.freed)} model(s)" + (
+            f", {len(self.kept)} still held" if self.kept else "")
 
     def lines(self) -> list[str]:
         from .records import fmt_clean

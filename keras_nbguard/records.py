@@ -73,7 +73,7 @@ class HeldModels:
 
     count: int
     runs: tuple[int, ...] = ()  # the run numbers they came from
-    weight_bytes: int | None = None  # weights and optimizer state; None when a size is unknown
+    weight_bytes: int | None = None  # their weights; None when a size is unknown
     paths: tuple[str, ...] = ()
     command: str | None = None  # stale: what frees them
     rss_freed: int | None = None  # released: RSS drop once gone, graphs included (None: unknown)

@@ -63,7 +63,7 @@ class Session:
             "reset_history": self._reset_history,
             # the dashboard's "Free flagged models": exactly the stale ones its list flags,
             # those in your containers too (their slots become None)
-            "free": lambda: self.free(containers=True).summary(),
+            "free": lambda: self.free(containers=True).counts(),
         }
         self._models: Any = None
         self.dashboard: Any = None  # the kernel's Dashboard once shown
