@@ -154,6 +154,24 @@ def test_clear_output_cache_and_reset_history_buttons(keras_shell, board):
     assert all(len(t.x) == 0 for t in board.figure.data[2:])  # the runs are gone
 
 
+def test_free_button_frees_exactly_the_flagged_models(keras_shell, board):
+    run(keras_shell, "keep = []")
+    cell = "%%kerasrun --quiet --label mlp\nmodel = make_model()\nkeep.append(model)\n"
+    for _ in range(3):
+        run(keras_shell, cell + "model.fit(x, y, epochs=1, verbose=0)\n")
+    listed = bottom(board).split("Models still referenced")[1]
+    assert listed.count("STALE ") == 2 and "STALE sequential (0.0 MB weights, mlp #1): keep[0]" in (
+        listed)
+    assert "current sequential (0.0 MB weights, mlp #3): model, keep[2]" in listed
+    refs = [weakref.ref(m) for m in keras_shell.user_ns["keep"]]
+    board.buttons["free"].click()
+    gc.collect()
+    assert [r() is None for r in refs] == [True, True, False]  # the two flagged ones, no more
+    assert keras_shell.user_ns["keep"][:2] == [None, None]
+    assert "free: freed 2 model(s) (RSS " in bottom(board)
+    assert "STALE" not in bottom(board).split("Models still referenced")[1]
+
+
 def test_free_button_says_when_the_action_is_not_there(board):
     session = board.session
     if "free" in session.actions:

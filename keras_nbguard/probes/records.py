@@ -76,11 +76,14 @@ class LeakReport:
             run = f"{leak.run_label!r} #{leak.run_number}" if leak.run_label else "no tracked run"
             opt = f" + {fmt_bytes(leak.optimizer_bytes)} optimizer" if leak.optimizer_bytes else ""
             out.append(f"  {'STALE' if leak.stale else 'ok   '} {leak.model_name} "
-                       f"({leak.class_name}, {fmt_bytes(leak.weight_bytes)}{opt}, {run}): "
+                       f"({leak.class_name}, {fmt_bytes(leak.weight_bytes)} weights{opt}, {run}): "
                        f"{', '.join(leak.paths)}")
         for leak in self.unreachable:
             out.append(f"  unreachable {leak.model_name} ({leak.class_name}, "
-                       f"{fmt_bytes(leak.weight_bytes)}): {leak.reason}")
+                       f"{fmt_bytes(leak.weight_bytes)} weights): {leak.reason}")
+        if self.leaks or self.unreachable:
+            out.append("  (sizes count weights and optimizer state; the graphs a model pins show "
+                       "as the RSS drop when it is freed)")
         if self.unreachable:
             out.append(f"  hint: {UNREACHABLE_HINT}")
         out.extend(f"  note: {n}" for n in self.notes)
