@@ -195,6 +195,11 @@ class Session:
 
     # -- live models ----------------------------------------------------------------------------
     @property
+    def has_models(self) -> bool:
+        """Whether a run has handed over models yet (without loading the leak finder)."""
+        return self._models is not None
+
+    @property
     def models(self) -> Any:
         """Which run created each model, by weak reference (the leak finder loads on first use,
         to keep %load_ext cheap)."""

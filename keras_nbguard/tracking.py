@@ -102,8 +102,9 @@ class Run:
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
         t0 = time.perf_counter()
-        self._attempt("releasing earlier runs' models", self._release_earlier)
+        self._rss_before_release = self._attempt("reading RSS", self.sampler.read_now)
         self._attempt("preparing the run", self._prepare)
+        self._attempt("releasing earlier runs' models", self._release_earlier)
         if self.options.deep_clean:
             self._attempt("deep clean", self._clean_and_mark)
         self._prepare_seconds = time.perf_counter() - t0
@@ -124,14 +125,13 @@ class Run:
         self._t0 = time.perf_counter()
 
     def _release_earlier(self) -> None:
-        """Before clear and deep clean, so what is released now is gone by the time they run."""
-        if self.options.keep_stale or self.session._models is None:
+        """After clear_session's gc (what the last cell let go is gone, so there is less to look
+        at) and before the deep clean, which a gc must precede for what is released now."""
+        if self.options.keep_stale or not self.session.has_models:
             return  # nothing to release, or no model was ever tracked (no leak finder import)
-        before = self.sampler.read_now()
         settled = self.session.settle(self.label, release=True, report=False)
-        if settled.released and not self.options.clear:
-            gc.collect()  # no clear_session will collect them
-        self._rss_before_release = before
+        if settled.released:
+            gc.collect()  # the released models sit in reference cycles
         self.released = settled.released_note()
 
     def _prepare(self) -> None:

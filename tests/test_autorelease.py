@@ -220,3 +220,20 @@ for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(64):
     users = [user for _, user in counts]  # the user's own gradient, traced anew each run:
     assert users[0] > 0 and users == [users[0] * n for n in range(1, 6)]  # never purged
     assert "held for runs whose models live" in dict(last("loop").summary_rows())["deep clean"]
+
+
+def test_no_heap_walk_when_the_last_model_was_only_rebound(keras_shell, monkeypatch):
+    """``history = model.fit(...)``: the earlier model is garbage once rebound, and the heap walk
+    (~0.1 s on a TensorFlow kernel) is spared, before and after each run."""
+    from keras_nbguard.probes import walk
+
+    cell = "%%kerasrun --label assigned --quiet\nmodel = make_model()\nhistory = " + FIT
+    rerun(keras_shell, cell, 2)
+    walks = []
+    real_run = walk.Probe.run
+    monkeypatch.setattr(walk.Probe, "run", lambda self: walks.append(1) or real_run(self))
+    refs = rerun(keras_shell, cell, 3)
+    assert walks == [] and alive(refs) == [False, False, True]
+    rerun(keras_shell, KERAS_IO.replace("--label io", "--label assigned"), 2)
+    assert walks  # an earlier model held by Out[n]: walked, and released
+    assert last("assigned").released_models.count == 1
