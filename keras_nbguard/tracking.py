@@ -102,7 +102,8 @@ class Run:
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
         t0 = time.perf_counter()
-        self._rss_before_release = self._attempt("reading RSS", self.sampler.read_now)
+        if not self.options.keep_stale and self.session.has_models:  # for the released line
+            self._rss_before_release = self._attempt("reading RSS", self.sampler.read_now)
         self._attempt("preparing the run", self._prepare)
         self._attempt("releasing earlier runs' models", self._release_earlier)
         if self.options.deep_clean:
