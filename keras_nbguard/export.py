@@ -21,6 +21,7 @@ COLUMNS = (
     "gpu_tf_peak", "gpu_tf_current", "gpu_nvml_used", "gpu_nvml_process_used", "gpu_note",
     "traces", "dataset_traces", "cleared", "deep_clean_entries", "error",
 )
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def run_row(record: RunRecord) -> dict[str, Any]:
@@ -78,10 +79,21 @@ def write_csv(records: Sequence[RunRecord], path: str | os.PathLike[str]) -> int
             writer = csv.DictWriter(out, fieldnames=COLUMNS)
             writer.writeheader()
             for record in records:
-                writer.writerow({k: "" if v is None else v for k, v in run_row(record).items()})
+                writer.writerow({k: _cell(v) for k, v in run_row(record).items()})
     except OSError as exc:
         raise ValueError(f"can't export to {target}: {exc.strerror or exc}") from exc
     return len(records)
+
+
+def _cell(value: Any) -> Any:
+    """A CSV cell: empty when unknown; a text that a spreadsheet would run as a formula (it
+    starts with =, +, -, @, a tab or a carriage return: OWASP's list) gets a leading ``'``, so a
+    label like ``=HYPERLINK(...)`` is shown, not run. Numbers are written as they are."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
 
 
 def runs_frame(records: Sequence[RunRecord]) -> Any:

@@ -42,7 +42,7 @@ def _mb(n: int | None) -> float | None:
 def hover_text(r: RunRecord) -> str:
     """The run's label, status, time and figures, for a point's hover box."""
     when = time.strftime("%H:%M:%S", time.localtime(r.started_at))
-    lines = [f"<b>{html.escape(r.label)} #{r.run_number}</b> · {r.status} · {when}",
+    lines = [f"<b>{html.escape(r.label)} #{r.run_number}</b> · {html.escape(r.status)} · {when}",
              f"wall {fmt_seconds(r.wall_seconds)}, fit {fmt_seconds(r.fit_seconds)}",
              f"RSS {fmt_bytes(r.rss_before)} → {fmt_bytes(r.rss_after)} "
              f"(peak {fmt_bytes(r.rss_peak)})",
@@ -137,7 +137,8 @@ def figure_data(records: Sequence[RunRecord],
             points = by_label[label]
             traces.append({
                 "uid": f"{panel}:{series}:{label}", "panel": panel, "series": series,
-                "label": label, "name": label if legend else f"{label} {series}",
+                # plotly renders <a>, <b>, <br> in trace names: a label is text, never markup
+                "label": label, "name": html.escape(label if legend else f"{label} {series}"),
                 "color": PALETTE[i % len(PALETTE)], "dash": dash, "showlegend": legend,
                 "x": [x for x, _ in points], "y": [value(r) for _, r in points],
                 # hover boxes on the main series only: the others say "label peak: 532.1 MB"

@@ -16,11 +16,12 @@ from importlib.resources import files
 from typing import Any
 
 from ..figures import figure_data, svg_chart
-from ..records import NA, fmt_bytes, fmt_seconds
+from ..records import NA, STATUSES, fmt_bytes, fmt_seconds
 from .history import StoredRun, notebook_summary
 
 HEADER = ("#", "started", "kernel", "label", "run", "status", "wall", "fit", "RSS before",
           "RSS after", "RSS peak", "GPU peak")
+KNOWN_STATUSES = frozenset((*STATUSES, "running"))
 TEXT = {"started", "kernel", "label", "status"}  # left-aligned; the figures align right
 CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em 2em; color: #222; }
@@ -137,8 +138,10 @@ def row(x: int, run: StoredRun) -> str:
     ]
     tds = []
     for i, (text, title) in enumerate(cells):
+        # a class from our own list only: the stored status is data, never markup
         cls = ("nbguard-text" if HEADER[i] in TEXT else "nbguard-figure") + (
-            f" status-{r.status}" if HEADER[i] == "status" else "")
+            f" status-{r.status if r.status in KNOWN_STATUSES else 'unknown'}"
+            if HEADER[i] == "status" else "")
         tip = f" title='{html.escape(title)}'" if title else ""
         tds.append(f"<td class='{cls}'{tip}>{html.escape(text)}</td>")
     return f"<tr class='nbguard-run' data-status='{html.escape(r.status)}'>{''.join(tds)}</tr>"
