@@ -17,7 +17,7 @@ def run_cell_body(shell: Any, magic_line: str, body: str) -> Any:
     __tracebackhide__ = True
     source = _transform(shell, body)
     # Cache the magic line too, so line numbers and the shown source match the cell on screen.
-    filename = shell.compile.cache(f"{magic_line}\n{source}", shell.execution_count)
+    filename = shell.compile.cache(f"{magic_line}\n{source}", _cell_number(shell))
     tree = shell.compile.ast_parse(source, filename=filename)
     ast.increment_lineno(tree, 1)
     tree = shell.transform_ast(tree)
@@ -29,6 +29,14 @@ def run_cell_body(shell: Any, magic_line: str, body: str) -> Any:
     if last_expression is None:
         return None
     return eval(shell.compile(last_expression, filename, "eval"), namespace)
+
+
+def _cell_number(shell: Any) -> int:
+    """The running cell's own number, In[n]: IPython counts the next cell up before it runs
+    this one, and keeps this one's number on the result in progress."""
+    running = getattr(getattr(shell, "displayhook", None), "exec_result", None)
+    number = getattr(running, "execution_count", None)
+    return number if isinstance(number, int) else int(shell.execution_count)
 
 
 @functools.lru_cache(maxsize=64)

@@ -9,12 +9,13 @@ import contextlib
 import dataclasses
 import functools
 import os
+import shlex
 import sys
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from . import __version__, gpu_setup
@@ -81,8 +82,17 @@ def _options_from(args: argparse.Namespace, base: RunOptions) -> RunOptions:
 
 @functools.lru_cache(maxsize=64)
 def _parse_kerasrun(line: str) -> argparse.Namespace:
-    """Re-runs repeat the same line: argparse needn't run again (the result is never mutated)."""
-    return parse_argstring(KerasMagics.kerasrun, line)
+    """Re-runs repeat the same line: argparse needn't run again (the result is never mutated).
+    Split the way a shell would: ``--label 'my model'`` is the label ``my model``."""
+    return KerasMagics.kerasrun.parser.parse_args(_shell_words(line))
+
+
+def _shell_words(line: str) -> list[str]:
+    try:
+        return shlex.split(line)
+    except ValueError as exc:  # "No closing quotation"
+        raise UsageError(f"can't read the options {line!r}: {exc}; put a name with spaces in "
+                         f"matching quotes, e.g. --label 'my model'") from None
 
 
 @magics_class
@@ -183,7 +193,7 @@ class KerasMagics(Magics):
                  options ``%%kerasrun`` takes (plus --clear, --no-gpu-limit, --no-mixed-precision,
                  and --db PATH for where the run history is kept).
         """
-        args = parse_argstring(self.nbguard, line)
+        args = self.nbguard.parser.parse_args(_shell_words(line))
         if args.file is not None and args.command != "export":
             raise UsageError(f"%nbguard {args.command} takes no file name (got {args.file!r})")
         if args.command == "export":

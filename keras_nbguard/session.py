@@ -147,14 +147,14 @@ class Session:
         return tracked(self, label, dataclasses.replace(self.options, **overrides))
 
     def begin(self, label: str, options: RunOptions, cell_id: str | None = None) -> Run:
-        if self.current is not None:
-            raise RuntimeError(f"keras_nbguard: run {self.current.label!r} is still going; "
-                               f"tracked runs can't be nested")
-        previous = self.last_run(label)
-        key = RunKey(self.notebook, cell_id, self.kernel_id, os.getpid(), process_started())
-        run = Run(self, label, (previous.run_number + 1) if previous else 1, options, key,
-                  previous)
-        with self._lock:
+        with self._lock:  # check and claim at once: two threads must not both start a run
+            if self.current is not None:
+                raise RuntimeError(f"keras_nbguard: run {self.current.label!r} is still going; "
+                                   f"tracked runs can't be nested or run from two threads")
+            previous = self.last_run(label)
+            key = RunKey(self.notebook, cell_id, self.kernel_id, os.getpid(), process_started())
+            run = Run(self, label, (previous.run_number + 1) if previous else 1, options, key,
+                      previous)
             self.current = run
         self._feed(run)
         self._notify(self.start_listeners, run)

@@ -1,0 +1,72 @@
+"""The magic keeps IPython's semantics: shell quoting for options, the cell's own In[n] in
+tracebacks, and a run start that two threads can't both win. A real shell, real Keras."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+from conftest import run
+from IPython.core.error import UsageError
+
+import keras_nbguard
+
+
+def test_a_quoted_label_is_the_words_inside_the_quotes(shell):
+    assert run(shell, "%%kerasrun --label 'my model' --quiet\nz = 1").success
+    assert run(shell, '%%kerasrun -l "two  spaces" --quiet\nz = 2').success
+    assert [r.label for r in keras_nbguard.runs()] == ["my model", "two  spaces"]
+
+
+def test_an_unbalanced_quote_is_a_usage_error_and_the_cell_does_not_run(shell, capsys):
+    result = run(shell, "%%kerasrun --label 'my model --quiet\nran = True")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "no closing quotation" in str(result.error_in_exec).lower()
+    assert "ran" not in shell.user_ns and keras_nbguard.runs() == []
+    assert "Traceback" not in capsys.readouterr().out
+
+
+def test_a_traceback_names_the_cells_own_number(shell, capsys):
+    run(shell, "1 + 1")
+    result = run(shell, "%%kerasrun --quiet\nx = 1\nraise ValueError('boom')")
+    out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)  # no colours
+    assert f"Cell In[{result.execution_count}], line 3" in out
+    assert f"In[{result.execution_count + 1}]" not in out
+
+
+def test_two_threads_never_both_start_a_run_and_fit_is_always_restored(keras_shell,
+                                                                      monkeypatch):
+    import keras
+
+    from keras_nbguard.session import Session
+
+    # widen the window between "is a run going?" and "this one is": a thread switch there
+    last_run = Session.last_run
+    monkeypatch.setattr(Session, "last_run", lambda self, label: time.sleep(0.0005)
+                        or last_run(self, label))
+    fit = keras.Model.fit
+    inside, overlaps, refused = [0], [], []
+    lock = threading.Lock()
+
+    def runs() -> None:
+        for _ in range(100):
+            try:
+                with keras_nbguard.track("threads", clear=False, deep_clean=False):
+                    with lock:
+                        inside[0] += 1
+                        overlaps.append(inside[0])
+                    with lock:
+                        inside[0] -= 1
+            except RuntimeError:
+                refused.append(1)
+
+    threads = [threading.Thread(target=runs) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert max(overlaps) == 1  # never two runs at once
+    assert len(overlaps) + len(refused) == 200 and refused  # the other thread was told
+    assert keras.Model.fit is fit  # the scoped patch is gone after every run
+    assert keras_nbguard.get_session().current is None
