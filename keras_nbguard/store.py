@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .dbfile import APPLICATION_ID, NotOurs, file_owner
 from .records import RunRecord, fmt_bytes, fmt_seconds
 
 SCHEMA_VERSION = 2
@@ -100,8 +101,13 @@ class Store:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             if not os.path.exists(path):
                 os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))  # user-only from birth
+            owner = file_owner(path)
+            if owner is not None:
+                raise NotOurs(f"{path} is {owner}, not a keras_nbguard run history: it is left "
+                              f"untouched and history is kept in memory this session; set "
+                              f"{ENV_PATH} or %nbguard config --db to a file of its own")
             return self._connect(path)
-        except NewerDatabase as exc:
+        except (NewerDatabase, NotOurs) as exc:
             self._warn(str(exc))
         except sqlite3.DatabaseError as exc:
             if "not a database" in str(exc) or "malformed" in str(exc):
@@ -159,6 +165,7 @@ class Store:
                         db.execute(statement)
             db.execute(LABEL_INDEX)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")

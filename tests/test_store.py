@@ -11,6 +11,7 @@ import textwrap
 import time
 
 import keras_nbguard
+from keras_nbguard.dbfile import APPLICATION_ID
 from keras_nbguard.session import Session, using
 from keras_nbguard.store import MEMORY, SCHEMA_VERSION, Store, process_alive
 
@@ -74,13 +75,41 @@ def test_two_processes_writing_at_once_lose_no_rows(history_database):
     assert len(Store(str(history_database)).runs()) == 80
 
 
-def test_corrupt_database_is_moved_aside(tmp_path):
+def test_our_own_corrupt_database_is_moved_aside(tmp_path):
     path = tmp_path / "runs.sqlite"
-    path.write_bytes(b"this is not sqlite" * 100)
+    Store(str(path)).db.close()
+    data = bytearray(path.read_bytes())
+    data[100:4096] = b"\xff" * (4096 - 100)  # the schema page, past the (marked) header
+    path.write_bytes(bytes(data))
     warnings = []
     store = Store(str(path), warn=warnings.append)
     assert not store.in_memory and "corrupt" in warnings[0]
     assert list(tmp_path.glob("runs.sqlite.corrupt-*"))
+
+
+def test_files_that_are_not_ours_are_left_byte_for_byte(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_bytes(b"this is not sqlite\n" * 100)
+    other = tmp_path / "other.sqlite"
+    db = sqlite3.connect(other)
+    db.executescript("CREATE TABLE things (x); INSERT INTO things VALUES (1);")
+    db.close()
+    for path in (text, other):
+        before = path.read_bytes()
+        warnings = []
+        store = Store(str(path), warn=warnings.append)
+        assert store.in_memory and "not a keras_nbguard run history" in warnings[0]
+        assert path.read_bytes() == before
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "other.sqlite"]
+
+
+def test_a_database_from_before_the_mark_is_ours_and_gets_marked(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    Store(str(path)).db.execute("PRAGMA application_id = 0")  # as written before the mark
+    assert int.from_bytes(path.read_bytes()[68:72], "big") == 0
+    store = Store(str(path))
+    assert not store.in_memory
+    assert store.db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
 
 
 def test_unwritable_location_falls_back_to_memory(tmp_path):
