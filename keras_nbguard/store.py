@@ -24,7 +24,7 @@ from .records import RunRecord, fmt_bytes, fmt_seconds
 
 SCHEMA_VERSION = 2
 ENV_PATH = "KERAS_NBGUARD_DB"
-FLUSH_SECONDS = 1.0
+FLUSH_SECONDS = 0.25  # a kernel killed 0.7 s into a run still leaves 0.5 s of its samples
 SAMPLE_STEP = 0.1  # seconds between stored RSS samples (the record keeps the full series)
 MEMORY = ":memory:"
 
@@ -134,7 +134,7 @@ class Store:
         try:
             db.execute("PRAGMA busy_timeout = 10000")
             if path != MEMORY:
-                db.execute("PRAGMA journal_mode = WAL")
+                _to_wal(db)
                 db.execute("PRAGMA synchronous = NORMAL")
             self._migrate(db, path)
         except BaseException:
@@ -255,8 +255,11 @@ class Store:
                         run_id, samples = params
                         self.db.executemany("INSERT INTO samples VALUES (?, ?, ?)",
                                             [(run_id, t, rss) for t, rss in samples])
-                        self.db.execute("UPDATE runs SET updated_at = ?, last_rss = ? WHERE id = ?",
-                                        (time.time(), samples[-1][1], run_id))
+                        # the time of the last sample seen, not of this write: what a died
+                        # run's duration is read from
+                        self.db.execute("UPDATE runs SET updated_at = started_at + ?, "
+                                        "last_rss = ? WHERE id = ?",
+                                        (samples[-1][0], samples[-1][1], run_id))
                     else:
                         self.db.execute(sql, params)
                 self.db.execute("COMMIT")
@@ -376,6 +379,20 @@ class RunFeed:
 
 class NewerDatabase(sqlite3.DatabaseError):
     """The file was written by a newer keras_nbguard: refuse it rather than damage it."""
+
+
+def _to_wal(db: sqlite3.Connection, tries: int = 50) -> None:
+    """``PRAGMA journal_mode = WAL``. Switching takes an exclusive lock and does not wait for the
+    busy timeout: while another kernel creates the same new file, it fails at once with
+    "database is locked". A few short retries (1 s at most) get past that moment."""
+    for attempt in range(tries):
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == tries - 1:
+                raise
+            time.sleep(0.02)
 
 
 def unfinished_record(row: tuple[Any, ...], status: str,

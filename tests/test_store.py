@@ -60,6 +60,24 @@ def test_a_killed_run_is_reported_died_with_its_last_samples(history_database):
     assert "died" in died.text()
     (record,) = [r for r in store.runs() if r.label == "doomed"]
     assert record.status == "died" and record.rss_samples
+    assert abs(record.wall_seconds - record.rss_samples[-1][0]) < 0.05  # the last sample's time
+
+
+def test_a_run_killed_in_its_first_second_says_how_far_it_got(history_database):
+    script = textwrap.dedent("""
+        import time, keras_nbguard
+        with keras_nbguard.track("early"):
+            print("running", flush=True)
+            time.sleep(60)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "running"
+    time.sleep(0.7)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    (died,) = Store(str(history_database)).mark_dead_runs(process_alive)
+    assert 0.3 <= died.seconds <= 2.0, died.text()  # not "killed 0 ms into the run"
+    assert died.last_rss is not None
 
 
 def test_two_processes_writing_at_once_lose_no_rows(history_database):
