@@ -1,17 +1,16 @@
 """Run history in SQLite, written as runs go, so it survives kernel restarts and kernel deaths.
 
-Writes go through one background thread (a cell never waits on the disk) that commits at least
-every ``FLUSH_SECONDS``; a kernel killed mid-run therefore leaves its run with its last samples.
-Nothing here raises into a cell: a corrupt database is moved aside, an unwritable or newer one
-gives way to an in-memory store, each with one warning.
+Writes go through one background thread (writer.py: a cell never waits on the disk, nor on a
+lock another process holds) that gets samples at least every ``FLUSH_SECONDS``; a kernel killed
+mid-run therefore leaves its run with its last samples. Reads have a connection of their own.
+Nothing here raises into a cell: only our own file is used (dbfile.py), a corrupt one is moved
+aside, an unwritable or newer one gives way to an in-memory store, each with one warning.
 """
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
-import queue
 import sqlite3
 import threading
 import time
@@ -19,34 +18,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .dbfile import APPLICATION_ID, NotOurs, file_owner
+from .dbfile import NotOurs, file_owner
 from .records import RunRecord, fmt_bytes, fmt_seconds
+from .schema import ENV_PATH, RUN_COLUMNS, NewerDatabase, prepare
+from .writer import Writer
 
-SCHEMA_VERSION = 2
-ENV_PATH = "KERAS_NBGUARD_DB"
+WRITE_TIMEOUT = 2.0  # one try of the writer thread (it tries again while a lock lasts)
+READ_TIMEOUT = 0.5  # seconds a cell's read may wait (only a schema change ever blocks a WAL read)
 FLUSH_SECONDS = 0.25  # a kernel killed 0.7 s into a run still leaves 0.5 s of its samples
 SAMPLE_STEP = 0.1  # seconds between stored RSS samples (the record keeps the full series)
 MEMORY = ":memory:"
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY, notebook TEXT, cell_id TEXT, label TEXT, run_number INTEGER,
-    kernel_id TEXT, pid INTEGER, pid_started REAL, started_at REAL, updated_at REAL,
-    status TEXT, last_rss INTEGER, record TEXT);
-CREATE INDEX IF NOT EXISTS runs_by_notebook ON runs (notebook, started_at);
-CREATE TABLE IF NOT EXISTS samples (run_id TEXT, t REAL, rss INTEGER);
-CREATE INDEX IF NOT EXISTS samples_by_run ON samples (run_id);
-CREATE TABLE IF NOT EXISTS epochs (run_id TEXT, epoch INTEGER, seconds REAL);
-"""
-# Not part of the schema's version: an index any reader may lack, added to older files on open.
-LABEL_INDEX = "CREATE INDEX IF NOT EXISTS runs_by_label ON runs (notebook, label, started_at)"
-RUN_COLUMNS = ("SELECT id, notebook, cell_id, label, run_number, kernel_id, started_at, "
-               "updated_at, status, last_rss, record, pid FROM runs")
-# Schema 1 had no cell ids and no per-epoch table.
-MIGRATIONS = {1: "ALTER TABLE runs ADD COLUMN cell_id TEXT;\n"
-                 "CREATE TABLE IF NOT EXISTS epochs (run_id TEXT, epoch INTEGER, seconds REAL);"}
-
 
 def default_path() -> str:
     if os.environ.get(ENV_PATH):
@@ -88,10 +69,20 @@ class Store:
     def __init__(self, path: str | None = None, warn: Callable[[str], None] | None = None) -> None:
         self._warn = warn or (lambda message: None)
         self.path = path or default_path()
-        self._lock = threading.Lock()
-        self._queue: queue.Queue[tuple[str, tuple[Any, ...]] | None] = queue.Queue()
-        self._writer: threading.Thread | None = None
+        self._lock = threading.Lock()  # the writer's connection
         self.db = self._open(self.path)
+        self.writer = Writer(self.db, self._lock, self._warn)
+        # Reads have a connection of their own: in WAL mode they never wait for a writer, so
+        # a cell that asks for its previous run never waits behind our writer thread stuck on
+        # another process's lock (in memory, there is only the one database).
+        self._reader, self._read_lock = self.db, self._lock
+        if not self.in_memory:
+            try:
+                self._reader = sqlite3.connect(self.path, check_same_thread=False,
+                                               timeout=READ_TIMEOUT, isolation_level=None)
+                self._read_lock = threading.Lock()
+            except sqlite3.Error:
+                pass
 
     # -- opening, whatever state the file is in --------------------------------------------------
     def _open(self, path: str) -> sqlite3.Connection:
@@ -130,46 +121,15 @@ class Store:
         return self._connect(MEMORY)
 
     def _connect(self, path: str) -> sqlite3.Connection:
-        db = sqlite3.connect(path, check_same_thread=False, timeout=10, isolation_level=None)
+        db = sqlite3.connect(path, check_same_thread=False, timeout=WRITE_TIMEOUT,
+                             isolation_level=None)
         try:
-            db.execute("PRAGMA busy_timeout = 10000")
-            if path != MEMORY:
-                _to_wal(db)
-                db.execute("PRAGMA synchronous = NORMAL")
-            self._migrate(db, path)
+            db.execute(f"PRAGMA busy_timeout = {int(WRITE_TIMEOUT * 1000)}")
+            prepare(db, path, on_disk=path != MEMORY)
         except BaseException:
             db.close()
             raise
         return db
-
-    def _migrate(self, db: sqlite3.Connection, path: str) -> None:
-        db.execute("BEGIN IMMEDIATE")  # two kernels opening a new file at once: one creates it
-        try:
-            has_meta = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone()
-            version = None
-            if has_meta:
-                row = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-                version = int(row[0]) if row else None
-            if version is not None and version > SCHEMA_VERSION:
-                raise NewerDatabase(
-                    f"run history database {path} was written by a newer keras_nbguard (schema "
-                    f"{version}, this one knows {SCHEMA_VERSION}); it is left untouched and "
-                    f"history is kept in memory. Upgrade keras_nbguard, or set {ENV_PATH}.")
-            while version is not None and version < SCHEMA_VERSION:
-                for statement in MIGRATIONS[version].split(";\n"):
-                    db.execute(statement)
-                version += 1
-            if version is None:  # a new file (executescript would commit our transaction)
-                for statement in SCHEMA.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-            db.execute(LABEL_INDEX)
-            db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     @property
     def in_memory(self) -> bool:
@@ -196,94 +156,23 @@ class Store:
         self._submit("finish", (run_id, record))
 
     def flush(self, timeout: float = 5.0) -> None:
-        """Wait until everything submitted so far is committed."""
-        done = threading.Event()
-        self._queue.put(("flush", (done,)))
-        self._ensure_writer()
-        done.wait(timeout)
+        """Wait until everything submitted so far is committed (``timeout`` at most)."""
+        self.writer.flush(timeout)
 
     def _submit(self, sql: str, params: tuple[Any, ...]) -> None:
-        self._queue.put((sql, params))
-        self._ensure_writer()
-
-    def _ensure_writer(self) -> None:
-        if self._writer is None:
-            with self._lock:
-                if self._writer is None:
-                    self._writer = threading.Thread(target=self._write_loop, daemon=True,
-                                                    name="keras-nbguard-store")
-                    self._writer.start()
-                    # The writer is a daemon: without this, a kernel shut down (or a script
-                    # ending) right after a run would lose its result, and the next load would
-                    # call that run "died".
-                    atexit.register(self.flush)
-
-    def _write_loop(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            batch = [item]
-            while not self._queue.empty():  # one transaction for whatever piled up
-                batch.append(self._queue.get())
-            self._write(batch)
-            if any(entry is None for entry in batch):
-                return
-
-    def _write(self, batch: list[tuple[str, tuple[Any, ...]] | None]) -> None:
-        waiting = []
-        # Records are serialized before the lock and the write transaction are taken: a long
-        # run's RSS series takes a while, and readers (the next run's begin) would wait on it.
-        batch = [("finish", (e[1][0], e[1][1], json.dumps(e[1][1].to_dict())))
-                 if e is not None and e[0] == "finish" else e for e in batch]
-        try:
-            with self._lock:
-                self.db.execute("BEGIN IMMEDIATE")
-                for entry in batch:
-                    if entry is None:
-                        continue
-                    sql, params = entry
-                    if sql == "flush":
-                        waiting.append(params[0])
-                    elif sql == "finish":
-                        run_id, record, payload = params
-                        self.db.execute(
-                            "UPDATE runs SET status = ?, updated_at = ?, last_rss = ?, "
-                            "record = ? WHERE id = ?",
-                            (record.status, time.time(), record.rss_after, payload, run_id))
-                    elif sql == "samples":
-                        run_id, samples = params
-                        self.db.executemany("INSERT INTO samples VALUES (?, ?, ?)",
-                                            [(run_id, t, rss) for t, rss in samples])
-                        # the time of the last sample seen, not of this write: what a died
-                        # run's duration is read from
-                        self.db.execute("UPDATE runs SET updated_at = started_at + ?, "
-                                        "last_rss = ? WHERE id = ?",
-                                        (samples[-1][0], samples[-1][1], run_id))
-                    else:
-                        self.db.execute(sql, params)
-                self.db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._warn(f"run history write failed ({exc}); those figures stay in memory only")
-            try:
-                with self._lock:
-                    self.db.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-        for event in waiting:
-            event.set()
+        self.writer.submit(sql, params)
 
     def close(self) -> None:
-        if self._writer is not None:
-            atexit.unregister(self.flush)
-            self._queue.put(None)
-            self._writer.join(10)
+        self.writer.close()
         self.db.close()
+        if self._reader is not self.db:
+            self._reader.close()
+
 
     # -- reading -------------------------------------------------------------------------------
     def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
-            return self.db.execute(sql, params).fetchall()
+        with self._read_lock:
+            return self._reader.execute(sql, params).fetchall()
 
     def last_run(self, notebook: str, label: str, before: float) -> RunRecord | None:
         """The newest finished or died run of ``label`` in ``notebook`` started before
@@ -333,10 +222,12 @@ class Store:
         for run_id, label, number, pid, pid_started, started, updated, rss in rows:
             if alive(pid, pid_started):
                 continue
-            with self._lock:
-                self.db.execute("UPDATE runs SET status = 'died' WHERE id = ? AND "
-                                "status = 'running'", (run_id,))
+            # written by the writer thread: %load_ext never waits on a lock for it
+            self._submit("UPDATE runs SET status = 'died' WHERE id = ? AND status = 'running'",
+                         (run_id,))
             died.append(DiedRun(label, number, updated - started, rss, pid))
+        if died:  # rare: wait a moment, so that reads right after see them as died
+            self.flush(READ_TIMEOUT)
         return died
 
 
@@ -375,24 +266,6 @@ class RunFeed:
         pending, self._pending = self._pending, []
         self._last_flush = time.monotonic()
         self._store.add_samples(self._run_id, pending)
-
-
-class NewerDatabase(sqlite3.DatabaseError):
-    """The file was written by a newer keras_nbguard: refuse it rather than damage it."""
-
-
-def _to_wal(db: sqlite3.Connection, tries: int = 50) -> None:
-    """``PRAGMA journal_mode = WAL``. Switching takes an exclusive lock and does not wait for the
-    busy timeout: while another kernel creates the same new file, it fails at once with
-    "database is locked". A few short retries (1 s at most) get past that moment."""
-    for attempt in range(tries):
-        try:
-            db.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or attempt == tries - 1:
-                raise
-            time.sleep(0.02)
 
 
 def unfinished_record(row: tuple[Any, ...], status: str,

@@ -12,8 +12,9 @@ import time
 
 import keras_nbguard
 from keras_nbguard.dbfile import APPLICATION_ID
+from keras_nbguard.schema import SCHEMA_VERSION
 from keras_nbguard.session import Session, using
-from keras_nbguard.store import MEMORY, SCHEMA_VERSION, Store, process_alive
+from keras_nbguard.store import MEMORY, Store, process_alive
 
 
 def test_runs_survive_a_restart_and_numbers_continue(history_database, monkeypatch):
@@ -172,3 +173,86 @@ def test_a_broken_store_never_stops_a_run(tmp_path):
     with using(Session(store=store)), keras_nbguard.track("still runs") as run:
         ran = True
     assert ran and run.status == "ok"
+
+
+LOCKER = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+db.execute("COMMIT")
+"""
+
+
+def test_a_lock_held_by_another_process_never_stalls_a_cell_nor_loses_a_run(history_database):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    Store(str(history_database)).close()  # an existing history, as on any second day
+    locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(history_database), "5"],
+                              stdout=subprocess.PIPE, text=True)
+    assert locker.stdout.readline().strip() == "locked"
+    shell = InteractiveShell.instance()
+    try:
+        t0 = time.perf_counter()
+        shell.run_line_magic("load_ext", "keras_nbguard")
+        load = time.perf_counter() - t0
+        cells = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            assert shell.run_cell("%%kerasrun --label locked --quiet\nz = 1").success
+            cells.append(time.perf_counter() - t0)
+        session = keras_nbguard.get_session()
+        assert [r.run_number for r in session.runs("locked")] == [1, 2, 3, 4, 5]
+        assert locker.poll() is None  # all of that while the lock was held
+        assert load < 1.5 and max(cells) < 1.5, (load, cells)
+        locker.wait(30)
+        session.store.flush(15)
+        with sqlite3.connect(history_database) as db:
+            rows = db.execute("SELECT run_number, status FROM runs WHERE label = 'locked' "
+                              "ORDER BY run_number").fetchall()
+        assert rows == [(n, "ok") for n in range(1, 6)]  # nothing lost, nothing left running
+        assert any("can't be written for now" in w for w in session._warned)
+    finally:
+        locker.kill()
+        shell.run_line_magic("unload_ext", "keras_nbguard")
+        shell.reset(new_session=False)
+
+
+class FullDisk:
+    """The writer's connection while the disk is full: every transaction fails like SQLite's
+    own 'database or disk is full', until ``free()``."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db, self.full = db, True
+
+    def execute(self, sql: str, *args):
+        if self.full and sql.startswith("BEGIN"):
+            raise sqlite3.OperationalError("database or disk is full")
+        return self.db.execute(sql, *args)
+
+    def free(self) -> None:
+        self.full = False
+
+    def __getattr__(self, name: str):
+        return getattr(self.db, name)
+
+
+def test_a_full_disk_loses_no_run_and_leaves_none_running(history_database):
+    said: list[str] = []
+    store = Store(str(history_database), warn=said.append)
+    disk = store.writer.db = FullDisk(store.writer.db)
+    session = Session(store=store)
+    with using(session):
+        for _ in range(3):
+            with keras_nbguard.track("full"):
+                pass
+    time.sleep(0.3)  # the writer has met the full disk, and waits
+    with sqlite3.connect(history_database) as db:
+        assert db.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+    disk.free()
+    store.flush(10)
+    with sqlite3.connect(history_database) as db:
+        rows = db.execute("SELECT run_number, status FROM runs ORDER BY run_number").fetchall()
+    assert rows == [(1, "ok"), (2, "ok"), (3, "ok")]
+    assert "full disk" in said[0] and "written again" in said[-1]

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..records import RunRecord
-from ..store import ENV_PATH, SCHEMA_VERSION, process_alive, unfinished_record
+from ..schema import ENV_PATH, SCHEMA_VERSION
+from ..store import process_alive, unfinished_record
 
 Alive = Callable[[int, float], bool]
 COLUMNS = ("id, notebook, {cell_id}, label, run_number, kernel_id, pid, pid_started, started_at, "
