@@ -165,15 +165,22 @@ class RssSampler:
             return
         t, kept = time.perf_counter() - self._t0, self._pending
         self._pending = None
-        self.samples.append((t, kept))
+        new = [(t, kept)]
         if flush and kept != rss:
-            self.samples.append((t, rss))  # keep the spike, and still end on the state now
-        if len(self.samples) >= self._max_samples and not flush:
-            pairs = zip(self.samples[0::2], self.samples[1::2], strict=True)
-            self.samples[:] = [(b[0], max(a[1], b[1])) for a, b in pairs]
-            self._keep_every *= 2
+            new.append((t, rss))  # keep the spike, and still end on the state now
+        if len(self.samples) + len(new) >= self._max_samples:  # the last ones, too, stay under
+            self._halve()
+        self.samples.extend(new)
         for listener in self.listeners:
             listener(t, kept)
+
+
+    def _halve(self) -> None:
+        """Merge neighbours, keeping the larger value (an odd last sample stays as it is)."""
+        even = len(self.samples) - len(self.samples) % 2
+        pairs = zip(self.samples[0:even:2], self.samples[1:even:2], strict=True)
+        self.samples[:] = [(b[0], max(a[1], b[1])) for a, b in pairs] + self.samples[even:]
+        self._keep_every *= 2
 
 
 class _SamplingThread:
