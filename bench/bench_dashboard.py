@@ -64,7 +64,7 @@ def timed(fn: object, repeat: int) -> list[float]:
 def main() -> None:
     history = [record(i) for i in range(500)]
     session = Session()
-    session.history.extend(history)
+    session.past.mine.extend(history)
     t0 = time.perf_counter()
     board = Dashboard(session, mode="widget")
     built = time.perf_counter() - t0
@@ -78,7 +78,7 @@ def main() -> None:
         rec = record(i)
         SENT.clear()
         t0 = time.perf_counter()
-        session.history.append(rec)
+        session.past.add(rec)
         board._on_record(rec)
         adds.append((time.perf_counter() - t0) * 1000)
         sizes.append(sum(SENT))

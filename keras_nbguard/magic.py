@@ -30,7 +30,7 @@ from .tracking import tracked
 
 POLICIES = {"mixed_float16", "mixed_bfloat16", "float16", "bfloat16", "float32", "float64"}
 SHORT_POLICIES = {"float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
-SUBCOMMANDS = ("status", "runs", "config", "leaks", "free", "dashboard", "export")
+SUBCOMMANDS = ("status", "runs", "config", "leaks", "free", "dashboard", "export", "reset")
 
 
 def _run_option_arguments(func: Any) -> Any:
@@ -155,9 +155,10 @@ class KerasMagics(Magics):
 
     @magic_arguments()
     @argument("command", choices=SUBCOMMANDS,
-              help="status | runs | config | leaks | free | dashboard | export")
+              help="status | runs | config | leaks | free | dashboard | export | reset")
     @argument("file", nargs="?", default=None, help="export: the CSV file to write.")
     @argument("--all", dest="free_all", action="store_true", help="free: current models too.")
+    @argument("--undo", action="store_true", help="reset: show the hidden runs again.")
     @argument("--containers", action="store_true",
               help="free: also set the slots of your lists, dicts, attributes and closures that "
                    "hold them to None.")
@@ -189,6 +190,8 @@ class KerasMagics(Magics):
         dashboard  the live dashboard widget (a static view without a widget frontend).
         export   write the runs to a CSV file: ``%nbguard export runs.csv`` (``--label``,
                  ``--this-kernel`` to narrow).
+        reset    hide the runs so far from ``runs()`` and the dashboard (the database keeps
+                 them; run numbers go on); ``--undo`` shows them again.
         config   show the defaults every ``%%kerasrun`` starts from, or change them with the same
                  options ``%%kerasrun`` takes (plus --clear, --no-gpu-limit, --no-mixed-precision,
                  and --db PATH for where the run history is kept).
@@ -198,6 +201,8 @@ class KerasMagics(Magics):
             raise UsageError(f"%nbguard {args.command} takes no file name (got {args.file!r})")
         if args.command == "export":
             return self._export(args)
+        if args.command == "reset":
+            return self.session.perform("reset_history" if not args.undo else "undo_reset")
         if args.command == "leaks":
             return self.session.leaks()
         if args.command == "free":

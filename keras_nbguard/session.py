@@ -6,7 +6,6 @@ import dataclasses
 import os
 import sys
 import threading
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ from . import actions
 from .actions import ActionReport
 from .collectors.gpu import NvmlReader, TfGpu
 from .deepclean import DeepClean
+from .history import RunHistory
 from .identity import kernel_id, notebook_key, process_started
 from .prepare import RunOptions
 from .records import HeldModels, RunRecord
@@ -39,14 +39,10 @@ class Session:
         self.nvml = nvml or NvmlReader()
         self.sample_hz = sample_hz
         self._warned: set[str] = set()
-        self.history: list[RunRecord] = []  # this kernel's runs
-        # this notebook's runs before this session (earlier kernels', and this process's before a
-        # %reload_ext), read from the store on first use: see ``earlier``
-        self._earlier: list[RunRecord] | None = []
-        self._began = time.time()
         self.current: Run | None = None
         self.shell = shell  # the IPython shell when loaded as an extension
         self.notebook = notebook_key(shell)
+        self.past = RunHistory(self.notebook, self.warn_once)
         self.kernel_id = kernel_id()
         self.store = Store(warn=self.warn_once) if store == DEFAULT_STORE else store
         self.died: list[DiedRun] = []
@@ -60,7 +56,8 @@ class Session:
         self.actions: dict[str, Callable[[], str]] = {
             "clear_session": actions.clear_keras_session,
             "clear_output_cache": lambda: actions.clear_output_cache(self.shell),
-            "reset_history": self._reset_history,
+            "reset_history": self.past.reset,
+            "undo_reset": self.past.undo_reset,
             # the dashboard's "Free flagged models": exactly the stale ones its list flags,
             # those in your containers too (their slots become None)
             "free": lambda: self.free(containers=True).counts(),
@@ -77,25 +74,19 @@ class Session:
             self.died = store.mark_dead_runs(process_alive, self.notebook)
         except Exception as exc:  # a broken store never stops a kernel
             self.warn_once(f"run history could not be read: {type(exc).__name__}: {exc}")
-        # Read when first asked for, not at %load_ext: a notebook's history can hold thousands
-        # of runs, and loading must stay cheap. Runs from now on are this session's.
-        self._earlier = None
-        self._began = time.time()
+        # Earlier runs are read when first asked for, not at %load_ext: a notebook's history
+        # can hold thousands of runs, and loading must stay cheap.
+        self.past.attach(store)
+
+    @property
+    def history(self) -> list[RunRecord]:
+        """This kernel's runs since the last reset."""
+        return self.past.runs(this_kernel=True)
 
     @property
     def earlier(self) -> list[RunRecord]:
-        """This notebook's runs before this session, oldest first. Everything stored is earlier,
-        since this session had no run yet when it began (not filtered by kernel id: Jupyter's
-        "Restart kernel" keeps the id, and the runs before it are history)."""
-        if self._earlier is None:
-            self._earlier = []
-            if self.store is not None:
-                try:
-                    self._earlier = self.store.runs(notebook=self.notebook, before=self._began)
-                except Exception as exc:
-                    self.warn_once(f"run history could not be read: {type(exc).__name__}: "
-                                   f"{exc}")
-        return self._earlier
+        """This notebook's runs before this session, hidden ones too."""
+        return self.past.earlier
 
     # -- configuration ---------------------------------------------------------------------------
     def configure(self, **changes: Any) -> RunOptions:
@@ -122,25 +113,12 @@ class Session:
 
     # -- runs ------------------------------------------------------------------------------------
     def runs(self, label: str | None = None, this_kernel: bool = False) -> list[RunRecord]:
-        """Oldest first; across kernel restarts of this notebook unless ``this_kernel``."""
-        records = self.history if this_kernel else self.earlier + self.history
-        return [r for r in records if label is None or r.label == label]
+        """Oldest first, since the last reset; across kernel restarts of this notebook unless
+        ``this_kernel``."""
+        return self.past.runs(label, this_kernel)
 
     def last_run(self, label: str) -> RunRecord | None:
-        for record in reversed(self.history):
-            if record.label == label:
-                return record
-        if self._earlier is None and self.store is not None:
-            # before the history is loaded: one query for this label, not the whole notebook
-            try:
-                return self.store.last_run(self.notebook, label, self._began)
-            except Exception as exc:
-                self.warn_once(f"run history could not be read: {type(exc).__name__}: {exc}")
-                return None
-        for record in reversed(self.earlier):
-            if record.label == label:
-                return record
-        return None
+        return self.past.last_run(label)
 
     def track(self, label: str, **overrides: Any) -> Any:
         """Context manager: prepare and measure a block like ``%%kerasrun`` does a cell."""
@@ -186,7 +164,7 @@ class Session:
                 self.warn_once(f"models of the run were not attributed: {exc}")
             record = self._settle_after(run, record)
             run.record = record
-            self.history.append(record)
+            self.past.add(record)
             self._record_end(run, record)
             self._notify(self.record_listeners, record)
         for name in queued:
@@ -312,12 +290,6 @@ class Session:
         except Exception as exc:
             return ActionReport(name, "failed", f"{type(exc).__name__}: {exc}", before, read())
         return ActionReport(name, "done", message, before, read())
-
-    def _reset_history(self) -> str:
-        count = len(self.history) + len(self.earlier)
-        self.history.clear()
-        self._earlier = []
-        return f"forgot {count} run(s) (the history database keeps them)"
 
     def _notify(self, listeners: list[Callable[[Any], None]], value: Any) -> None:
         for listener in list(listeners):

@@ -28,6 +28,7 @@ READ_TIMEOUT = 0.5  # seconds a cell's read may wait (only a schema change ever 
 FLUSH_SECONDS = 0.25  # a kernel killed 0.7 s into a run still leaves 0.5 s of its samples
 SAMPLE_STEP = 0.1  # seconds between stored RSS samples (the record keeps the full series)
 MEMORY = ":memory:"
+RESET_KEY = "reset "  # meta key, + the notebook: when its history was last reset
 
 def default_path() -> str:
     if os.environ.get(ENV_PATH):
@@ -209,6 +210,18 @@ class Store:
             return RunRecord.from_dict({**json.loads(data), "pid": pid})
         samples = self._rows("SELECT t, rss FROM samples WHERE run_id = ? ORDER BY t", (run_id,))
         return unfinished_record((*row[1:10], pid), status, samples)
+
+    def reset_mark(self, notebook: str) -> float | None:
+        """When the notebook's history was last reset (runs before it are hidden); None."""
+        rows = self._rows("SELECT value FROM meta WHERE key = ?", (RESET_KEY + notebook,))
+        return float(rows[0][0]) if rows else None
+
+    def set_reset_mark(self, notebook: str, at: float | None) -> None:
+        if at is None:
+            self._submit("DELETE FROM meta WHERE key = ?", (RESET_KEY + notebook,))
+        else:
+            self._submit("INSERT OR REPLACE INTO meta VALUES (?, ?)", (RESET_KEY + notebook,
+                                                                        repr(at)))
 
     def mark_dead_runs(self, alive: Callable[[int, float], bool],
                        notebook: str | None = None) -> list[DiedRun]:

@@ -67,7 +67,7 @@ def test_reset_history_and_clear_output_cache(keras_shell):
     report = session.perform("clear_output_cache")
     assert report.status == "done" and keras_shell.user_ns["_"] == ""
     assert not keras_shell.user_ns["Out"]
-    assert session.perform("reset_history").message.startswith("forgot ")
+    assert session.perform("reset_history").message.startswith("hid ")
     assert keras_nbguard.runs() == []
     assert "RSS" in session.perform("clear_session").text()
 

@@ -150,7 +150,7 @@ def test_clear_output_cache_and_reset_history_buttons(keras_shell, board):
     assert "clear_output_cache: cleared" in bottom(board)
     assert "Out[" not in bottom(board).split("Models still referenced")[1]
     board.buttons["reset_history"].click()
-    assert session.history == [] and "forgot 1 run(s)" in bottom(board)
+    assert session.history == [] and "hid 1 run(s)" in bottom(board)
     assert all(len(t.x) == 0 for t in board.figure.data[2:])  # the runs are gone
 
 
@@ -203,7 +203,7 @@ def test_a_click_on_a_subshell_during_an_untracked_cell_waits_for_the_cell(board
     board._after_cell()
     assert "clear_session: cleared" in bottom(board)
     board.buttons["reset_history"].click()  # on the main thread: that cell is over, now
-    assert "reset_history: forgot" in bottom(board)
+    assert "reset_history: hid" in bottom(board)
 
 
 def test_button_errors_are_shown_in_the_widget(board, monkeypatch):
@@ -229,7 +229,7 @@ def test_the_widget_never_keeps_a_model_alive(keras_shell, board):
 
 def test_updates_from_many_threads_keep_the_figure_whole(board):
     session = board.session
-    session.history.extend(runs(20))
+    session.past.mine.extend(runs(20))
     threads = [threading.Thread(target=lambda: [board.refresh() for _ in range(5)])
                for _ in range(4)]
     for t in threads:

@@ -1,0 +1,40 @@
+"""Reset has one meaning: earlier runs hidden (kept on disk, a way back), numbers never repeat,
+and a restarted kernel honours it. A real shell and a real database."""
+
+from __future__ import annotations
+
+from conftest import run
+
+import keras_nbguard
+
+CELL = "%%kerasrun --label a --quiet\nz = 1"
+
+
+def numbers() -> list[int]:
+    return [r.run_number for r in keras_nbguard.runs("a")]
+
+
+def test_reset_hides_runs_numbers_go_on_and_undo_brings_them_back(shell):
+    for _ in range(3):
+        run(shell, CELL)
+    report = shell.run_line_magic("nbguard", "reset")
+    assert report.status == "done" and "hid 3 run(s)" in report.message
+    assert keras_nbguard.runs() == [] and keras_nbguard.get_session().history == []
+    run(shell, CELL)
+    (after,) = keras_nbguard.runs()
+    assert after.run_number == 4 and after.previous_run == 3  # vs the run really before
+    assert "showing 3 hidden run(s) again" in shell.run_line_magic("nbguard", "reset --undo").message
+    assert numbers() == [1, 2, 3, 4]
+
+
+def test_a_restarted_kernel_honours_the_reset(shell, history_database):
+    for _ in range(2):
+        run(shell, CELL)
+    shell.run_line_magic("nbguard", "reset")
+    run(shell, CELL)
+    shell.run_line_magic("reload_ext", "keras_nbguard")  # a new session on the same database
+    assert numbers() == [3]  # the two before the reset stay hidden
+    run(shell, CELL)
+    assert numbers() == [3, 4]  # and numbering goes on, never 1 again
+    shell.run_line_magic("nbguard", "reset --undo")
+    assert numbers() == [1, 2, 3, 4]
