@@ -46,7 +46,7 @@ def test_two_notebooks_executed_headless_never_share_numbers(tmp_path, history_d
              "import keras_nbguard\nprint([(r.notebook, r.run_number) for r in "
              "keras_nbguard.runs()])"]
     seen = []
-    for name in ("first", "second"):
+    for _ in ("first", "second"):
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
         NotebookClient(nb, timeout=120, kernel_name="python3",
                        resources={"metadata": {"path": str(tmp_path)}}).execute()

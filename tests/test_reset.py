@@ -23,7 +23,8 @@ def test_reset_hides_runs_numbers_go_on_and_undo_brings_them_back(shell):
     run(shell, CELL)
     (after,) = keras_nbguard.runs()
     assert after.run_number == 4 and after.previous_run == 3  # vs the run really before
-    assert "showing 3 hidden run(s) again" in shell.run_line_magic("nbguard", "reset --undo").message
+    undone = shell.run_line_magic("nbguard", "reset --undo")
+    assert "showing 3 hidden run(s) again" in undone.message
     assert numbers() == [1, 2, 3, 4]
 
 
