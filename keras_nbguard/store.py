@@ -26,7 +26,8 @@ from .writer import Writer
 WRITE_TIMEOUT = 2.0  # one try of the writer thread (it tries again while a lock lasts)
 READ_TIMEOUT = 0.5  # seconds a cell's read may wait (only a schema change ever blocks a WAL read)
 FLUSH_SECONDS = 0.25  # a kernel killed 0.7 s into a run still leaves 0.5 s of its samples
-SAMPLE_STEP = 0.1  # seconds between stored RSS samples (the record keeps the full series)
+SAMPLE_STEP = 0.1  # seconds between stored RSS samples at first (the record keeps its own series)
+LEVEL_ROWS = 600  # stored samples at one step before the step doubles: a 6-hour run keeps ~5,400
 MEMORY = ":memory:"
 RESET_KEY = "reset "  # meta key, + the notebook: when its history was last reset
 
@@ -245,8 +246,10 @@ class Store:
 
 
 class RunFeed:
-    """Feeds one run's RSS series to the store: one sample per ``SAMPLE_STEP`` (the largest seen
-    in that step, so spikes survive), handed to the writer at most every ``FLUSH_SECONDS``."""
+    """Feeds one run's RSS series to the store: one sample per step (the largest seen in that
+    step, so spikes survive), handed to the writer at most every ``FLUSH_SECONDS``. The step
+    starts at ``SAMPLE_STEP`` and doubles after every ``LEVEL_ROWS`` rows, so a long run keeps a
+    few thousand rows (the start in detail), and every reader of them stays bounded."""
 
     def __init__(self, store: Store, run_id: str) -> None:
         self._store = store
@@ -254,12 +257,16 @@ class RunFeed:
         self._pending: list[tuple[float, int]] = []
         self._window: tuple[float, int] | None = None
         self._last_flush = time.monotonic()
+        self._step, self._rows = SAMPLE_STEP, 0
 
     def on_sample(self, t: float, rss: int) -> None:  # called on the sampler thread
         window = self._window
-        if window is None or t - window[0] >= SAMPLE_STEP:
+        if window is None or t - window[0] >= self._step:
             if window is not None:
                 self._pending.append(window)
+                self._rows += 1
+                if self._rows % LEVEL_ROWS == 0:
+                    self._step *= 2
             self._window = (t, rss)
         elif rss > window[1]:
             self._window = (window[0], rss)

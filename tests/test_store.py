@@ -14,7 +14,7 @@ import keras_nbguard
 from keras_nbguard.dbfile import APPLICATION_ID
 from keras_nbguard.schema import SCHEMA_VERSION
 from keras_nbguard.session import Session, using
-from keras_nbguard.store import MEMORY, Store, process_alive
+from keras_nbguard.store import MEMORY, RunFeed, Store, process_alive
 
 
 def test_runs_survive_a_restart_and_numbers_continue(history_database, monkeypatch):
@@ -256,3 +256,24 @@ def test_a_full_disk_loses_no_run_and_leaves_none_running(history_database):
         rows = db.execute("SELECT run_number, status FROM runs ORDER BY run_number").fetchall()
     assert rows == [(1, "ok"), (2, "ok"), (3, "ok")]
     assert "full disk" in said[0] and "written again" in said[-1]
+
+
+def test_a_six_hour_run_keeps_a_few_thousand_sample_rows_and_its_peak():
+    class Rows:
+        def __init__(self) -> None:
+            self.rows: list[tuple[float, int]] = []
+
+        def add_samples(self, run_id: str, samples: list[tuple[float, int]]) -> None:
+            self.rows.extend(samples)
+
+    store = Rows()
+    feed = RunFeed(store, "long")  # type: ignore[arg-type]
+    hours, hz = 6, 50
+    for i in range(hours * 3600 * hz):
+        t = i / hz
+        feed.on_sample(t, 10**9 if i == 700_000 else 5 * 10**8 + i)  # one spike, 4 h in
+    feed.close()
+    times = [t for t, _ in store.rows]
+    assert 2_000 < len(store.rows) < 7_000 and times == sorted(times)
+    assert max(v for _, v in store.rows) == 10**9  # the spike survives the thinning
+    assert times[-1] > hours * 3600 - 120  # and the series reaches the end
