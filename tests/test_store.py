@@ -277,3 +277,25 @@ def test_a_six_hour_run_keeps_a_few_thousand_sample_rows_and_its_peak():
     assert 2_000 < len(store.rows) < 7_000 and times == sorted(times)
     assert max(v for _, v in store.rows) == 10**9  # the spike survives the thinning
     assert times[-1] > hours * 3600 - 120  # and the series reaches the end
+
+
+def test_five_kills_mid_run_leave_a_sound_database(history_database):
+    script = textwrap.dedent("""
+        import time, keras_nbguard
+        with keras_nbguard.track("killed"):
+            print("running", flush=True)
+            time.sleep(60)
+    """)
+    for _ in range(5):
+        child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                                 text=True)
+        assert child.stdout.readline().strip() == "running"
+        time.sleep(0.4)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    with sqlite3.connect(history_database) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    Store(str(history_database)).mark_dead_runs(process_alive)  # the next kernel's load
+    with sqlite3.connect(history_database) as db:
+        rows = db.execute("SELECT run_number, status FROM runs ORDER BY run_number").fetchall()
+    assert rows == [(n, "died") for n in range(1, 6)]  # each told, none left 'running'

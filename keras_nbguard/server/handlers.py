@@ -3,11 +3,14 @@
 Every route goes through the Jupyter server's own login (``@web.authenticated``) and authorizer
 (``@authorized`` on the "keras_nbguard" resource): no route answers without the server's token or
 cookie. Each request reads the database afresh (read-only), so the page is as new as the last
-write of any kernel; a missing or unreadable file is a message, never a 500.
+write of any kernel; a missing or unreadable file is a message, never a 500. Reading and
+rendering run on a worker thread, never on the server's event loop, which serves every kernel's
+messages.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from functools import cache
 from typing import Any
@@ -35,10 +38,11 @@ class HistoryMixin:
     def db_path(self) -> str:
         return str(self.settings[SETTING]())
 
-    def read(self, notebook: str | None = None) -> tuple[list[StoredRun], str | None]:
+    def read(self, notebook: str | None = None,
+             samples: bool = False) -> tuple[list[StoredRun], str | None]:
         """The runs and, when they could not be read, why (the page shows it)."""
         try:
-            return read_runs(self.db_path, notebook), None
+            return read_runs(self.db_path, notebook, samples=samples), None
         except Unreadable as exc:
             return [], str(exc)
         except Exception as exc:  # a bug of ours must not take the page down
@@ -49,33 +53,40 @@ class HistoryMixin:
 class PageHandler(HistoryMixin, JupyterHandler):
     @web.authenticated
     @authorized
-    def get(self) -> None:
-        runs, message = self.read()
+    async def get(self) -> None:
         plotly = url_path_join(self.base_url, "keras-nbguard", "static", "plotly.min.js")
         self.set_header("Cache-Control", "no-store")
-        self.finish(render(by_notebook(runs), db=self.db_path, message=message,
-                           plotly_url=f"{plotly}?v={plotly_version()}"))
+        self.finish(await asyncio.to_thread(self._page, f"{plotly}?v={plotly_version()}"))
+
+    def _page(self, plotly_url: str) -> str:
+        runs, message = self.read()
+        return render(by_notebook(runs), db=self.db_path, message=message, plotly_url=plotly_url)
 
 
 class NotebooksHandler(HistoryMixin, APIHandler):
     @web.authenticated
     @authorized
-    def get(self) -> None:
+    async def get(self) -> None:
+        self.finish(await asyncio.to_thread(self._notebooks))
+
+    def _notebooks(self) -> str:
         runs, message = self.read()
         notebooks = [notebook_summary(name, group) for name, group in by_notebook(runs).items()]
-        self.finish(json.dumps({"db": self.db_path, "message": message,
-                                "notebooks": notebooks}))
+        return json.dumps({"db": self.db_path, "message": message, "notebooks": notebooks})
 
 
 class RunsHandler(HistoryMixin, APIHandler):
     @web.authenticated
     @authorized
-    def get(self) -> None:
+    async def get(self) -> None:
         notebook = self.get_query_argument("notebook", None)  # None: every notebook
         samples = self.get_query_argument("samples", "0") not in ("0", "", "false")
-        runs, message = self.read(notebook)
-        self.finish(json.dumps({"db": self.db_path, "message": message, "notebook": notebook,
-                                "runs": [r.to_dict(samples) for r in runs]}))
+        self.finish(await asyncio.to_thread(self._runs, notebook, samples))
+
+    def _runs(self, notebook: str | None, samples: bool) -> str:
+        runs, message = self.read(notebook, samples)
+        return json.dumps({"db": self.db_path, "message": message, "notebook": notebook,
+                           "runs": [r.to_dict(samples) for r in runs]})
 
 
 class PlotlyHandler(HistoryMixin, JupyterHandler):
@@ -83,11 +94,11 @@ class PlotlyHandler(HistoryMixin, JupyterHandler):
 
     @web.authenticated
     @authorized
-    def get(self) -> None:
+    async def get(self) -> None:
         self.set_header("Content-Type", "application/javascript; charset=utf-8")
         # the URL carries plotly's version, so a browser may keep it
         self.set_header("Cache-Control", "private, max-age=604800")
-        self.finish(plotly_js())
+        self.finish(await asyncio.to_thread(plotly_js))
 
 
 @cache

@@ -105,20 +105,25 @@ def check_schema(db: sqlite3.Connection, path: str) -> None:
                          f"in the server's environment.")
 
 
-def _select(db: sqlite3.Connection, where: str = "", params: tuple[Any, ...] = ()) -> list[Any]:
+def _select(db: sqlite3.Connection, where: str = "", params: tuple[Any, ...] = (),
+            samples: bool = True) -> list[Any]:
     has_cell = any(col[1] == "cell_id" for col in db.execute("PRAGMA table_info(runs)"))
     columns = COLUMNS.format(cell_id="cell_id" if has_cell else "NULL")  # schema 1 had none
-    return db.execute(f"SELECT {columns}, record FROM runs {where} ORDER BY started_at",
+    # Without the RSS series, SQLite drops it from each record's JSON (in C): parsing it was
+    # most of the time a page with thousands of runs took.
+    record = "record" if samples else "json_remove(record, '$.rss_samples')"
+    return db.execute(f"SELECT {columns}, {record} FROM runs {where} ORDER BY started_at",
                       params).fetchall()
 
 
-def read_runs(path: str, notebook: str | None = None,
-              alive: Alive = process_alive) -> list[StoredRun]:
-    """Runs oldest first, of one notebook or all, every status; ``Unreadable`` says why not."""
+def read_runs(path: str, notebook: str | None = None, alive: Alive = process_alive,
+              samples: bool = True) -> list[StoredRun]:
+    """Runs oldest first, of one notebook or all, every status; ``Unreadable`` says why not.
+    ``samples``: with the finished runs' RSS series (the page does not need them)."""
     db = connect(path)
     try:
         rows = _select(db, "WHERE notebook = ?" if notebook is not None else "",
-                       (notebook,) if notebook is not None else ())
+                       (notebook,) if notebook is not None else (), samples)
         runs = [_run(db, row, alive) for row in rows]
     except (sqlite3.Error, ValueError, TypeError, KeyError) as exc:  # damaged rows included
         raise Unreadable(f"The run history {path} can't be read ({type(exc).__name__}: "

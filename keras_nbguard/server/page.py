@@ -22,6 +22,7 @@ from .history import StoredRun, notebook_summary
 HEADER = ("#", "started", "kernel", "label", "run", "status", "wall", "fit", "RSS before",
           "RSS after", "RSS peak", "GPU peak")
 KNOWN_STATUSES = frozenset((*STATUSES, "running"))
+TABLE_ROWS = 1000
 TEXT = {"started", "kernel", "label", "status"}  # left-aligned; the figures align right
 CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em 2em; color: #222; }
@@ -107,10 +108,16 @@ def section(i: int, name: str, runs: Sequence[StoredRun]) -> str:
 
 
 def table(runs: Sequence[StoredRun]) -> str:
+    """The notebook's runs, the newest ``TABLE_ROWS`` of them (every run is in the plots)."""
     head = "".join(f"<th class='nbguard-text'>{h}</th>" if h in TEXT else f"<th>{h}</th>"
                    for h in HEADER)
     rows = []
-    for x, run in enumerate(runs, 1):
+    first = max(0, len(runs) - TABLE_ROWS)
+    if first:
+        rows.append(f"<tr class='nbguard-change'><td colspan='{len(HEADER)}'>the table shows "
+                    f"the last {TABLE_ROWS:,} of {len(runs):,} runs; the plots show them all, "
+                    f"and api/runs lists them all</td></tr>")
+    for x, run in enumerate(runs[first:], first + 1):
         if run.change:
             rows.append(f"<tr class='nbguard-change'><td colspan='{len(HEADER)}'>┆ {run.change}"
                         f": {html.escape(kernel_name(run))}</td></tr>")
