@@ -28,6 +28,7 @@ from .records import HeldModels
 
 _OUTPUT_NAME = re.compile(r"_\d+")
 _MODEL_LINKS = ("_model", "model")  # where Keras' Callback.set_model keeps the model
+WIDE = 5_000  # containers with more items than this are not looked into by the cheap walk
 Release = Callable[[], None]
 
 
@@ -157,22 +158,26 @@ def _any_nearby(models: list[Any], user_ns: Any, shell: Any, depth: int = 5,
         return True  # a traceback's frames: let the walk look
     wanted = {id(m) for m in models}
     callback = callback_class()
-    level = [user_ns, getattr(shell, "displayhook", None),
-             getattr(shell, "last_execution_result", None)]
+    level = [x for x in (user_ns, getattr(shell, "displayhook", None),
+                         getattr(shell, "last_execution_result", None)) if x is not None]
     seen = {id(x) for x in level}
     for _ in range(depth):
         below = []
-        for child in gc.get_referents(*(x for x in level if x is not None)):
-            if id(child) in wanted:
-                return True
-            if id(child) in seen or not gc.is_tracked(child) or isinstance(child, type):
-                continue
-            seen.add(id(child))
-            if len(seen) > budget:
-                return True
-            if worth_following(child, callback):
-                below.append(child)
-        level = below
+        for parent in level:
+            children = gc.get_referents(parent)
+            if len(children) > WIDE and parent is not user_ns:
+                continue  # a list of a million numbers holds no model worth a second here
+            for child in children:
+                if id(child) in wanted:
+                    return True
+                if id(child) in seen or not gc.is_tracked(child) or isinstance(child, type):
+                    continue
+                seen.add(id(child))
+                if len(seen) > budget:
+                    return True
+                if worth_following(child, callback):
+                    below.append(child)
+        level = [x for x in below if x is not None]
     return False
 
 
