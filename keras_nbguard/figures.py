@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .records import RunRecord, fmt_bytes, fmt_gpu, fmt_seconds
+from .records import RunRecord, fmt_bytes, fmt_gpu, fmt_seconds, fmt_size
 from .report import runs_table
 
 MB = 2**20
@@ -226,7 +226,7 @@ def model_lines(report: Any) -> list[str]:
         run = f"{leak.run_label} #{leak.run_number}" if leak.run_label else "no tracked run"
         paths = ", ".join(leak.paths[:4]) + (" …" if len(leak.paths) > 4 else "")
         lines.append(f"{'STALE' if leak.stale else 'current'} {leak.model_name} "
-                     f"({fmt_bytes(leak.weight_bytes)} weights, {run}): {paths}")
+                     f"({fmt_size(leak.weight_bytes)} weights, {run}): {paths}")
     if report.unreachable:
         lines.append(f"{len(report.unreachable)} more alive that nothing you can name holds "
                      f"(gone at the next clear)")

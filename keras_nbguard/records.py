@@ -237,6 +237,13 @@ def fmt_bytes(n: int | None, signed: bool = False) -> str:
     return f"{sign}{n / 2**20:,.1f} MB"
 
 
+def fmt_size(n: int | None) -> str:
+    """A model's size: KB below a MB, so a small model never reads "0.0 MB"."""
+    if n is not None and n < 2**20:
+        return f"{n / 2**10:,.1f} KB"
+    return fmt_bytes(n)
+
+
 def fmt_seconds(s: float | None, signed: bool = False) -> str:
     if s is None:
         return NA
@@ -291,7 +298,7 @@ def _first_paths(paths: tuple[str, ...], count: int = 3) -> str:
 def fmt_stale(held: HeldModels) -> str:
     """``2 models from #3, #4 still alive (16.4 MB weights): models[0], models[1] — ...``"""
     command = f" — {held.command}" if held.command else ""
-    return (f"{_models_from(held)} still alive ({fmt_bytes(held.weight_bytes)} weights, graphs "
+    return (f"{_models_from(held)} still alive ({fmt_size(held.weight_bytes)} weights, graphs "
             f"not counted): {_first_paths(held.paths)}{command}")
 
 
@@ -300,7 +307,7 @@ def fmt_released(held: HeldModels) -> str:
     rss = ("" if held.rss_freed is None
            else f", RSS {fmt_bytes(-held.rss_freed, signed=True)} with its graphs")
     return (f"{_models_from(held)} held by {_first_paths(held.paths)}: "
-            f"{fmt_bytes(held.weight_bytes)} weights{rss}")
+            f"{fmt_size(held.weight_bytes)} weights{rss}")
 
 
 def fmt_traces(record: RunRecord) -> str:

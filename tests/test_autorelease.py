@@ -140,7 +140,7 @@ def test_the_summary_says_what_was_released_and_what_is_still_alive(keras_shell)
     assert "weights, graphs not counted): keep[0], keep[1] — %nbguard free --containers" in (
         rows["stale"])
     assert rows["released"].startswith("1 model from #3 held by Out[")
-    assert "(its History): " in rows["released"] and "MB weights" in rows["released"]
+    assert "(its History): " in rows["released"] and "0.6 KB weights" in rows["released"]
     bundle = last("io").summary_bundle()
     assert "keep[0], keep[1] — %nbguard free --containers" in bundle["text/html"]
     assert "released     1 model from #3" in bundle["text/plain"]

@@ -133,7 +133,7 @@ def test_a_run_updates_the_plot_live_panels_and_models(keras_shell, board):
     n = max(keras_shell.user_ns["Out"])  # the History the cell ended with is Out[n]
     # the leak finder's line: flag, size, run, and its paths, your names first
     assert f"mlp #1): model, Out[{n}].model" in bottom(board)
-    assert "current sequential (0.0 MB weights, mlp #1)" in bottom(board)
+    assert "current sequential (0.6 KB weights, mlp #1)" in bottom(board)
     assert any(a.text.startswith("no GPU") for a in board.figure.layout.annotations)
 
 
@@ -160,9 +160,9 @@ def test_free_button_frees_exactly_the_flagged_models(keras_shell, board):
     for _ in range(3):
         run(keras_shell, cell + "model.fit(x, y, epochs=1, verbose=0)\n")
     listed = bottom(board).split("Models still referenced")[1]
-    assert listed.count("STALE ") == 2 and "STALE sequential (0.0 MB weights, mlp #1): keep[0]" in (
+    assert listed.count("STALE ") == 2 and "STALE sequential (0.6 KB weights, mlp #1): keep[0]" in (
         listed)
-    assert "current sequential (0.0 MB weights, mlp #3): model, keep[2]" in listed
+    assert "current sequential (0.6 KB weights, mlp #3): model, keep[2]" in listed
     refs = [weakref.ref(m) for m in keras_shell.user_ns["keep"]]
     board.buttons["free"].click()
     gc.collect()

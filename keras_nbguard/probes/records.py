@@ -68,19 +68,19 @@ class LeakReport:
 
     def lines(self) -> list[str]:
         """The text summary, shared by the pretty and HTML reprs."""
-        from ..records import fmt_bytes
+        from ..records import fmt_size
 
         out = [f"{len(self.leaks)} live Keras model(s), {len(self.stale)} stale, "
                f"{len(self.unreachable)} unreachable"]
         for leak in self.leaks:
             run = f"{leak.run_label!r} #{leak.run_number}" if leak.run_label else "no tracked run"
-            opt = f" + {fmt_bytes(leak.optimizer_bytes)} optimizer" if leak.optimizer_bytes else ""
+            opt = f" + {fmt_size(leak.optimizer_bytes)} optimizer" if leak.optimizer_bytes else ""
             out.append(f"  {'STALE' if leak.stale else 'ok   '} {leak.model_name} "
-                       f"({leak.class_name}, {fmt_bytes(leak.weight_bytes)} weights{opt}, {run}): "
+                       f"({leak.class_name}, {fmt_size(leak.weight_bytes)} weights{opt}, {run}): "
                        f"{', '.join(leak.paths)}")
         for leak in self.unreachable:
             out.append(f"  unreachable {leak.model_name} ({leak.class_name}, "
-                       f"{fmt_bytes(leak.weight_bytes)} weights): {leak.reason}")
+                       f"{fmt_size(leak.weight_bytes)} weights): {leak.reason}")
         if self.leaks or self.unreachable:
             out.append("  (sizes count weights and optimizer state; the graphs a model pins show "
                        "as the RSS drop when it is freed)")
