@@ -193,6 +193,19 @@ def _size(model: Any) -> int | None:
     return sizes(model)[1]
 
 
+def merged(before: HeldModels | None, after: HeldModels | None) -> HeldModels | None:
+    """The models released before a run and after it, as one note."""
+    if before is None or after is None:
+        return before or after
+    sizes = (before.weight_bytes, after.weight_bytes)
+    freed = (before.rss_freed, after.rss_freed)
+    return HeldModels(
+        count=before.count + after.count, runs=tuple(sorted({*before.runs, *after.runs})),
+        weight_bytes=None if None in sizes else sum(s for s in sizes if s is not None),
+        paths=tuple(dict.fromkeys((*before.paths, *after.paths))),
+        rss_freed=None if None in freed else sum(f for f in freed if f is not None))
+
+
 def _note(models: list[tuple[RunRef, int | None]], paths: list[str], *,
           command: str | None = None, rss_freed: int | None = None) -> HeldModels:
     sized = [size for _, size in models]

@@ -18,7 +18,7 @@ from .deepclean import DeepClean
 from .history import RunHistory
 from .identity import kernel_id, notebook_key, process_started
 from .prepare import RunOptions
-from .records import HeldModels, RunRecord
+from .records import RunRecord
 from .store import MEMORY, DiedRun, RunFeed, RunKey, Store, process_alive
 from .tracking import Run, tracked
 
@@ -202,10 +202,12 @@ class Session:
         After the run, not only before the next: a cell that rebinds ``model`` leaves the last
         model in ``Out[n]`` only now, and the summary should say what is really still alive.
         Their graphs go with the next run's clear and deep clean."""
+        from .autorelease import merged
+
         try:
             settled = self.settle(run.label, release=not run.options.keep_stale,
                                   exclude=self.models.latest.get(run.label))
-            released = _merge(run.released, settled.released_note())
+            released = merged(run.released, settled.released_note())
             return dataclasses.replace(record, released_models=released,
                                        stale_models=settled.stale_note())
         except Exception as exc:
@@ -309,19 +311,6 @@ class Session:
         self._warned.add(message)
         warnings.warn(f"keras_nbguard: {message}", NbguardWarning, stacklevel=2)
         return True
-
-
-def _merge(before: HeldModels | None, after: HeldModels | None) -> HeldModels | None:
-    """The models released before a run and after it, as one note."""
-    if before is None or after is None:
-        return before or after
-    sizes = (before.weight_bytes, after.weight_bytes)
-    freed = (before.rss_freed, after.rss_freed)
-    return HeldModels(
-        count=before.count + after.count, runs=tuple(sorted({*before.runs, *after.runs})),
-        weight_bytes=None if None in sizes else sum(s for s in sizes if s is not None),
-        paths=tuple(dict.fromkeys((*before.paths, *after.paths))),
-        rss_freed=None if None in freed else sum(f for f in freed if f is not None))
 
 
 _current: Session | None = None
