@@ -11,6 +11,7 @@ import functools
 import os
 import shlex
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -19,7 +20,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from . import __version__, gpu_setup
-from .cell import run_cell_body
+from .cell import KerasrunCells, run_cell_body, run_cell_body_async
 from .collectors.gpu import TfGpu
 from .labels import CellLabels
 from .prepare import RunOptions
@@ -141,13 +142,25 @@ class KerasMagics(Magics):
         same label. ``keras_nbguard.runs()`` returns the records.
         """
         __tracebackhide__ = True
+        with self._measured(line, cell):
+            return run_cell_body(self.shell, f"%%kerasrun {line}".rstrip(), cell)
+
+    async def kerasrun_async(self, line: str, cell: str) -> Any:
+        """``%%kerasrun`` for a cell with top-level ``await`` (see ``cell.KerasrunCells``)."""
+        __tracebackhide__ = True
+        with self._measured(line, cell):
+            return await run_cell_body_async(self.shell, f"%%kerasrun {line}".rstrip(), cell)
+
+    @contextlib.contextmanager
+    def _measured(self, line: str, cell: str) -> Iterator[None]:
+        __tracebackhide__ = True
         args = _parse_kerasrun(line)
         options = _options_from(args, self.session.options)
         label = args.label or self.labels.label_for(cell, self._cell_id)
         run = None
         try:
             with tracked(self.session, label, options, self._cell_id) as run:
-                return run_cell_body(self.shell, f"%%kerasrun {line}".rstrip(), cell)
+                yield
         finally:
             if run is not None and run.record is not None and not options.quiet:
                 # a ready bundle: IPython needn't ask the record for each of its formats
@@ -302,6 +315,9 @@ def load(shell: Any) -> KerasMagics:
         session.warn_once(problem)
     magics = KerasMagics(shell, session)
     shell.register_magics(magics)
+    shell.input_transformers_cleanup.append(
+        KerasrunCells(shell, f"get_ipython().magics_manager.registry[{KerasMagics.__name__!r}]"
+                             f".kerasrun_async"))
     shell.events.register("pre_run_cell", magics.pre_run_cell)
     magics.say_died_runs(session.died)
     set_session(session)
@@ -321,6 +337,8 @@ def unload(shell: Any) -> None:
     with contextlib.suppress(ValueError):  # still waiting for a first cell
         shell.events.unregister("pre_run_cell", magics._say_died_in_first_cell)
     manager.magics["cell"].pop("kerasrun", None)
+    shell.input_transformers_cleanup[:] = [
+        t for t in shell.input_transformers_cleanup if not isinstance(t, KerasrunCells)]
     manager.magics["line"].pop("nbguard", None)
     magics.session.close()
     board = getattr(magics.session, "dashboard", None)

@@ -1,5 +1,6 @@
 """The magic keeps IPython's semantics: shell quoting for options, the cell's own In[n] in
-tracebacks, and a run start that two threads can't both win. A real shell, real Keras."""
+tracebacks, top-level await, syntax errors as in a plain cell, and a run start that two threads
+can't both win. A real shell, real Keras."""
 
 from __future__ import annotations
 
@@ -33,6 +34,53 @@ def test_a_traceback_names_the_cells_own_number(shell, capsys):
     out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)  # no colours
     assert f"Cell In[{result.execution_count}], line 3" in out
     assert f"In[{result.execution_count + 1}]" not in out
+
+
+AWAITABLE = "import asyncio\nasync def double(x):\n    await asyncio.sleep(0)\n    return 2 * x"
+
+
+def test_top_level_await_works_as_in_a_plain_cell(shell):
+    run(shell, AWAITABLE)
+    result = run(shell, "%%kerasrun --label awaits --quiet\n"
+                        "y = await double(3)\n"
+                        "async def pairs():\n    yield 1\n    yield 2\n"
+                        "seen = [p async for p in pairs()]\n"
+                        "await double(y)")
+    assert result.success, result.error_in_exec
+    assert result.result == 12 and shell.user_ns["y"] == 6 and shell.user_ns["seen"] == [1, 2]
+    assert shell.user_ns["_"] == 12  # the last expression is the cell's result, as always
+    (record,) = keras_nbguard.runs()
+    assert (record.label, record.status) == ("awaits", "ok")
+
+
+def test_an_awaiting_cell_that_fails_is_recorded_with_its_own_lines(shell, capsys):
+    run(shell, AWAITABLE)
+    result = run(shell, "%%kerasrun --label awaits --quiet\nawait double(1)\nraise KeyError(9)")
+    assert isinstance(result.error_in_exec, KeyError)
+    out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    assert f"Cell In[{result.execution_count}], line 3" in out
+    assert [r.status for r in keras_nbguard.runs()] == ["error"]
+
+
+def test_a_syntax_error_reads_as_in_a_plain_cell(shell, capsys):
+    result = run(shell, "%%kerasrun --quiet\nx = 1\nfor i in range(3:\n    pass")
+    assert isinstance(result.error_before_exec, SyntaxError)
+    out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    assert f"Cell In[{result.execution_count}], line 3" in out  # the line on screen
+    assert "for i in range(3:" in out
+    assert "keras_nbguard" not in out and "Traceback" not in out  # none of our frames
+    assert "x" not in shell.user_ns and keras_nbguard.runs() == []  # nothing ran
+
+
+def test_without_autoawait_an_awaiting_cell_is_the_same_syntax_error_as_a_plain_one(shell,
+                                                                                    capsys):
+    shell.autoawait = False
+    try:
+        result = run(shell, "%%kerasrun --quiet\nawait something()")
+    finally:
+        shell.autoawait = True
+    assert isinstance(result.error_before_exec, SyntaxError)
+    assert "keras_nbguard" not in capsys.readouterr().out
 
 
 def test_two_threads_never_both_start_a_run_and_fit_is_always_restored(keras_shell,
