@@ -34,20 +34,22 @@ def file_owner(path: str) -> str | None:
         return None
     if app_id != 0:
         return f"another application's SQLite database (application_id {app_id:#x})"
-    return None if _has_our_meta(path) else "another application's SQLite database"
+    return None if _unmarked_but_ours(path) else "another application's SQLite database"
 
 
-def _has_our_meta(path: str) -> bool:
-    """An unmarked SQLite file from before the mark: ours when it has our ``meta`` table. Read
+def _unmarked_but_ours(path: str) -> bool:
+    """An unmarked SQLite file is ours when it has no tables yet (another kernel is setting up
+    the same new file this moment) or our ``meta`` table (a file from before the mark). Read
     only (``mode=ro``), so that asking changes nothing."""
     try:
         db = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)
     except sqlite3.Error:
         return False
     try:
-        return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
-                          ).fetchone() is not None and db.execute(
-            "SELECT 1 FROM meta WHERE key = 'schema'").fetchone() is not None
+        tables = {row[0] for row in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        return not tables or ("meta" in tables and db.execute(
+            "SELECT 1 FROM meta WHERE key = 'schema'").fetchone() is not None)
     except sqlite3.Error:
         return False
     finally:

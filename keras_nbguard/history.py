@@ -29,11 +29,13 @@ class RunHistory:
         self._earlier: list[RunRecord] | None = []
         self._began = time.time()
         self.reset_at: float | None = None  # runs started before it are hidden
+        self._stored_last: dict[str, RunRecord | None] = {}  # per label, before this session
 
     def attach(self, store: Any) -> None:
         """Read from ``store`` from now on (earlier runs on first use, to keep loading cheap)."""
         self.store = store
         self._earlier = None
+        self._stored_last = {}
         self._began = time.time()
         self.reset_at = None
         if store is not None:
@@ -52,6 +54,12 @@ class RunHistory:
                     lambda: self.store.runs(notebook=self.notebook, before=self._began), [])
         return self._earlier
 
+    def reread(self) -> None:
+        """The store has more of this notebook's past now (it came back from memory to its
+        file): read the earlier runs again on next use."""
+        self._earlier = None
+        self._stored_last = {}
+
     def add(self, record: RunRecord) -> None:
         self.mine.append(record)
 
@@ -66,14 +74,26 @@ class RunHistory:
         for record in reversed(self.mine):
             if record.label == label:
                 return record
-        if self._earlier is None and self.store is not None:
-            # before the history is loaded: one query for this label, not the whole notebook
-            return self._read(lambda: self.store.last_run(self.notebook, label, self._began),
-                              None)
-        for record in reversed(self.earlier):
-            if record.label == label:
-                return record
-        return None
+        return self._last_stored(label)
+
+    def next_number(self, label: str) -> int:
+        """One more than the label's highest number, in this kernel or stored: numbers never
+        repeat, even when runs kept in memory while the file was out of reach join it."""
+        numbers = [r.run_number for r in self.mine if r.label == label]
+        stored = self._last_stored(label)
+        return 1 + max(numbers + ([stored.run_number] if stored else []), default=0)
+
+    def _last_stored(self, label: str) -> RunRecord | None:
+        if label not in self._stored_last:
+            found = None
+            if self._earlier is None and self.store is not None:
+                # before the history is loaded: one query for this label, not the whole notebook
+                found = self._read(
+                    lambda: self.store.last_run(self.notebook, label, self._began), None)
+            else:
+                found = next((r for r in reversed(self.earlier) if r.label == label), None)
+            self._stored_last[label] = found
+        return self._stored_last[label]
 
     def reset(self) -> str:
         """Hide every run so far (the database keeps them)."""

@@ -100,3 +100,26 @@ def to_wal(db: sqlite3.Connection, tries: int = 50) -> None:
             if "locked" not in str(exc) or attempt == tries - 1:
                 raise
             time.sleep(0.02)
+
+
+def copy_runs(source: sqlite3.Connection, target: sqlite3.Connection) -> int:
+    """Copy every run, sample, epoch and mark of ``source`` into ``target`` (one transaction),
+    column by name: an older file migrated in place has its columns in another order."""
+    tables = {table: [row[1] for row in source.execute(f"PRAGMA table_info({table})")]
+              for table in ("runs", "samples", "epochs", "meta")}
+    target.execute("BEGIN IMMEDIATE")
+    try:
+        for table, columns in tables.items():
+            if table == "meta":  # the schema row is the target's own; reset marks move over
+                rows = source.execute("SELECT key, value FROM meta WHERE key != 'schema'")
+            else:
+                rows = source.execute(f"SELECT {', '.join(columns)} FROM {table}")
+            marks = ", ".join("?" for _ in columns)
+            target.executemany(f"INSERT OR REPLACE INTO {table} ({', '.join(columns)}) "
+                               f"VALUES ({marks})", rows.fetchall())
+        target.execute("COMMIT")
+    except BaseException:
+        target.execute("ROLLBACK")
+        raise
+    return int(source.execute("SELECT count(*) FROM runs").fetchone()[0])
+

@@ -131,9 +131,10 @@ class Session:
                                    f"tracked runs can't be nested or run from two threads")
             previous = self.last_run(label)
             key = RunKey(self.notebook, cell_id, self.kernel_id, os.getpid(), process_started())
-            run = Run(self, label, (previous.run_number + 1) if previous else 1, options, key,
-                      previous)
+            run = Run(self, label, self.past.next_number(label), options, key, previous)
             self.current = run
+        if isinstance(self.store, Store):
+            self.store.try_disk(then=self.past.reread)  # after a fallback to memory: now and then
         self._feed(run)
         self._notify(self.start_listeners, run)
         try:

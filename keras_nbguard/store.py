@@ -4,7 +4,9 @@ Writes go through one background thread (writer.py: a cell never waits on the di
 lock another process holds) that gets samples at least every ``FLUSH_SECONDS``; a kernel killed
 mid-run therefore leaves its run with its last samples. Reads have a connection of their own.
 Nothing here raises into a cell: only our own file is used (dbfile.py), a corrupt one is moved
-aside, an unwritable or newer one gives way to an in-memory store, each with one warning.
+aside, an unwritable or newer one gives way to an in-memory store, each with one warning. When
+the file was only out of reach for a while (a lock held while it needed setting up, a folder not
+writable yet), the store tries it again now and then and moves what it kept in memory there.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 from .dbfile import NotOurs, file_owner
 from .records import RunRecord, fmt_bytes, fmt_seconds
-from .schema import ENV_PATH, RUN_COLUMNS, NewerDatabase, prepare
+from .schema import ENV_PATH, RUN_COLUMNS, NewerDatabase, copy_runs, prepare
 from .writer import Writer
 
 WRITE_TIMEOUT = 2.0  # one try of the writer thread (it tries again while a lock lasts)
@@ -30,6 +32,7 @@ SAMPLE_STEP = 0.1  # seconds between stored RSS samples at first (the record kee
 LEVEL_ROWS = 600  # stored samples at one step before the step doubles: a 6-hour run keeps ~5,400
 MEMORY = ":memory:"
 RESET_KEY = "reset "  # meta key, + the notebook: when its history was last reset
+DISK_RETRY_SECONDS = 30.0  # how often a store that fell back to memory tries its file again
 
 def default_path() -> str:
     if os.environ.get(ENV_PATH):
@@ -71,35 +74,32 @@ class Store:
     def __init__(self, path: str | None = None, warn: Callable[[str], None] | None = None) -> None:
         self._warn = warn or (lambda message: None)
         self.path = path or default_path()
+        self.wanted: str | None = None  # the file to go back to, after a passing failure
+        self._next_try = time.monotonic() + DISK_RETRY_SECONDS
         self._lock = threading.Lock()  # the writer's connection
         self.db = self._open(self.path)
         self.writer = Writer(self.db, self._lock, self._warn)
-        # Reads have a connection of their own: in WAL mode they never wait for a writer, so
-        # a cell that asks for its previous run never waits behind our writer thread stuck on
-        # another process's lock (in memory, there is only the one database).
-        self._reader, self._read_lock = self.db, self._lock
+        self._reader, self._read_lock = self._reader_for(self.db)
+
+    def _reader_for(self, db: sqlite3.Connection) -> tuple[sqlite3.Connection, threading.Lock]:
+        """Reads have a connection of their own: in WAL mode they never wait for a writer, so
+        a cell that asks for its previous run never waits behind our writer thread stuck on
+        another process's lock (in memory, there is only the one database)."""
         if not self.in_memory:
             try:
-                self._reader = sqlite3.connect(self.path, check_same_thread=False,
-                                               timeout=READ_TIMEOUT, isolation_level=None)
-                self._read_lock = threading.Lock()
+                return (sqlite3.connect(self.path, check_same_thread=False,
+                                        timeout=READ_TIMEOUT, isolation_level=None),
+                        threading.Lock())
             except sqlite3.Error:
                 pass
+        return db, self._lock
 
     # -- opening, whatever state the file is in --------------------------------------------------
     def _open(self, path: str) -> sqlite3.Connection:
         if path == MEMORY:
             return self._connect(MEMORY)
         try:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            if not os.path.exists(path):
-                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))  # user-only from birth
-            owner = file_owner(path)
-            if owner is not None:
-                raise NotOurs(f"{path} is {owner}, not a keras_nbguard run history: it is left "
-                              f"untouched and history is kept in memory this session; set "
-                              f"{ENV_PATH} or %nbguard config --db to a file of its own")
-            return self._connect(path)
+            return self._open_ours(path)
         except (NewerDatabase, NotOurs) as exc:
             self._warn(str(exc))
         except sqlite3.DatabaseError as exc:
@@ -114,13 +114,28 @@ class Store:
                     self._warn(f"run history database {path} is corrupt and could not be "
                                f"replaced ({again}); keeping history in memory")
             else:
-                self._warn(f"run history can't be written to {path} ({exc}); keeping it in "
-                           f"memory this session")
+                self._fell_back(path, exc)
         except OSError as exc:
-            self._warn(f"run history can't be written to {path} ({exc}); keeping it in memory "
-                       f"this session")
+            self._fell_back(path, exc)
         self.path = MEMORY
         return self._connect(MEMORY)
+
+    def _fell_back(self, path: str, exc: Exception) -> None:
+        self.wanted = path
+        self._warn(f"run history can't be written to {path} for now ({exc}); keeping it in "
+                   f"memory, and trying the file again every {DISK_RETRY_SECONDS:.0f} s")
+
+    def _open_ours(self, path: str) -> sqlite3.Connection:
+        """``path`` opened and set up, or an exception (it is ours, or new)."""
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        if not os.path.exists(path):
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))  # user-only from birth
+        owner = file_owner(path)
+        if owner is not None:
+            raise NotOurs(f"{path} is {owner}, not a keras_nbguard run history: it is left "
+                          f"untouched and history is kept in memory this session; set "
+                          f"{ENV_PATH} or %nbguard config --db to a file of its own")
+        return self._connect(path)
 
     def _connect(self, path: str) -> sqlite3.Connection:
         db = sqlite3.connect(path, check_same_thread=False, timeout=WRITE_TIMEOUT,
@@ -136,6 +151,36 @@ class Store:
     @property
     def in_memory(self) -> bool:
         return self.path == MEMORY
+
+    def try_disk(self, then: Callable[[], None]) -> None:
+        """After a passing failure: now and then, try the file again (on the writer thread, so
+        no cell waits); once it opens, everything kept in memory moves there, and ``then``."""
+        if self.wanted is None or time.monotonic() < self._next_try:
+            return
+        self._next_try = time.monotonic() + DISK_RETRY_SECONDS
+        self.writer.call(lambda: self._back_to_disk(then))
+
+    def _back_to_disk(self, then: Callable[[], None]) -> None:
+        path = self.wanted
+        if path is None:
+            return
+        try:
+            disk = self._open_ours(path)
+        except (OSError, sqlite3.Error):  # still out of reach (NotOurs: someone else's now)
+            return
+        try:  # on the writer thread: nothing is written to the memory database meanwhile
+            count = copy_runs(self.db, disk)
+        except sqlite3.Error:
+            disk.close()
+            return
+        with self._lock:
+            memory, self.db, self.writer.db = self.db, disk, disk
+            self.path, self.wanted = path, None
+            self._reader, self._read_lock = self._reader_for(disk)
+        memory.close()
+        self._warn(f"run history: {path} can be written again; the {count} run(s) kept in "
+                   f"memory meanwhile are in it now")
+        then()
 
     # -- writing (from any thread; done by the writer thread) -------------------------------------
     def run_started(self, run_id: str, key: RunKey, label: str, run_number: int,

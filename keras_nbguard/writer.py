@@ -36,6 +36,11 @@ class Writer:
         self._queue.put((sql, params))
         self._ensure_thread()
 
+    def call(self, step: Callable[[], None]) -> None:
+        """Run ``step`` on the writer thread once what came before it is written, outside any
+        transaction: nothing is written meanwhile, and no cell waits for it."""
+        self.submit("call", (step,))
+
     def flush(self, timeout: float = 5.0) -> None:
         """Wait (``timeout`` at most) until everything submitted so far is committed."""
         done = threading.Event()
@@ -67,15 +72,29 @@ class Writer:
                 batch.append(self._queue.get())
             while not self._queue.empty():  # one transaction for whatever piled up
                 batch.append(self._queue.get())
+            # ...up to the first ``call``, which runs once what came before it is written
+            cut = next((i for i, entry in enumerate(batch)
+                        if entry is not None and entry[0] == "call"), len(batch))
+            head = batch[:cut]
             try:
-                if not self._write(batch):
-                    continue  # kept: tried again, with what came meanwhile, until it lands
+                if not self._write(head):
+                    batch[:cut] = head  # kept: tried again, with what came meanwhile
+                    continue
             except Exception as exc:  # a bug of ours must not end the writer for good
                 self._warn(f"run history write failed ({type(exc).__name__}: {exc}); those "
                            f"figures stay in memory only")
-            if any(entry is None for entry in batch):
+            if any(entry is None for entry in head):
                 return
-            batch = []
+            if cut < len(batch):
+                self._run(batch[cut])
+            batch = batch[cut + 1:]
+
+    def _run(self, entry: Entry) -> None:
+        assert entry is not None
+        try:
+            entry[1][0]()
+        except Exception as exc:
+            self._warn(f"run history: {type(exc).__name__}: {exc}")
 
     def _write(self, batch: list[Entry]) -> bool:
         """One transaction for ``batch``; False when it must be tried again (a lock held by

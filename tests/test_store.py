@@ -139,6 +139,34 @@ def test_unwritable_location_falls_back_to_memory(tmp_path):
     assert store.path == MEMORY and "memory" in warnings[0]
 
 
+def test_a_store_that_fell_back_to_memory_goes_back_to_its_file_with_the_runs(tmp_path,
+                                                                              monkeypatch):
+    monkeypatch.setattr("keras_nbguard.store.DISK_RETRY_SECONDS", 0.0)
+    blocker = tmp_path / "history"
+    blocker.write_text("x")  # the folder can't be made yet
+    path = blocker / "runs.sqlite"
+    warnings: list[str] = []
+    with using(Session(store=Store(str(path), warn=warnings.append))) as session:
+        assert session.store.in_memory and "trying the file again" in warnings[-1]
+        for _ in range(2):
+            with keras_nbguard.track("mlp", clear=False):
+                pass
+        blocker.unlink()  # now it can be
+        with keras_nbguard.track("mlp", clear=False) as third:
+            pass
+        session.store.flush()
+        assert not session.store.in_memory and session.store.path == str(path)
+        assert "kept in memory meanwhile are in it now" in warnings[-1]
+        with keras_nbguard.track("mlp", clear=False):
+            pass
+        session.store.flush()
+        assert third.run_number == 3 and [r.run_number for r in session.runs("mlp")] == [1, 2, 3, 4]
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT run_number, status, (SELECT count(*) FROM samples "
+                          "WHERE run_id = id) > 0 FROM runs ORDER BY run_number").fetchall()
+    assert rows == [(n, "ok", 1) for n in (1, 2, 3, 4)]  # the memory runs with their samples
+
+
 def test_newer_database_is_refused_and_older_migrated(tmp_path):
     newer = tmp_path / "newer.sqlite"
     db = sqlite3.connect(newer)
