@@ -28,10 +28,10 @@ class EncodingComm(comm.DummyComm):
 
 comm.create_comm = EncodingComm  # before ipywidgets makes any widget
 
-from keras_nbguard.dashboard import Dashboard  # noqa: E402
 from keras_nbguard.figures import figure_data  # noqa: E402
 from keras_nbguard.records import FitRecord, GpuReading, RunRecord  # noqa: E402
 from keras_nbguard.session import Session  # noqa: E402
+from keras_nbguard.widget import Dashboard  # noqa: E402
 
 MB = 2**20
 LABELS = ("mlp", "cnn", "mlp wide")

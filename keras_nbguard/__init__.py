@@ -61,13 +61,17 @@ def free(*, include_current: bool = False, containers: bool = False) -> Any:
     return get_session().free(include_current=include_current, containers=containers)
 
 
+def dashboard(session: Session | None = None, *, mode: str | None = None) -> Any:
+    """The kernel's live dashboard (made on first call, the same widget after): display it, or
+    end a cell with it. ``mode`` "widget" or "static" overrides the frontend detection."""
+    from .widget import dashboard as kernel_dashboard  # ipywidgets and plotly: on first use
+
+    return kernel_dashboard(session, mode=mode)
+
+
 def __getattr__(name: str) -> Any:
-    # keras_nbguard.dashboard is imported on first use (it is callable: keras_nbguard.dashboard()
-    # returns the kernel's Dashboard), so %load_ext stays cheap.
     import importlib
 
-    if name == "dashboard":
-        return importlib.import_module(f"{__name__}.dashboard")
     if name in ("Leak", "LeakReport"):  # the leak finder loads with the first run, not at load
         return getattr(importlib.import_module(f"{__name__}.probes"), name)
     if name == "FreeReport":

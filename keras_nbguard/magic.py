@@ -221,7 +221,7 @@ class KerasMagics(Magics):
         if args.command == "free":
             return self.session.free(include_current=args.free_all, containers=args.containers)
         if args.command == "dashboard":
-            from .dashboard import dashboard
+            from .widget import dashboard
 
             display(dashboard(self.session))
             return None
@@ -321,7 +321,7 @@ def load(shell: Any) -> KerasMagics:
     shell.events.register("pre_run_cell", magics.pre_run_cell)
     magics.say_died_runs(session.died)
     set_session(session)
-    board = sys.modules.get("keras_nbguard.dashboard")
+    board = sys.modules.get("keras_nbguard.widget")
     if board is not None:  # %reload_ext: the dashboard already shown follows the new session
         board.follow(session)
     return magics

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import html
-import os
 import sys
 import threading
 import time
-import types
 import uuid
 from typing import TYPE_CHECKING, Any
 
 from .figures import figure_data, header_html, lists_html, model_lines, static_view
+from .frontend import widget_frontend
+from .plotting import draw, make_figure
 from .records import RunRecord, fmt_bytes
 
 if TYPE_CHECKING:
@@ -26,40 +26,11 @@ if TYPE_CHECKING:
     from .session import Session
     from .tracking import Run
 
-MODE_ENV = "KERAS_NBGUARD_DASHBOARD"  # "widget" or "static" overrides the detection
 BUTTONS = (("Clear Keras session", "clear_session"), ("Free flagged models", "free"),
            ("Clear output cache", "clear_output_cache"), ("Reset history", "reset_history"))
-AXES = {"fit": ("x", "y"), "rss": ("x2", "y2"), "gpu": ("x3", "y3")}
 LIVE_PERIOD = 0.25  # seconds between live pushes while a run goes: a few a second
 LIVE_STEP = 0.05  # keep an RSS sample every 50 ms of the 100 Hz sampler
 LIVE_MAX = 1200  # live points; halved (keeping maxima) beyond
-TITLES = ("fit time per run [s]", "RSS per run [MB]: after ─ peak ··· before - -",
-          "GPU memory per run [MB]", "seconds per epoch (current run)",
-          "RSS over time (current run) [MB]")
-
-
-def widget_frontend(shell: Any) -> tuple[bool, str]:
-    """Whether a widget frontend will render us, and why we think so.
-
-    A kernel cannot ask its client for a widget manager, and nbclient (which renders none) looks
-    like any client. So: no ipykernel, no; ipywidgets' control comm opened by a widget manager,
-    yes; a kernel started by a Jupyter server (it sets JPY_SESSION_NAME: JupyterLab, Notebook 7),
-    VS Code or Colab, yes; else (nbclient, nbconvert, papermill) static. The env var overrides.
-    """
-    forced = os.environ.get(MODE_ENV, "").strip().lower()
-    if forced in ("widget", "static"):
-        return forced == "widget", f"{MODE_ENV}={forced}"
-    if shell is None or getattr(shell, "kernel", None) is None:
-        return False, "no Jupyter kernel (terminal IPython or a script)"
-    widgets = sys.modules.get("ipywidgets")
-    if widgets is not None and getattr(widgets.Widget, "_control_comm", None) is not None:
-        return True, "a widget manager is connected"
-    for hint, who in (("JPY_SESSION_NAME", "a Jupyter server"), ("VSCODE_PID", "VS Code")):
-        if os.environ.get(hint):
-            return True, f"kernel started by {who}"
-    if "google.colab" in sys.modules:
-        return True, "Colab"
-    return False, f"no widget frontend (nbclient/nbconvert?); set {MODE_ENV}=widget to force"
 
 
 class Dashboard:
@@ -256,7 +227,7 @@ class Dashboard:
     def _build_widget(self) -> None:
         import ipywidgets as w
 
-        self.figure = _make_figure()
+        self.figure = make_figure()
         self._out = w.Output()
         self._top, self._bottom = w.HTML(), w.HTML()
         for text, action in BUTTONS:
@@ -272,7 +243,7 @@ class Dashboard:
                               self._bottom, self._out])
 
     def _draw_widget(self, data: dict[str, Any]) -> None:
-        _draw(self.figure, data, self._sent)
+        draw(self.figure, data, self._sent)
         self._head = header_html(data, len(self.session.runs()), "{live}")
         self._push_live()
         self._bottom.value = lists_html(self._reports, self._models)
@@ -289,82 +260,6 @@ class Dashboard:
             self.figure.data[0].x, self.figure.data[0].y = list(range(1, len(epochs) + 1)), epochs
             self.figure.data[1].x, self.figure.data[1].y = ts, ys
         self._top.value = self._head.replace("{live}", html.escape(live))
-
-
-def _make_figure() -> Any:
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    fig = make_subplots(rows=3, cols=2, specs=[[{}, {}], [{}, {}], [{"colspan": 2}, None]],
-                        subplot_titles=TITLES, vertical_spacing=0.1, horizontal_spacing=0.08)
-    grey = "#607d8b"
-    fig.add_trace(go.Bar(meta="live:epochs", name="epoch", marker_color=grey, showlegend=False,
-                         hovertemplate="epoch %{x}: %{y:.3f} s<extra></extra>"), row=2, col=2)
-    fig.add_trace(go.Scatter(meta="live:rss", name="RSS", mode="lines", line_color=grey,
-                             showlegend=False,
-                             hovertemplate="%{x:.2f} s: %{y:.1f} MB<extra></extra>"),
-                  row=3, col=1)
-    fig.update_layout(height=760, margin={"l": 50, "r": 20, "t": 60, "b": 40},
-                      template="plotly_white", legend_title_text="label", hovermode="closest",
-                      title={"text": "runs: ✕ error  ★ out of memory  ◆ interrupted  ┆ restart",
-                             "font": {"size": 12}},
-                      xaxis2_matches="x", xaxis3_title_text="run",
-                      xaxis4_title_text="epoch", xaxis5_title_text="seconds into the run")
-    return go.FigureWidget(fig)
-
-
-def _draw(fig: Any, data: dict[str, Any], sent: dict[str, Any]) -> None:
-    """Copy figure_data into the widget in one batch_update, sending only what changed (``sent``:
-    what the widget holds, by uid); traces are rebuilt only for a new label or series."""
-    import plotly.graph_objects as go
-
-    try:  # numpy arrays: plotly validates them in one step, not element by element
-        from numpy import array
-    except ImportError:  # the same plot, a little slower
-        array = _as_list
-
-    traces = data["traces"]
-    if [t["uid"] for t in traces] != [k for k in sent if k != "layout"]:  # live traces first
-        # FigureWidget sets its own trace uids: ours go in ``meta``, which the page can read
-        sent.clear()
-        fig.data = fig.data[:2]
-        fig.add_traces([go.Scatter(
-            meta=t["uid"], name=t["name"], legendgroup=t["label"], showlegend=t["showlegend"],
-            mode="lines+markers" if t["symbol"] is None else "markers",
-            xaxis=AXES[t["panel"]][0], yaxis=AXES[t["panel"]][1],
-            line={"color": t["color"], "dash": t["dash"], "width": 1.5},
-            marker={"size": 6} if t["symbol"] is None else {"size": 13, "color": t["color"]},
-            hovertemplate="%{text}<extra></extra>" if t["text"] is not None
-            else "%{fullData.name}: %{y:.1f} MB<extra></extra>") for t in traces])
-    shapes = [{"type": "line", "xref": xa, "yref": f"{ya} domain", "x0": x - 0.5, "x1": x - 0.5,
-               "y0": 0, "y1": 1, "line": {"dash": "dot", "color": "#999", "width": 1}}
-              for x in data["restarts"] for xa, ya in AXES.values()]
-    notes = [] if not data["gpu_note"] else [{  # in the middle of the (empty) GPU panel
-        "text": html.escape(data["gpu_note"]), "xref": "paper", "yref": "paper", "name": "note",
-        "x": sum(fig.layout.xaxis3.domain) / 2, "y": sum(fig.layout.yaxis3.domain) / 2,
-        "xanchor": "center", "showarrow": False, "font": {"color": "#777"}}]
-    step = max(1, data["runs"] // 10)  # whole run numbers, about ten ticks
-    with fig.batch_update():
-        for trace, t in zip(fig.data[2:], traces, strict=True):
-            old = sent.get(t["uid"], {})
-            if any(old.get(k) != t[k] for k in ("x", "y", "text", "symbol")):
-                trace.x, trace.y = array(t["x"]), array(t["y"], dtype=float)  # None: NaN, a gap
-                if t["text"] is not None:
-                    trace.text = array(t["text"], dtype=object)
-                if t["symbol"] is not None:
-                    trace.marker.symbol = t["symbol"]
-            sent[t["uid"]] = t
-        if sent.get("layout") != (shapes, notes, step):
-            sent["layout"] = (shapes, notes, step)
-            fig.update_xaxes(tick0=1, dtick=step, row=1)
-            fig.update_xaxes(tick0=1, dtick=step, row=2, col=1)
-            fig.layout.shapes = shapes
-            titles = [a for a in fig.layout.annotations if a.name != "note"]
-            fig.layout.annotations = titles + notes
-
-
-def _as_list(values: list[Any], dtype: Any = None) -> list[Any]:
-    return values
 
 
 def _ipython() -> Any:
@@ -398,13 +293,3 @@ def follow(session: Session) -> None:
     """After ``%reload_ext``: the dashboard already shown (if any) follows the new session."""
     if _last is not None:
         _last.attach(session)
-
-
-class _CallableModule(types.ModuleType):
-    # ``keras_nbguard.dashboard()`` must work although importing this module rebinds the package
-    # attribute ``dashboard`` from any function of that name to the module itself.
-    def __call__(self, session: Session | None = None, *, mode: str | None = None) -> Dashboard:
-        return dashboard(session, mode=mode)
-
-
-sys.modules[__name__].__class__ = _CallableModule
