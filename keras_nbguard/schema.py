@@ -1,12 +1,19 @@
-"""The run history's database schema: tables, the version, migrations, and opening a file so
-that only a new or older one takes the write lock (another kernel may hold it for a while)."""
+"""The run history's database schema, in one place for the kernels' store and the server: tables,
+the version, migrations, opening a file so that only a new or older one takes the write lock
+(another kernel may hold it for a while), opening one read-only, and rows into records (by
+column name)."""
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
 import time
+from pathlib import Path
+from typing import Any
 
 from .dbfile import APPLICATION_ID
+from .records import GpuReading, RunRecord
 
 SCHEMA_VERSION = 2
 ENV_PATH = "KERAS_NBGUARD_DB"
@@ -23,11 +30,15 @@ CREATE TABLE IF NOT EXISTS epochs (run_id TEXT, epoch INTEGER, seconds REAL);
 """
 # Not part of the schema's version: an index any reader may lack, added to older files on open.
 LABEL_INDEX = "CREATE INDEX IF NOT EXISTS runs_by_label ON runs (notebook, label, started_at)"
-RUN_COLUMNS = ("SELECT id, notebook, cell_id, label, run_number, kernel_id, started_at, "
-               "updated_at, status, last_rss, record, pid FROM runs")
+RUN_COLUMNS = ("id, notebook, {cell_id}, label, run_number, kernel_id, pid, pid_started, "
+               "started_at, updated_at, status, last_rss")
 # Schema 1 had no cell ids and no per-epoch table.
 MIGRATIONS = {1: "ALTER TABLE runs ADD COLUMN cell_id TEXT;\n"
                  "CREATE TABLE IF NOT EXISTS epochs (run_id TEXT, epoch INTEGER, seconds REAL);"}
+
+
+class Unreadable(Exception):
+    """Why a history can't be read (read-only opening); the text is for the user."""
 
 
 class NewerDatabase(sqlite3.DatabaseError):
@@ -123,3 +134,76 @@ def copy_runs(source: sqlite3.Connection, target: sqlite3.Connection) -> int:
         raise
     return int(source.execute("SELECT count(*) FROM runs").fetchone()[0])
 
+
+# -- reading ------------------------------------------------------------------------------------
+def open_read_only(path: str) -> sqlite3.Connection:
+    """``path`` in SQLite's read-only mode, checked: ``Unreadable`` if it is missing, not a
+    history of ours or newer than this code. Opening it can't create, migrate or lock it."""
+    if path == ":memory:" or not os.path.isfile(path):
+        raise Unreadable(f"No run history yet: {path} does not exist. It is created by the first "
+                         f"%%kerasrun of a kernel that loaded keras_nbguard (set {ENV_PATH} to "
+                         f"read another file).")
+    try:
+        db = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True, timeout=5,
+                             check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise Unreadable(f"The run history {path} can't be opened ({exc}).") from exc
+    try:
+        _check_readable(db, path)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _check_readable(db: sqlite3.Connection, path: str) -> None:
+    try:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+        if not tables:  # what a kernel's Store starts from, too
+            raise Unreadable(f"No runs recorded yet: {path} is empty.")
+        if not {"meta", "runs"} <= tables:
+            raise Unreadable(f"{path} is not a keras_nbguard run history (no runs table).")
+        row = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise Unreadable(f"The run history {path} can't be read ({exc}). The next kernel that "
+                         f"loads keras_nbguard moves a corrupt file aside and starts a new "
+                         f"one.") from exc
+    version = int(row[0]) if row else 0
+    if version > SCHEMA_VERSION:
+        raise Unreadable(f"The run history {path} was written by a newer keras_nbguard (schema "
+                         f"{version}; this code knows {SCHEMA_VERSION}): upgrade keras_nbguard "
+                         f"where it reads the file.")
+
+
+def select_runs(db: sqlite3.Connection, where: str = "", params: tuple[Any, ...] = (),
+                samples: bool = True, order: str = "started_at") -> list[sqlite3.Row]:
+    """Run rows (``sqlite3.Row``: by column name), with ``record`` the JSON of finished ones.
+    ``samples``: with their RSS series; without, SQLite drops it from each JSON (in C): parsing
+    it was most of the time a page with thousands of runs took."""
+    has_cell = any(col[1] == "cell_id" for col in db.execute("PRAGMA table_info(runs)"))
+    columns = RUN_COLUMNS.format(cell_id="cell_id" if has_cell else "NULL AS cell_id")
+    record = "record" if samples else "json_remove(record, '$.rss_samples') AS record"
+    cursor = db.execute(f"SELECT {columns}, {record} FROM runs {where} ORDER BY {order}", params)
+    cursor.row_factory = sqlite3.Row
+    return cursor.fetchall()
+
+
+def run_record(db: sqlite3.Connection, row: sqlite3.Row, status: str | None = None) -> RunRecord:
+    """The record of a run row: the stored one if it finished, else what the rows written during
+    the run tell (it is running, or died). ``status``: the one to show, if not the stored one."""
+    if row["record"]:
+        # the pid column is the truth (a record built without a pid stores "pid": null)
+        return RunRecord.from_dict({**json.loads(row["record"]), "pid": row["pid"]})
+    shown = status or row["status"]
+    samples = db.execute("SELECT t, rss FROM samples WHERE run_id = ? ORDER BY t",
+                         (row["id"],)).fetchall()
+    rss = row["last_rss"]
+    return RunRecord(
+        label=row["label"], status=shown, started_at=row["started_at"],
+        wall_seconds=row["updated_at"] - row["started_at"], fit_seconds=None, fits=(),
+        rss_before=samples[0][1] if samples else None, rss_after=rss,
+        rss_peak=max((s[1] for s in samples), default=rss),
+        gpu=GpuReading(reason=f"not recorded: the run {shown}"), cleared=False, traces=None,
+        run_number=row["run_number"], rss_samples=tuple((t, r) for t, r in samples),
+        notebook=row["notebook"], cell_id=row["cell_id"], kernel_id=row["kernel_id"],
+        pid=row["pid"])

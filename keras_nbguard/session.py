@@ -15,11 +15,12 @@ from . import actions
 from .actions import ActionReport
 from .collectors.gpu import NvmlReader, TfGpu
 from .deepclean import DeepClean
+from .died import DiedRun, process_alive
 from .history import RunHistory
 from .identity import kernel_id, notebook_key, process_started
 from .prepare import RunOptions
 from .records import RunRecord
-from .store import MEMORY, DiedRun, RunFeed, RunKey, Store, process_alive
+from .store import MEMORY, RunFeed, RunKey, Store
 from .tracking import Run, tracked
 
 DEFAULT_STORE = "default"

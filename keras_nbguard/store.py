@@ -11,7 +11,6 @@ writable yet), the store tries it again now and then and moves what it kept in m
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import threading
@@ -21,8 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .dbfile import NotOurs, file_owner
-from .records import RunRecord, fmt_bytes, fmt_seconds
-from .schema import ENV_PATH, RUN_COLUMNS, NewerDatabase, copy_runs, prepare
+from .died import DiedRun
+from .records import RunRecord
+from .schema import ENV_PATH, NewerDatabase, copy_runs, prepare, run_record, select_runs
 from .writer import Writer
 
 WRITE_TIMEOUT = 2.0  # one try of the writer thread (it tries again while a lock lasts)
@@ -51,23 +51,6 @@ class RunKey:
     kernel_id: str
     pid: int
     pid_started: float
-
-
-@dataclass(frozen=True)
-class DiedRun:
-    label: str
-    run_number: int
-    seconds: float
-    last_rss: int | None
-    pid: int
-
-    def text(self) -> str:
-        return (f"keras_nbguard: run {self.label!r} #{self.run_number} died: the kernel (pid "
-                f"{self.pid}) was killed {fmt_seconds(self.seconds)} into the run; last RSS seen "
-                f"{fmt_bytes(self.last_rss)}. An out-of-memory kill is the usual cause.")
-
-    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        p.text(self.text())
 
 
 class Store:
@@ -221,13 +204,20 @@ class Store:
         with self._read_lock:
             return self._reader.execute(sql, params).fetchall()
 
+    def _records(self, where: str, params: tuple[Any, ...], order: str = "started_at",
+                 keep: Callable[[sqlite3.Row], bool] = lambda row: True) -> list[RunRecord]:
+        with self._read_lock:
+            return [run_record(self._reader, row)
+                    for row in select_runs(self._reader, where, params, order=order)
+                    if keep(row)]
+
     def last_run(self, notebook: str, label: str, before: float) -> RunRecord | None:
         """The newest finished or died run of ``label`` in ``notebook`` started before
         ``before`` (runs still going don't count), or None."""
-        rows = self._rows(f"{RUN_COLUMNS} WHERE notebook = ? AND label = ? AND started_at < ? "
-                          f"AND status != 'running' ORDER BY started_at DESC LIMIT 1",
-                          (notebook, label, before))
-        return self._record(rows[0]) if rows else None
+        records = self._records("WHERE notebook = ? AND label = ? AND started_at < ? AND "
+                                "status != 'running'", (notebook, label, before),
+                                order="started_at DESC LIMIT 1")
+        return records[0] if records else None
 
     def runs(self, notebook: str | None = None, kernel_id: str | None = None,
              before: float | None = None) -> list[RunRecord]:
@@ -244,18 +234,9 @@ class Store:
         if kernel_id is not None:
             where.append("kernel_id = ?")
             params.append(kernel_id)
-        sql = (RUN_COLUMNS + (" WHERE " + " AND ".join(where) if where else "")
-               + " ORDER BY started_at")
-        return [self._record(row) for row in self._rows(sql, tuple(params))
-                if row[8] != "running" or row[5] == kernel_id]
-
-    def _record(self, row: tuple[Any, ...]) -> RunRecord:
-        run_id, status, data, pid = row[0], row[8], row[10], row[11]
-        if data:
-            # the pid column is the truth (a record built without a pid stores "pid": null)
-            return RunRecord.from_dict({**json.loads(data), "pid": pid})
-        samples = self._rows("SELECT t, rss FROM samples WHERE run_id = ? ORDER BY t", (run_id,))
-        return unfinished_record((*row[1:10], pid), status, samples)
+        return self._records("WHERE " + " AND ".join(where) if where else "", tuple(params),
+                             keep=lambda row: (row["status"] != "running"
+                                               or row["kernel_id"] == kernel_id))
 
     def reset_mark(self, notebook: str) -> float | None:
         """When the notebook's history was last reset (runs before it are hidden); None."""
@@ -331,35 +312,3 @@ class RunFeed:
         pending, self._pending = self._pending, []
         self._last_flush = time.monotonic()
         self._store.add_samples(self._run_id, pending)
-
-
-def unfinished_record(row: tuple[Any, ...], status: str,
-                      samples: list[tuple[float, int]]) -> RunRecord:
-    """What the rows written during a run that never finished tell (it is running, or died).
-
-    ``row``: notebook, cell_id, label, run_number, kernel_id, started_at, updated_at, status (in
-    the database), last_rss, pid; ``status``: the one to show."""
-    from .records import GpuReading
-
-    notebook, cell_id, label, number, kernel, started, updated, _, rss, pid = row
-    return RunRecord(
-        label=label, status=status, started_at=started, wall_seconds=updated - started,
-        fit_seconds=None, fits=(), rss_before=samples[0][1] if samples else None,
-        rss_after=rss, rss_peak=max((s[1] for s in samples), default=rss),
-        gpu=GpuReading(reason=f"not recorded: the run {status}"), cleared=False, traces=None,
-        run_number=number, rss_samples=tuple((t, r) for t, r in samples), notebook=notebook,
-        cell_id=cell_id, kernel_id=kernel, pid=pid)
-
-
-def process_alive(pid: int, started: float) -> bool:
-    """Whether ``pid`` is still the process that started the run (pids get reused)."""
-    import psutil
-
-    try:
-        process = psutil.Process(pid)
-        # a killed kernel its parent has not reaped yet is a zombie: gone, though its pid and
-        # create time are still there
-        return (abs(process.create_time() - started) < 1.0
-                and process.status() != psutil.STATUS_ZOMBIE)
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
-        return False

@@ -12,9 +12,10 @@ import time
 
 import keras_nbguard
 from keras_nbguard.dbfile import APPLICATION_ID
+from keras_nbguard.died import process_alive
 from keras_nbguard.schema import SCHEMA_VERSION
 from keras_nbguard.session import Session, using
-from keras_nbguard.store import MEMORY, RunFeed, Store, process_alive
+from keras_nbguard.store import MEMORY, RunFeed, Store
 
 
 def test_runs_survive_a_restart_and_numbers_continue(history_database, monkeypatch):
