@@ -11,8 +11,9 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+from .notices import NbguardWarning
 from .records import CleanReport, FitRecord, GpuReading, RunRecord
-from .session import NbguardWarning, Session, get_session
+from .session import Session, get_session
 
 __all__ = [
     "CleanReport", "FitRecord", "FreeReport", "GpuReading", "Leak", "LeakReport",

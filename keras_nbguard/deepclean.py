@@ -26,12 +26,12 @@ import inspect
 import os
 import sys
 import time
-import warnings
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import notices
 from .collectors.process import RssReader, default_rss_reader
 from .records import CleanReport
 
@@ -287,6 +287,4 @@ def _malloc_trim_function() -> Callable[[int], int] | None:
 
 
 def _warn(message: str) -> None:
-    from .session import NbguardWarning  # lazily: session will import this module
-
-    warnings.warn(f"keras_nbguard: {message}", NbguardWarning, stacklevel=4)
+    notices.warn(message, stacklevel=3)

@@ -27,7 +27,6 @@ from .prepare import RunOptions
 from .records import fmt_bytes
 from .report import key_values, runs_table
 from .session import Session, set_session
-from .tracking import tracked
 
 POLICIES = {"mixed_float16", "mixed_bfloat16", "float16", "bfloat16", "float32", "float64"}
 SHORT_POLICIES = {"float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
@@ -159,7 +158,8 @@ class KerasMagics(Magics):
         label = args.label or self.labels.label_for(cell, self._cell_id)
         run = None
         try:
-            with tracked(self.session, label, options, self._cell_id) as run:
+            with self.session.track(label, cell_id=self._cell_id,
+                                    **dataclasses.asdict(options)) as run:
                 yield
         finally:
             if run is not None and run.record is not None and not options.quiet:

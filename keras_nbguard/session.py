@@ -6,7 +6,6 @@ import dataclasses
 import os
 import sys
 import threading
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -16,18 +15,18 @@ from .actions import ActionReport
 from .collectors.gpu import NvmlReader, TfGpu
 from .deepclean import DeepClean
 from .died import DiedRun, process_alive
+from .events import Events
 from .history import RunHistory
 from .identity import kernel_id, notebook_key, process_started
+from .notices import WarnOnce
 from .prepare import RunOptions
 from .records import RunRecord
 from .store import MEMORY, RunFeed, RunKey, Store
-from .tracking import Run, tracked
+from .tracking import Run, RunServices
 
 DEFAULT_STORE = "default"
 
 
-class NbguardWarning(UserWarning):
-    """Something keras_nbguard could not do; the user's code ran regardless."""
 
 
 class Session:
@@ -39,7 +38,8 @@ class Session:
         self.tf_gpu = tf_gpu
         self.nvml = nvml or NvmlReader()
         self.sample_hz = sample_hz
-        self._warned: set[str] = set()
+        self.warn_once = WarnOnce()
+        self.events = Events(self.warn_once)
         self.current: Run | None = None
         self.shell = shell  # the IPython shell when loaded as an extension
         self.notebook = notebook_key(shell)
@@ -51,9 +51,6 @@ class Session:
         self.deep_clean = DeepClean(warn=self.warn_once)
         if isinstance(self.store, Store):
             self._load_earlier_runs(self.store)
-        self.start_listeners: list[Callable[[Run], None]] = []
-        self.record_listeners: list[Callable[[RunRecord], None]] = []
-        self.action_listeners: list[Callable[[ActionReport], None]] = []
         self.actions: dict[str, Callable[[], str]] = {
             "clear_session": actions.clear_keras_session,
             "clear_output_cache": lambda: actions.clear_output_cache(self.shell),
@@ -121,9 +118,30 @@ class Session:
     def last_run(self, label: str) -> RunRecord | None:
         return self.past.last_run(label)
 
-    def track(self, label: str, **overrides: Any) -> Any:
-        """Context manager: prepare and measure a block like ``%%kerasrun`` does a cell."""
-        return tracked(self, label, dataclasses.replace(self.options, **overrides))
+    @contextmanager
+    def track(self, label: str, *, cell_id: str | None = None,
+              **options: Any) -> Iterator[Run]:
+        """Prepare and measure a block like ``%%kerasrun`` does a cell (``options``: the
+        ``RunOptions`` fields that differ from the session's); the record is kept however the
+        block ends."""
+        __tracebackhide__ = True
+        run = self.begin(label, dataclasses.replace(self.options, **options), cell_id)
+        error: BaseException | None = None
+        try:
+            yield run
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self.finish(run, error)
+
+    def services(self) -> RunServices:
+        """What a run needs of the kernel, and nothing more."""
+        return RunServices(
+            tf_gpu=self.tf_gpu, nvml=self.nvml, sample_interval=1 / self.sample_hz,
+            deep_clean=self.deep_clean, events=self.events, warn=self.warn_once,
+            models_tracked=lambda: self.has_models,
+            release_earlier=lambda label: self.settle(label, release=True, report=False))
 
     def begin(self, label: str, options: RunOptions, cell_id: str | None = None) -> Run:
         with self._lock:  # check and claim at once: two threads must not both start a run
@@ -132,12 +150,13 @@ class Session:
                                    f"tracked runs can't be nested or run from two threads")
             previous = self.last_run(label)
             key = RunKey(self.notebook, cell_id, self.kernel_id, os.getpid(), process_started())
-            run = Run(self, label, self.past.next_number(label), options, key, previous)
+            run = Run(self.services(), label, self.past.next_number(label), options, key,
+                      previous)
             self.current = run
         if isinstance(self.store, Store):
             self.store.try_disk(then=self.past.reread)  # after a fallback to memory: now and then
         self._feed(run)
-        self._notify(self.start_listeners, run)
+        self.events.emit("start", run)
         try:
             run.start()
         except BaseException:
@@ -168,7 +187,7 @@ class Session:
             run.record = record
             self.past.add(record)
             self._record_end(run, record)
-            self._notify(self.record_listeners, record)
+            self.events.emit("record", record)
         for name in queued:
             self.perform(name)
         return record
@@ -247,8 +266,8 @@ class Session:
         if self.store is None:
             return
         run.feed = RunFeed(self.store, run.id)
-        run.sampler.listeners.append(run.feed.on_sample)
-        run.fit_timer.epoch_listeners.append(run.feed.on_epoch)
+        self.events.subscribe("sample", run.feed.on_sample)
+        self.events.subscribe("epoch", run.feed.on_epoch)
 
     def _record_start(self, run: Run) -> None:
         if self.store is None:
@@ -262,6 +281,8 @@ class Session:
     def _record_end(self, run: Run, record: RunRecord) -> None:
         if self.store is None or run.feed is None:
             return
+        self.events.unsubscribe("sample", run.feed.on_sample)
+        self.events.unsubscribe("epoch", run.feed.on_epoch)
         try:
             run.feed.close()
             self.store.run_finished(run.id, record)
@@ -281,7 +302,7 @@ class Session:
                                       f"queued: runs when {self.current.label!r} ends")
             else:
                 report = self._perform_now(name)
-        self._notify(self.action_listeners, report)
+        self.events.emit("action", report)
         return report
 
     def _perform_now(self, name: str) -> ActionReport:
@@ -295,24 +316,10 @@ class Session:
             return ActionReport(name, "failed", f"{type(exc).__name__}: {exc}", before, read())
         return ActionReport(name, "done", message, before, read())
 
-    def _notify(self, listeners: list[Callable[[Any], None]], value: Any) -> None:
-        for listener in list(listeners):
-            try:
-                listener(value)
-            except Exception as exc:
-                self.warn_once(f"a listener failed: {type(exc).__name__}: {exc}")
-
     def close(self) -> None:
         """Make sure everything recorded so far is on disk (unload, reload, exit)."""
         if self.store is not None:
             self.store.flush()
-
-    def warn_once(self, message: str) -> bool:
-        if message in self._warned:
-            return False
-        self._warned.add(message)
-        warnings.warn(f"keras_nbguard: {message}", NbguardWarning, stacklevel=2)
-        return True
 
 
 _current: Session | None = None

@@ -12,8 +12,8 @@ import itertools
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import outcome
@@ -25,7 +25,9 @@ from .prepare import RunOptions, prepare
 from .records import GpuReading, HeldModels, RunRecord
 
 if TYPE_CHECKING:
-    from .session import Session
+    from .collectors.gpu import NvmlReader, TfGpu
+    from .deepclean import DeepClean
+    from .events import Events
     from .store import RunFeed, RunKey
 
 
@@ -42,31 +44,48 @@ def next_run_id() -> str:
     return f"{_run_ids[1]}-{next(_run_ids[2])}"
 
 
+@dataclass(frozen=True)
+class RunServices:
+    """What a run needs of the kernel, and nothing more (a Session makes one per run)."""
+
+    tf_gpu: Callable[[], TfGpu | None]
+    nvml: NvmlReader
+    sample_interval: float  # seconds between RSS samples
+    deep_clean: DeepClean
+    events: Events  # "sample" and "epoch" go out as they come
+    warn: Callable[[str], object]  # once per message
+    models_tracked: Callable[[], bool]  # whether any run's models were ever noted
+    release_earlier: Callable[[str], Any]  # autorelease.settle for a label: what it released
+
+
 class Run:
     """A run in progress. After it ends, ``record`` holds the RunRecord and attribute access
     falls through to it, so ``with track("x") as run: ...`` then ``run.fit_seconds`` works."""
 
-    def __init__(self, session: Session, label: str, run_number: int, options: RunOptions,
+    def __init__(self, services: RunServices, label: str, run_number: int, options: RunOptions,
                  key: RunKey | None = None, previous: RunRecord | None = None) -> None:
         self.id = next_run_id()
         self.previous_record = previous  # the label's last run as this one began (for deltas)
         self.key = key
         self.feed: RunFeed | None = None
-        self.session = session
+        self.services = services
         self.label = label
         self.run_number = run_number
         self.options = options
         self.record: RunRecord | None = None
         self.warnings: list[str] = []
         self.fit_timer = FitTimer()
-        self.sampler = RssSampler(interval=1 / session.sample_hz)
+        self.fit_timer.epoch_listeners.append(
+            lambda epoch, seconds: services.events.emit("epoch", epoch, seconds))
+        self.sampler = RssSampler(interval=services.sample_interval)
+        self.sampler.listeners.append(lambda t, rss: services.events.emit("sample", t, rss))
         self.traces = TraceCounter()
         from .probes import CreationWatch  # the first run, not %load_ext, loads the leak finder
 
         self.creations = CreationWatch()  # models built in the run, for the leak finder
         self._peak = PeakRss()
         self._peak_reset = False
-        self._gpu = GpuCollector(session.tf_gpu, session.nvml)
+        self._gpu = GpuCollector(services.tf_gpu, services.nvml)
         self._cleared = False
         self._clean = None
         self._deep_mark: Any = None
@@ -102,7 +121,7 @@ class Run:
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
         t0 = time.perf_counter()
-        if not self.options.keep_stale and self.session.has_models:  # for the released line
+        if not self.options.keep_stale and self.services.models_tracked():  # for the released line
             self._rss_before_release = self._attempt("reading RSS", self.sampler.read_now)
         self._attempt("preparing the run", self._prepare)
         self._attempt("releasing earlier runs' models", self._release_earlier)
@@ -128,23 +147,23 @@ class Run:
     def _release_earlier(self) -> None:
         """After clear_session's gc (what the last cell let go is gone, so there is less to look
         at) and before the deep clean, which a gc must precede for what is released now."""
-        if self.options.keep_stale or not self.session.has_models:
+        if self.options.keep_stale or not self.services.models_tracked():
             return  # nothing to release, or no model was ever tracked (no leak finder import)
-        settled = self.session.settle(self.label, release=True, report=False)
+        settled = self.services.release_earlier(self.label)
         if settled.released:
             gc.collect()  # the released models sit in reference cycles
         self.released = settled.released_note()
 
     def _prepare(self) -> None:
-        prepared = prepare(self.options, self.session.tf_gpu())
+        prepared = prepare(self.options, self.services.tf_gpu())
         self._cleared = prepared.cleared
         for problem in prepared.warnings:
             self._warn(problem)
 
     def _clean_and_mark(self) -> None:
         if self._cleared:
-            self._clean = self.session.deep_clean.clean()
-        self._deep_mark = self.session.deep_clean.run_started()
+            self._clean = self.services.deep_clean.clean()
+        self._deep_mark = self.services.deep_clean.run_started()
         self._deep_started = True
 
     def _start_sampler(self) -> None:
@@ -161,7 +180,7 @@ class Run:
             self._attempt(step, action)
         if self._deep_started:
             self._attempt("remembering the run's gradient entries",
-                          lambda: self.session.deep_clean.run_ended(self._deep_mark, self.models))
+                          lambda: self.services.deep_clean.run_ended(self._deep_mark, self.models))
         gpu = (self._attempt("reading GPU memory", self._gpu.end)
                or GpuReading(reason="GPU reading failed"))
         fits = list(self.fit_timer.fits)
@@ -215,20 +234,4 @@ class Run:
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
-        self.session.warn_once(message)
-
-
-@contextmanager
-def tracked(session: Session, label: str, options: RunOptions,
-            cell_id: str | None = None) -> Iterator[Run]:
-    """Prepare and measure the block; the record is added to the session however it ends."""
-    __tracebackhide__ = True
-    run = session.begin(label, options, cell_id)
-    error: BaseException | None = None
-    try:
-        yield run
-    except BaseException as exc:
-        error = exc
-        raise
-    finally:
-        session.finish(run, error)
+        self.services.warn(message)

@@ -63,18 +63,18 @@ class Dashboard:
             self._build_widget()
         self.attach(session)
 
-    def _listeners(self) -> tuple[tuple[list[Any], Any], ...]:
-        s = self.session
-        return ((s.start_listeners, self._on_start), (s.record_listeners, self._on_record),
-                (s.action_listeners, self._on_action))
+    def _subscriptions(self) -> tuple[tuple[str, Any], ...]:
+        return (("start", self._on_start), ("sample", self._on_sample),
+                ("epoch", self._on_epoch), ("record", self._on_record),
+                ("action", self._on_action))
 
     # -- wiring to the session ---------------------------------------------------------------
     def attach(self, session: Session) -> None:
         """Follow ``session`` (and stop following the previous one, e.g. after %reload_ext)."""
         self.detach()
         self.session = session
-        for listeners, fn in self._listeners():
-            listeners.append(fn)
+        for kind, fn in self._subscriptions():
+            session.events.subscribe(kind, fn)
         session.dashboard = self  # type: ignore[attr-defined]
         self._shell = session.shell or _ipython()
         if hasattr(self._shell, "events"):
@@ -83,9 +83,8 @@ class Dashboard:
         self.refresh()
 
     def detach(self) -> None:
-        for listeners, fn in self._listeners():
-            while fn in listeners:
-                listeners.remove(fn)
+        for kind, fn in self._subscriptions():
+            self.session.events.unsubscribe(kind, fn)
         if getattr(self.session, "dashboard", None) is self:
             self.session.dashboard = None  # type: ignore[attr-defined]
         for event, fn in (("pre_run_cell", self._before_cell), ("post_run_cell", self._after_cell)):
@@ -99,8 +98,6 @@ class Dashboard:
             self._live = ([], [], [])
             self._live_title = f"running: {run.label} #{run.run_number}"
             self._push_live()
-        run.sampler.listeners.append(self._on_sample)
-        run.fit_timer.epoch_listeners.append(self._on_epoch)
 
     def _on_sample(self, t: float, rss: int) -> None:
         # the sampler thread, ~100 Hz: keep it cheap, never raise, never wait for the lock

@@ -15,7 +15,7 @@ def test_a_reset_during_a_run_is_queued_and_done_when_the_run_ends():
     done_during_run = []
     session.actions["probe"] = lambda: done_during_run.append(session.current) or "probed"
     seen = []
-    session.action_listeners.append(seen.append)
+    session.events.subscribe("action", seen.append)
     with using(session), keras_nbguard.track("busy"):
         # a click arriving on another thread (a kernel subshell) while the cell runs
         reports = []

@@ -261,7 +261,7 @@ def test_detach_leaves_no_hooks_and_follow_reattaches(shell, monkeypatch):
     session = keras_nbguard.get_session()
     board.detach()
     assert board._after_cell not in shell.events.callbacks["post_run_cell"]
-    assert board._on_record not in session.record_listeners
+    assert not session.events.subscribed("record", board._on_record)
     dashboard_module.follow(session)
     assert board._after_cell in shell.events.callbacks["post_run_cell"]
     assert session.dashboard is board

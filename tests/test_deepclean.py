@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from keras_nbguard.deepclean import CleanReport, DeepClean
-from keras_nbguard.session import NbguardWarning
+from keras_nbguard.notices import NbguardWarning
 
 X = np.random.default_rng(0).random((256, 8), dtype="float32")
 Y = np.random.default_rng(1).random((256, 1), dtype="float32")

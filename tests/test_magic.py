@@ -90,7 +90,7 @@ def test_error_keeps_user_traceback_records_run_and_stops_run_all(keras_shell):
 def started_runs():
     """The Run objects the session starts from now on (to look at their collectors after)."""
     seen = []
-    keras_nbguard.get_session().start_listeners.append(seen.append)
+    keras_nbguard.get_session().events.subscribe("start", seen.append)
     return seen
 
 

@@ -241,7 +241,7 @@ def test_a_lock_held_by_another_process_never_stalls_a_cell_nor_loses_a_run(hist
             rows = db.execute("SELECT run_number, status FROM runs WHERE label = 'locked' "
                               "ORDER BY run_number").fetchall()
         assert rows == [(n, "ok") for n in range(1, 6)]  # nothing lost, nothing left running
-        assert any("can't be written for now" in w for w in session._warned)
+        assert any("can't be written for now" in w for w in session.warn_once.said)
     finally:
         locker.kill()
         shell.run_line_magic("unload_ext", "keras_nbguard")
