@@ -35,6 +35,7 @@ def last(label: str) -> RunRecord:
     return keras_nbguard.runs(label)[-1]
 
 
+@pytest.mark.slow
 def test_a_cell_ending_in_fit_keeps_only_the_latest_model(keras_shell):
     refs = rerun(keras_shell, KERAS_IO, 4)
     out = keras_shell.user_ns["Out"]
@@ -50,6 +51,7 @@ def test_a_cell_ending_in_fit_keeps_only_the_latest_model(keras_shell):
     assert released.weight_bytes > 0 and last("io").stale_models is None
 
 
+@pytest.mark.slow
 def test_histories_kept_in_a_list_keep_their_metrics_and_lose_only_the_model(keras_shell):
     run(keras_shell, "histories = []")
     cell = "%%kerasrun --label kept --quiet\nmodel = make_model()\nhistories.append(" + FIT + ")"
@@ -73,6 +75,7 @@ HOLDERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("holder", HOLDERS)
 def test_a_model_the_user_holds_is_never_released_but_flagged(keras_shell, holder):
     setup, hold, path = HOLDERS[holder]
@@ -89,6 +92,7 @@ def test_a_model_the_user_holds_is_never_released_but_flagged(keras_shell, holde
     assert refs[0]().predict(keras_shell.user_ns["x"][:2], verbose=0).shape == (2, 1)
 
 
+@pytest.mark.slow
 def test_keep_stale_keeps_everything_and_config_sets_it(keras_shell):
     refs = rerun(keras_shell, KERAS_IO.replace("--quiet", "--quiet --keep-stale"), 3)
     assert alive(refs) == [True, True, True] and last("io").released_models is None
@@ -102,6 +106,7 @@ def test_keep_stale_keeps_everything_and_config_sets_it(keras_shell):
     assert last("io").released_models.count == 4
 
 
+@pytest.mark.slow
 def test_a_model_still_training_in_another_thread_is_never_touched(keras_shell):
     rerun(keras_shell, KERAS_IO, 1)
     run(keras_shell, """
@@ -130,6 +135,7 @@ del model
     assert not training.is_alive()
 
 
+@pytest.mark.slow
 def test_the_summary_says_what_was_released_and_what_is_still_alive(keras_shell):
     run(keras_shell, "keep = []")
     cell = KERAS_IO.replace("--quiet\n", "\n").replace(FIT, f"keep.append(model)\n{FIT}")
@@ -146,6 +152,7 @@ def test_the_summary_says_what_was_released_and_what_is_still_alive(keras_shell)
     assert "released     1 model from #3" in bundle["text/plain"]
 
 
+@pytest.mark.slow
 def test_a_reset_and_a_new_kernel_never_make_the_latest_model_stale(keras_shell, tmp_path):
     session = keras_nbguard.get_session()
     rerun(keras_shell, KERAS_IO, 3)
@@ -162,6 +169,7 @@ def test_a_reset_and_a_new_kernel_never_make_the_latest_model_stale(keras_shell,
     assert not [leak for leak in freed.freed if "model" in leak.paths]
 
 
+@pytest.mark.slow
 def test_free_deep_cleans_at_once_and_shows_the_rss_drop(keras_shell):
     run(keras_shell, "keep = []")
     cell = ("%%kerasrun --label big --quiet\nmodel = keras.Sequential([keras.Input((8,)), "
@@ -176,6 +184,7 @@ def test_free_deep_cleans_at_once_and_shows_the_rss_drop(keras_shell):
     assert "deep clean: " in "\n".join(report.lines())
 
 
+@pytest.mark.slow
 def test_a_custom_training_loop_is_deep_cleaned_once_its_models_are_gone(keras_shell):
     from tensorflow.python.framework import ops
 
@@ -222,6 +231,7 @@ for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(64):
     assert "held for runs whose models live" in dict(last("loop").summary_rows())["deep clean"]
 
 
+@pytest.mark.slow
 def test_no_heap_walk_when_the_last_model_was_only_rebound(keras_shell, monkeypatch):
     """``history = model.fit(...)``: the earlier model is garbage once rebound, and the heap walk
     (~0.1 s on a TensorFlow kernel) is spared, before and after each run."""

@@ -23,6 +23,7 @@ NOTEBOOK = ROOT / "notebooks" / "dashboard_demo.ipynb"
 SCREENSHOT = ROOT / "docs" / "dashboard.png"
 
 pytestmark = [
+    pytest.mark.browser,
     pytest.mark.skipif(not os.path.exists(CHROMIUM),
                        reason=f"{CHROMIUM} is missing (apt-get install -y chromium)"),
     pytest.mark.skipif(importlib.util.find_spec("playwright") is None,

@@ -156,6 +156,7 @@ def test_clear_output_cache_and_reset_history_buttons(keras_shell, board):
     assert all(len(t.x) == 0 for t in board.figure.data[2:])  # the runs are gone
 
 
+@pytest.mark.slow
 def test_free_button_frees_exactly_the_flagged_models(keras_shell, board):
     run(keras_shell, "keep = []")
     cell = "%%kerasrun --quiet --label mlp\nmodel = make_model()\nkeep.append(model)\n"
@@ -217,6 +218,7 @@ def test_button_errors_are_shown_in_the_widget(board, monkeypatch):
     assert "reset_history failed: KeyError" in bottom(board)
 
 
+@pytest.mark.slow
 def test_the_widget_never_keeps_a_model_alive(keras_shell, board):
     run(keras_shell, "%%kerasrun --quiet\nmodel = make_model()\nmodel.fit(x, y, verbose=0)\n")
     ref = weakref.ref(keras_shell.user_ns["model"])
@@ -268,7 +270,7 @@ def test_detach_leaves_no_hooks_and_follow_reattaches(shell, monkeypatch):
     board.detach()
 
 
-def test_the_module_is_callable_like_the_function(shell, monkeypatch):
+def test_keras_nbguard_dashboard_is_the_kernels_dashboard(shell, monkeypatch):
     monkeypatch.setattr(dashboard_module, "_last", None)
     board = keras_nbguard.dashboard(mode="static")
     assert board.mode == "static" and board.widget is None
@@ -304,6 +306,7 @@ def test_model_lines_flag_stale_models_first_with_size_and_paths():
                      "1 more alive that nothing you can name holds (gone at the next clear)"]
 
 
+@pytest.mark.kernel
 def test_nbclient_execution_shows_the_static_view_updated_by_display_id(tmp_path):
     nb = nbformat.read(NOTEBOOK, as_version=4)
     NotebookClient(nb, timeout=300, kernel_name="python3",

@@ -90,6 +90,7 @@ def seed_loops() -> dict[str, Any]:
             "before_deep": before_deep, "after_deep": custom_names(), "held": deep.held}
 
 
+@pytest.mark.slow
 def test_deep_clean_stops_the_object_growth_that_plain_clear_leaves(seed_loops):
     plain, deep = per_run(seed_loops["plain"]), per_run(seed_loops["deep"])
     assert plain > 2000, seed_loops["plain"]  # dead train graphs, pinned by the registry
@@ -114,6 +115,7 @@ def test_entries_from_before_deep_clean_existed_are_never_touched(seed_loops):
     assert seed_loops["before_deep"] <= seed_loops["after_deep"]  # ... and they are all still there
 
 
+@pytest.mark.slow
 def test_a_kept_model_keeps_its_entries_and_still_trains():
     deep = DeepClean()
     kept, kept_entries = tracked_fit(deep)
@@ -155,6 +157,7 @@ def test_entries_made_outside_tracked_runs_or_without_a_model_are_kept():
     assert outside and unowned and (outside | unowned) <= custom_names()
 
 
+@pytest.mark.slow
 def test_a_users_own_custom_gradient_is_never_purged():
     """Deleting it would break a kept tf.function the first time it is differentiated."""
     import tensorflow as tf

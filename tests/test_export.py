@@ -26,6 +26,7 @@ def _rows(path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_export_writes_one_row_per_run_with_unknowns_left_empty(keras_shell, tmp_path, capsys):
     _two_runs_and_a_failure(keras_shell)
     target = tmp_path / "runs.csv"
@@ -51,6 +52,7 @@ def test_export_writes_one_row_per_run_with_unknowns_left_empty(keras_shell, tmp
     assert "bad batch" in rows[2]["error"]
 
 
+@pytest.mark.slow
 def test_export_narrows_by_label(keras_shell, tmp_path):
     _two_runs_and_a_failure(keras_shell)
     keras_shell.run_line_magic("nbguard", f"export {tmp_path / 'mlp.csv'} --label mlp")
@@ -68,6 +70,7 @@ def test_export_mistakes_are_usage_errors_in_plain_words(shell, tmp_path):
         shell.run_line_magic("nbguard", "runs somefile.csv")
 
 
+@pytest.mark.slow
 def test_runs_frame_has_real_columns_and_nan_for_unknowns(keras_shell):
     _two_runs_and_a_failure(keras_shell)
     frame = keras_nbguard.runs_frame()

@@ -6,6 +6,7 @@ import sys
 import weakref
 
 import psutil
+import pytest
 from conftest import run
 
 from keras_nbguard.freeing import free
@@ -58,6 +59,7 @@ def test_clears_the_last_traceback(ip):
     assert ip.user_ns["keep"] == [1]
 
 
+@pytest.mark.slow
 def test_user_containers_are_reported_not_changed_unless_asked(ip):
     run(ip, "models = [tiny('in_list')]\nresults = {'r': {'model': tiny('in_dict')}}\n"
             "class T: pass\nt = T()\nt.best = tiny('in_attr')\nbag = {tiny('in_set')}\n"
@@ -85,6 +87,7 @@ def test_user_containers_are_reported_not_changed_unless_asked(ip):
     assert "models[0] = None" in report.released
 
 
+@pytest.mark.slow
 def test_all_frees_current_models_too(ip):
     run(ip, "model = tiny('current')")
     registry = made_by_runs(ip, ("mlp", 1, ["model"]))
@@ -118,6 +121,7 @@ def test_rss_drops_after_freeing_a_large_model(ip):
     assert rss - psutil.Process().memory_info().rss > 150 * 2**20
 
 
+@pytest.mark.slow
 def test_a_plain_namespace_works_without_ipython():
     import keras
 

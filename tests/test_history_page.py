@@ -22,6 +22,7 @@ import pytest
 from jupyter_lab import CHROMIUM, chromium_page, jupyter_server
 
 pytestmark = [
+    pytest.mark.browser,
     pytest.mark.skipif(not os.path.exists(CHROMIUM),
                        reason=f"{CHROMIUM} is missing (apt-get install -y chromium)"),
     pytest.mark.skipif(importlib.util.find_spec("playwright") is None,

@@ -75,6 +75,7 @@ def test_csv_cells_that_would_run_as_formulas_are_neutralised(tmp_path):
 
 @pytest.mark.skipif(not os.path.exists(CHROMIUM) or importlib.util.find_spec("playwright")
                     is None, reason=f"needs {CHROMIUM} and playwright")
+@pytest.mark.browser
 def test_in_chromium_nothing_runs_and_no_link_appears(tmp_path):
     package = Path(importlib.util.find_spec("plotly").origin).parent
     plotly = package / "package_data" / "plotly.min.js"

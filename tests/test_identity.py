@@ -6,7 +6,11 @@ import os
 import sys
 from types import SimpleNamespace
 
+import pytest
+
 from keras_nbguard.identity import UNNAMED_KERNEL, kernel_id, notebook_key
+
+pytestmark = pytest.mark.kernel
 
 
 def test_jupyters_session_name_comes_first(monkeypatch):

@@ -22,6 +22,8 @@ from jupyter_client.manager import KernelManager
 
 from keras_nbguard.records import fmt_bytes, fmt_seconds
 
+pytestmark = pytest.mark.kernel
+
 NOTEBOOK = "/home/me/experiments.ipynb"
 SPEC = "python3-keras-nbguard"
 STARTUP_TIMEOUT = 60.0  # TF-free start takes ~2 s here; a loaded CI box can take much longer

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import keras_nbguard
 
 FRESH_KERNEL = textwrap.dedent("""
@@ -41,6 +43,7 @@ def run_fresh(env_extra: dict[str, str]) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_load_imports_no_tensorflow_and_a_first_run_that_imports_keras_is_timed():
     report = run_fresh({})
     assert report["after_load"] == {"tensorflow": False, "keras": False, "pynvml": False,
@@ -50,6 +53,7 @@ def test_load_imports_no_tensorflow_and_a_first_run_that_imports_keras_is_timed(
     assert report["cleared"] is False  # nothing to clear before Keras existed
 
 
+@pytest.mark.slow
 def test_users_own_growth_setting_is_kept():
     assert run_fresh({"TF_FORCE_GPU_ALLOW_GROWTH": "false"})["growth"] == "false"
 

@@ -21,6 +21,7 @@ def plain(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
+@pytest.mark.slow
 def test_five_runs_are_recorded_with_fit_figures(keras_shell):
     for _ in range(5):
         assert run(keras_shell, FIT_CELL).success
@@ -39,6 +40,7 @@ def test_five_runs_are_recorded_with_fit_figures(keras_shell):
     assert records[4].previous_run == 4 and records[4].delta_fit_seconds is not None
 
 
+@pytest.mark.slow
 def test_clear_session_resets_layer_names_and_no_clear_does_not(keras_shell):
     names = [run(keras_shell, FIT_CELL).result for _ in range(3)]
     assert names == ["dense", "dense", "dense"]
@@ -248,6 +250,7 @@ def test_help_comes_from_magic_arguments(shell):
     assert "status" in shell.magics_manager.magics["line"]["nbguard"].__doc__
 
 
+@pytest.mark.slow
 def test_deep_clean_purges_the_dead_runs_gradient_entries(keras_shell):
     for _ in range(3):
         run(keras_shell, FIT_CELL.replace("--label mlp", "--label deep --quiet"))
@@ -258,6 +261,7 @@ def test_deep_clean_purges_the_dead_runs_gradient_entries(keras_shell):
     assert keras_nbguard.runs("deep")[-1].deep_clean is None
 
 
+@pytest.mark.slow
 def test_nbguard_leaks_and_free_through_the_magic(keras_shell):
     run(keras_shell, FIT_CELL.replace("--label mlp", "--label lk --quiet"))
     run(keras_shell, "old = model")

@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
+
+pytestmark = pytest.mark.kernel
 
 NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "quickstart.ipynb"
 

@@ -3,6 +3,7 @@ and a restarted kernel honours it. A real shell and a real database."""
 
 from __future__ import annotations
 
+import pytest
 from conftest import run
 
 import keras_nbguard
@@ -14,6 +15,7 @@ def numbers() -> list[int]:
     return [r.run_number for r in keras_nbguard.runs("a")]
 
 
+@pytest.mark.slow
 def test_reset_hides_runs_numbers_go_on_and_undo_brings_them_back(shell):
     for _ in range(3):
         run(shell, CELL)
@@ -28,6 +30,7 @@ def test_reset_hides_runs_numbers_go_on_and_undo_brings_them_back(shell):
     assert numbers() == [1, 2, 3, 4]
 
 
+@pytest.mark.slow
 def test_a_restarted_kernel_honours_the_reset(shell, history_database):
     for _ in range(2):
         run(shell, CELL)

@@ -31,6 +31,8 @@ from keras_nbguard.records import GpuReading, RunRecord
 from keras_nbguard.server.history import read_runs
 from keras_nbguard.store import RunKey, Store
 
+pytestmark = pytest.mark.kernel
+
 MB = 2**20
 NOTEBOOK_B = "dir/b <x>.ipynb"
 

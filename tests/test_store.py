@@ -10,6 +10,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 import keras_nbguard
 from keras_nbguard.dbfile import APPLICATION_ID
 from keras_nbguard.died import process_alive
@@ -43,6 +45,7 @@ def test_a_process_that_ends_right_after_a_run_still_stores_its_result(history_d
     assert Session().died == []
 
 
+@pytest.mark.slow
 def test_a_killed_run_is_reported_died_with_its_last_samples(history_database):
     script = textwrap.dedent("""
         import time, numpy as np, keras_nbguard
@@ -214,6 +217,7 @@ db.execute("COMMIT")
 """
 
 
+@pytest.mark.slow
 def test_a_lock_held_by_another_process_never_stalls_a_cell_nor_loses_a_run(history_database):
     from IPython.core.interactiveshell import InteractiveShell
 
@@ -267,6 +271,7 @@ class FullDisk:
         return getattr(self.db, name)
 
 
+@pytest.mark.slow
 def test_a_full_disk_loses_no_run_and_leaves_none_running(history_database):
     said: list[str] = []
     store = Store(str(history_database), warn=said.append)
@@ -308,6 +313,7 @@ def test_a_six_hour_run_keeps_a_few_thousand_sample_rows_and_its_peak():
     assert times[-1] > hours * 3600 - 120  # and the series reaches the end
 
 
+@pytest.mark.slow
 def test_five_kills_mid_run_leave_a_sound_database(history_database):
     script = textwrap.dedent("""
         import time, keras_nbguard
