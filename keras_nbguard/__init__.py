@@ -7,13 +7,17 @@ stdlib and psutil: TensorFlow, Keras and NVML are never imported here.
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 from .notices import NbguardWarning
 from .records import CleanReport, FitRecord, GpuReading, RunRecord
 from .session import Session, get_session
+
+if TYPE_CHECKING:
+    from .tracking import Run
 
 __all__ = [
     "CleanReport", "FitRecord", "FreeReport", "GpuReading", "Leak", "LeakReport",
@@ -22,7 +26,7 @@ __all__ = [
 ]
 
 
-def track(label: str, **options: Any) -> Any:
+def track(label: str, **options: Any) -> AbstractContextManager[Run]:
     """Context manager: prepare and measure a block like ``%%kerasrun`` does a cell.
 
     ``with keras_nbguard.track("mlp") as run: model.fit(...)`` — afterwards ``run.record`` (and

@@ -281,7 +281,7 @@ def _malloc_trim_function() -> Callable[[int], int] | None:
     try:
         import ctypes
 
-        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
+        return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim with
         return None
 

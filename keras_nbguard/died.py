@@ -34,7 +34,7 @@ def process_alive(pid: int, started: float) -> bool:
         process = psutil.Process(pid)
         # a killed kernel its parent has not reaped yet is a zombie: gone, though its pid and
         # create time are still there
-        return (abs(process.create_time() - started) < 1.0
-                and process.status() != psutil.STATUS_ZOMBIE)
+        return bool(abs(process.create_time() - started) < 1.0
+                    and process.status() != psutil.STATUS_ZOMBIE)
     except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
         return False

@@ -211,11 +211,11 @@ def clear_tracebacks(shell: Any) -> list[str]:
             delattr(sys, name)
             done[f"del sys.{name}"] = None
     tb = getattr(shell, "InteractiveTB", None)
-    if getattr(tb, "tb", None) is not None:
+    if tb is not None and getattr(tb, "tb", None) is not None:
         tb.tb = None
         done["get_ipython().InteractiveTB.tb = None"] = None
     result = getattr(shell, "last_execution_result", None)
-    if exc is not None and getattr(result, "error_in_exec", None) is exc:
+    if exc is not None and result is not None and getattr(result, "error_in_exec", None) is exc:
         result.error_in_exec = None
         done["get_ipython().last_execution_result.error_in_exec = None"] = None
     return list(done)

@@ -99,6 +99,7 @@ def _shell_words(line: str) -> list[str]:
 class KerasMagics(Magics):
     def __init__(self, shell: Any, session: Session) -> None:
         super().__init__(shell)
+        self._shell: Any = shell  # Magics types its own as Optional; ours is always there
         self.session = session
         self.labels = CellLabels()
         self._cell_id: str | None = None
@@ -116,13 +117,13 @@ class KerasMagics(Magics):
             return
         if not _inside_a_cell(self.shell):
             self._died_later = died
-            self.shell.events.register("pre_run_cell", self._say_died_in_first_cell)
+            self._shell.events.register("pre_run_cell", self._say_died_in_first_cell)
             return
         for run in died:
             display(run)
 
     def _say_died_in_first_cell(self, info: Any) -> None:
-        self.shell.events.unregister("pre_run_cell", self._say_died_in_first_cell)
+        self._shell.events.unregister("pre_run_cell", self._say_died_in_first_cell)
         died, self._died_later = self._died_later, []
         for run in died:
             display(run)

@@ -3,7 +3,9 @@ where the data changed (``sent`` remembers what the widget already has)."""
 
 from __future__ import annotations
 
+import contextlib
 import html
+from collections.abc import Callable
 from typing import Any
 
 AXES = {"fit": ("x", "y"), "rss": ("x2", "y2"), "gpu": ("x3", "y3")}
@@ -39,10 +41,9 @@ def draw(fig: Any, data: dict[str, Any], sent: dict[str, Any]) -> None:
     what the widget holds, by uid); traces are rebuilt only for a new label or series."""
     import plotly.graph_objects as go
 
-    try:  # numpy arrays: plotly validates them in one step, not element by element
+    array: Callable[..., Any] = _as_list  # without numpy: the same plot, a little slower
+    with contextlib.suppress(ImportError):  # numpy arrays: plotly validates them in one step
         from numpy import array
-    except ImportError:  # the same plot, a little slower
-        array = _as_list
 
     traces = data["traces"]
     if [t["uid"] for t in traces] != [k for k in sent if k != "layout"]:  # live traces first

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import importlib
 import sys
 from dataclasses import dataclass, field
 
@@ -37,7 +38,8 @@ def prepare(options: RunOptions, tf_gpu: TfGpu | None = None) -> Prepared:
     _configure_gpu(options, tf_gpu, result)
     keras = sys.modules.get("keras")
     if options.mixed_precision and keras is None:
-        import keras  # the user asked for a Keras policy: importing Keras is the price
+        # the user asked for a Keras policy: importing Keras is the price
+        keras = importlib.import_module("keras")
     if options.clear:
         result.cleared = _clear(keras, options, result)
         if not result.cleared:

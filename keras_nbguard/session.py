@@ -34,6 +34,8 @@ class Session:
                  tf_gpu: Callable[[], TfGpu | None] = TfGpu.if_imported,
                  nvml: NvmlReader | None = None, sample_hz: float = 50.0,
                  store: Store | str | None = DEFAULT_STORE, shell: Any = None) -> None:
+        """``store``: a Store, a database path (":memory:": nowhere on disk), None for no
+        history, or the default path (``KERAS_NBGUARD_DB`` or Jupyter's data folder)."""
         self.options = options or RunOptions()
         self.tf_gpu = tf_gpu
         self.nvml = nvml or NvmlReader()
@@ -45,7 +47,9 @@ class Session:
         self.notebook = notebook_key(shell)
         self.past = RunHistory(self.notebook, self.warn_once)
         self.kernel_id = kernel_id()
-        self.store = Store(warn=self.warn_once) if store == DEFAULT_STORE else store
+        self.store: Store | None = (
+            Store(None if store == DEFAULT_STORE else _path(store), warn=self.warn_once)
+            if isinstance(store, str) else store)
         self.died: list[DiedRun] = []
         # Created at load, so gradient entries from before the extension are never touched.
         self.deep_clean = DeepClean(warn=self.warn_once)
@@ -98,7 +102,7 @@ class Session:
     def use_store(self, path: str) -> Store:
         """Keep the run history in the SQLite file at ``path`` from now on (":memory:": nowhere
         on disk). Runs of earlier kernels are then read from that file."""
-        path = path if path == MEMORY else os.path.abspath(os.path.expanduser(path))
+        path = _path(path)
         with self._lock:
             if self.current is not None:
                 raise RuntimeError(f"keras_nbguard: run {self.current.label!r} is going; change "
@@ -270,7 +274,7 @@ class Session:
         self.events.subscribe("epoch", run.feed.on_epoch)
 
     def _record_start(self, run: Run) -> None:
-        if self.store is None:
+        if self.store is None or run.key is None:
             return
         try:
             self.store.run_started(run.id, run.key, run.label, run.run_number, run.started_at,
@@ -320,6 +324,10 @@ class Session:
         """Make sure everything recorded so far is on disk (unload, reload, exit)."""
         if self.store is not None:
             self.store.flush()
+
+
+def _path(path: str) -> str:
+    return path if path == MEMORY else os.path.abspath(os.path.expanduser(path))
 
 
 _current: Session | None = None

@@ -54,7 +54,8 @@ class RunKey:
 
 
 class Store:
-    def __init__(self, path: str | None = None, warn: Callable[[str], None] | None = None) -> None:
+    def __init__(self, path: str | None = None,
+                 warn: Callable[[str], object] | None = None) -> None:
         self._warn = warn or (lambda message: None)
         self.path = path or default_path()
         self.wanted: str | None = None  # the file to go back to, after a passing failure

@@ -22,7 +22,7 @@ from .collectors.gpu import GpuCollector
 from .collectors.process import PeakRss, RssSampler
 from .collectors.traces import TraceCounter
 from .prepare import RunOptions, prepare
-from .records import GpuReading, HeldModels, RunRecord
+from .records import CleanReport, GpuReading, HeldModels, RunRecord
 
 if TYPE_CHECKING:
     from .collectors.gpu import NvmlReader, TfGpu
@@ -87,7 +87,7 @@ class Run:
         self._peak_reset = False
         self._gpu = GpuCollector(services.tf_gpu, services.nvml)
         self._cleared = False
-        self._clean = None
+        self._clean: CleanReport | None = None
         self._deep_mark: Any = None
         self._deep_started = False
         self.released: HeldModels | None = None  # earlier models released before the run

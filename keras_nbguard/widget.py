@@ -75,7 +75,7 @@ class Dashboard:
         self.session = session
         for kind, fn in self._subscriptions():
             session.events.subscribe(kind, fn)
-        session.dashboard = self  # type: ignore[attr-defined]
+        session.dashboard = self
         self._shell = session.shell or _ipython()
         if hasattr(self._shell, "events"):
             self._shell.events.register("pre_run_cell", self._before_cell)
@@ -86,7 +86,7 @@ class Dashboard:
         for kind, fn in self._subscriptions():
             self.session.events.unsubscribe(kind, fn)
         if getattr(self.session, "dashboard", None) is self:
-            self.session.dashboard = None  # type: ignore[attr-defined]
+            self.session.dashboard = None
         for event, fn in (("pre_run_cell", self._before_cell), ("post_run_cell", self._after_cell)):
             with contextlib.suppress(AttributeError, ValueError):
                 self._shell.events.unregister(event, fn)

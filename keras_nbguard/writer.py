@@ -23,7 +23,7 @@ Entry = tuple[str, tuple[Any, ...]] | None  # None: stop
 
 class Writer:
     def __init__(self, db: sqlite3.Connection, lock: threading.Lock,
-                 warn: Callable[[str], None]) -> None:
+                 warn: Callable[[str], object]) -> None:
         self.db = db
         self._lock = lock  # shared with the store's migrations on the same connection
         self._warn = warn

@@ -178,7 +178,7 @@ def _epoch_clock_class() -> type:
     """Our callback class, built on first use so that keras is only imported by the user."""
     from keras.callbacks import Callback
 
-    class EpochClock(Callback):  # type: ignore[misc]
+    class EpochClock(Callback):
         def __init__(self, progress: _FitInProgress, clock: Callable[[], float],
                      listeners: list[EpochListener]) -> None:
             super().__init__()

@@ -185,6 +185,8 @@ class GpuCollector:
         if not tf.runtime_initialized():
             return GpuReading(reason="TensorFlow has not initialized its GPU yet")
         reasons = []
+        current: int | None
+        peak: int | None
         try:
             info = tf.memory_info()
             current, peak = int(info["current"]), int(info["peak"])

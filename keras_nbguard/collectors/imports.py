@@ -22,8 +22,9 @@ class _CallbackLoader(importlib.abc.Loader):
         self._loader.exec_module(module)
         # hand the module its real loader back: nothing of ours stays on it
         module.__loader__ = self._loader
-        if getattr(module, "__spec__", None) is not None:
-            module.__spec__.loader = self._loader
+        spec = getattr(module, "__spec__", None)
+        if spec is not None:
+            spec.loader = self._loader
         self._callback(module)
 
 

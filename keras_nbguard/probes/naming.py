@@ -81,7 +81,7 @@ def named_chains(root: Root, objs: list[Any], via: Any = None) -> list[Chain]:
 
 def _fold_dicts(edges: list[Edge], objs: list[Any]) -> tuple[list[Any], list[Edge]]:
     """``obj`` -> its ``__dict__`` -> value reads ``obj.name`` (the dict leaves the chain)."""
-    out_objs, out_edges = [objs[0]], []
+    out_objs, out_edges = [objs[0]], []  # type: list[Any], list[Edge]
     for i, edge in enumerate(edges):
         if out_edges and out_edges[-1].kind == "dict" and edge.kind == "item":
             out_objs[-1] = objs[i + 1]

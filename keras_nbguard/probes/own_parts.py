@@ -39,7 +39,7 @@ def mark_own_parts(model: Any, owner: dict[int, int], held: dict[int, int],
                 and not (callback is not None and isinstance(value, callback))):
             boxes.append(value)  # e.g. TF's _DictWrapper, which poses as a dict
     for _ in range(3):
-        inner_boxes = []
+        inner_boxes: list[Any] = []
         for box in boxes:
             if id(box) in owner:
                 continue

@@ -26,6 +26,9 @@ class _Ref(weakref.ref):  # type: ignore[type-arg]
     """A weak reference that also carries its model's runs (slots: no dict per model)."""
 
     __slots__ = ("created", "key", "last")
+    created: RunRef
+    key: int
+    last: RunRef
 
 
 class ModelRegistry:

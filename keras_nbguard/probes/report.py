@@ -88,7 +88,7 @@ def _leak(model: Any, probe: Probe, paths: list[tuple[str, bool]],
                   + (f" ({', '.join(blockers[:4])})" if blockers else ""))
         if not probe.complete:
             reason += "; the walk stopped early"
-    elif old and newest is not None:
+    elif old and newest is not None and used is not None:
         reason = f"from run {used.label!r} #{used.run_number}; the latest is #{newest.run_number}"
     elif not user:
         reason = "held only by IPython's caches, a traceback or a module, not by your names"

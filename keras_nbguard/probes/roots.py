@@ -122,7 +122,8 @@ def _traceback_objects(source: str, tb: Any) -> Iterator[tuple[Any, str]]:
 
 
 def _running_frames() -> Iterator[types.FrameType]:
-    for frame in sys._current_frames().values():
+    for top in sys._current_frames().values():
+        frame: types.FrameType | None = top
         while frame is not None:
             if not is_own_frame(frame):
                 yield frame

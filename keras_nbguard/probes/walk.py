@@ -126,7 +126,7 @@ class Probe:
                 else:
                     for kid in kids:
                         blockers.setdefault(kid, []).append(type(r).__qualname__)
-            r = found = args = None
+            r = found = args = None  # type: ignore[assignment]  # no frame keeps them alive
             frontier = self._settle(candidates, objs, parents, down, down_objs, held, roots)
             if depth == 0:  # the holders of models found by this scan: next scan
                 frontier = [m for m in discovered if id(m) not in self.internal] + frontier

@@ -97,7 +97,8 @@ def notebook_summary(name: str, runs: list[StoredRun]) -> dict[str, Any]:
 def mark_changes(runs: list[StoredRun]) -> list[StoredRun]:
     """Note where a notebook's runs move to a new kernel (another id) or a restarted one (same
     id, a new process)."""
-    marked, before = [], {}
+    marked: list[StoredRun] = []
+    before: dict[str, tuple[str | None, int | None, float | None]] = {}
     for run in runs:
         where, last = (run.kernel_id, run.pid, run.pid_started), before.get(run.notebook)
         change = None
