@@ -132,6 +132,7 @@ def bench_fit_throughput(shell) -> None:
 
     ratios, bare_times, tracked_times = [], [], []
     sampler_cpu_before = sampler_thread_cpu()
+    helper_cpu_before = helper_cpu()
     for i in range(rounds):
         # ABBA order: whichever goes second in a pair gets no systematic warm-up advantage
         if i % 2:
@@ -142,6 +143,7 @@ def bench_fit_throughput(shell) -> None:
         tracked_times.append(t_tracked)
         ratios.append(t_bare / t_tracked)  # throughput under track / bare, this pair
     sampler_cpu = sampler_thread_cpu() - sampler_cpu_before
+    helper_used = helper_cpu() - helper_cpu_before
     ratios.sort()
     q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
     samples = len(x) * epochs
@@ -153,9 +155,10 @@ def bench_fit_throughput(shell) -> None:
     # Wall-clock pairs on a shared 2-CPU VM vary by ~10% each; the CPU our sampling thread used
     # during the tracked fits (the one thing that runs beside a fit) measures its cost directly.
     share = sampler_cpu / sum(tracked_times)
-    print(f"  CPU of the sampling thread during the tracked fits: {sampler_cpu * 1000:.0f} ms "
+    print(f"  CPU of the draining thread during the tracked fits: {sampler_cpu * 1000:.0f} ms "
           f"over {sum(tracked_times):.1f} s of fit = {share:.2%} of one core "
-          f"(throughput ratio {1 - share:.3f} if every bit of it came out of the fit)")
+          f"(throughput ratio {1 - share:.3f} if every bit of it came out of the fit); the "
+          f"helper process's, on a core of its own: {helper_used * 1000:.0f} ms")
 
 
 def idle_wakeups_cpu(hz: float, seconds: float) -> float:
@@ -190,6 +193,18 @@ def sampler_thread_cpu() -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
+def helper_cpu() -> float:
+    """CPU seconds used so far by the helper process that samples RSS (0 if there is none)."""
+    import psutil
+
+    from keras_nbguard.collectors import process
+    helper = process._helper()
+    if helper is None:
+        return 0.0
+    times = psutil.Process(helper.process.pid).cpu_times()
+    return times.user + times.system
+
+
 def bench_sampler_cpu() -> None:
     from keras_nbguard.collectors.process import RssSampler
     seconds = 2 if QUICK else 10
@@ -197,14 +212,65 @@ def bench_sampler_cpu() -> None:
         print(f"a thread that only wakes {hz} times a second: CPU "
               f"{idle_wakeups_cpu(hz, seconds):.3%} of one core (this machine's floor)")
         sampler = RssSampler(interval=1 / hz)
-        c0, t0 = time.process_time(), time.perf_counter()
+        c0, h0, t0 = time.process_time(), helper_cpu(), time.perf_counter()
         sampler.start()
         time.sleep(seconds)
         sampler.stop()
         cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        helper = helper_cpu() - h0
         achieved = len(sampler.samples) / wall
-        print(f"RSS sampler at {hz} Hz: {achieved:.0f} samples/s achieved, CPU {cpu / wall:.3%} "
-              f"of one core over {wall:.1f} s (goal < 1%)")
+        print(f"RSS sampler at {hz} Hz: {achieved:.0f} samples/s achieved, CPU "
+              f"{(cpu + helper) / wall:.3%} of one core over {wall:.1f} s: the kernel "
+              f"{cpu / wall:.3%}, the helper process {helper / wall:.3%} (goal < 1%)")
+
+
+def pure_python_loop() -> float:
+    t0 = time.perf_counter()
+    total = 0
+    for i in range(15_000_000):
+        total += i * i
+    return time.perf_counter() - t0
+
+
+def bench_pure_python_cell() -> None:
+    """A pure-Python loop inside a tracked run (50 Hz sampling) against the same loop outside,
+    interleaved; with the helper process sampling (the default) and with a sampling thread."""
+    import keras_nbguard
+    from keras_nbguard.collectors import process
+
+    helper = process._helper
+
+    def inside(thread: bool) -> tuple[float, float]:
+        if thread:
+            process._helper = lambda: None  # type: ignore[assignment]
+        try:
+            with keras_nbguard.track("pure python", clear=False, deep_clean=False) as run:
+                seconds = pure_python_loop()
+        finally:
+            process._helper = helper
+        return seconds, len(run.rss_samples) / run.wall_seconds
+
+    rounds = 4 if QUICK else 24
+    times: dict[str, list[float]] = {"outside": [], "helper": [], "thread": []}
+    rates: dict[str, list[float]] = {"helper": [], "thread": []}
+    pure_python_loop()  # warm
+    for i in range(rounds):
+        order = ["outside", "helper", "thread"]
+        for mode in order[i % 3:] + order[:i % 3]:  # rotate, so no mode always goes first
+            if mode == "outside":
+                times[mode].append(pure_python_loop())
+            else:
+                seconds, rate = inside(thread=mode == "thread")
+                times[mode].append(seconds)
+                rates[mode].append(rate)
+    base = statistics.median(times["outside"])
+    print(f"pure-Python loop ({base * 1000:.0f} ms), {rounds} rounds, the three ways rotated in "
+          f"each; ratio to the same round's loop outside, median [quartiles]:")
+    for mode in ("helper", "thread"):
+        ratios = sorted(t / o for t, o in zip(times[mode], times["outside"], strict=True))
+        q1, med, q3 = statistics.quantiles(ratios, n=4)
+        print(f"  inside a tracked run, sampled by a {mode:<6}: {med:.3f}x [{q1:.3f}-{q3:.3f}] "
+              f"at {statistics.median(rates[mode]):.0f} samples/s (goal <= 1.01x at >= 50)")
 
 
 SEED = """
@@ -251,8 +317,8 @@ def bench_seed() -> None:
     for mode, r in results.items():
         rss_mb = [v / 2**20 for v in r["rss"]][4:]
         fits_ms = [v * 1000 for v in r["fit"]][4:]
-        print(f"  {mode:<9} RSS growth {slope(rss_mb):+.2f} MB/run "
-              f"(run 5 {rss_mb[0]:.0f} MB -> run {runs} {rss_mb[-1]:.0f} MB), "
+        print(f"  {mode:<9} RSS growth {slope(rss_mb):+.2f} MiB/run "
+              f"(run 5 {rss_mb[0]:.0f} MiB -> run {runs} {rss_mb[-1]:.0f} MiB), "
               f"fit-time slope {slope(fits_ms):+.2f} ms/run (median fit "
               f"{statistics.median(fits_ms):.0f} ms)")
 
@@ -265,6 +331,7 @@ def main() -> None:
           f"{sys.version.split()[0]})")
     bench_load()
     bench_sampler_cpu()
+    bench_pure_python_cell()
     shell = shell_with_keras()
     bench_cell_overhead(shell)
     bench_fit_throughput(shell)

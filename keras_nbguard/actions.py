@@ -7,8 +7,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from .formatting import fmt_bytes
 from .prepare import clear_keeping_policy
-from .records import fmt_bytes
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .freeing import CACHE_NAMES, TRACEBACK_ATTRS, clear_tracebacks, pop_entry, reset_cache_name
+from .caches import CACHE_NAMES, TRACEBACK_ATTRS, clear_tracebacks, pop_entry, reset_cache_name
 from .probes import Chain, Probe, sizes
 from .probes.frameworks import callback_class, instance_dict, worth_following
 from .probes.naming import awkwardness

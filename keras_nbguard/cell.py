@@ -123,3 +123,11 @@ def _body_kind(shell: Any, body: str, autoawait: bool) -> str:
     except (SyntaxError, ValueError):  # ValueError: a null byte in the source
         return "syntax error"
     return "awaits" if code.co_flags & inspect.CO_COROUTINE else "plain"
+
+
+def inside_a_cell(shell: Any) -> bool:
+    """Whether output now reaches a cell: a kernel's shell knows the request it is serving
+    (none at start-up); a terminal or plain shell shows output wherever it is."""
+    if not hasattr(shell, "parent_header"):
+        return True
+    return bool(shell.parent_header)

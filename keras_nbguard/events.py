@@ -1,13 +1,14 @@
 """What a Session tells whoever follows it (the dashboard, the store's feed): a run started, an
-RSS sample, an epoch, a record, an action. Subscribers never reach into a run's collectors, and
-a failing one is warned about, never raised into the run."""
+RSS sample (and the end of a batch of them), an epoch, a record, an action. Subscribers never
+reach into a run's collectors, and a failing one is warned about, never raised into the run."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-KINDS = ("start", "sample", "epoch", "record", "action")
+# "sampled": the samples of one visit of the sampling thread are out (a few a second)
+KINDS = ("start", "sample", "sampled", "epoch", "record", "action")
 
 
 class Events:

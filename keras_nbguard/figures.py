@@ -12,7 +12,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .records import RunRecord, fmt_bytes, fmt_gpu, fmt_seconds, fmt_size
+from .formatting import fmt_bytes, fmt_gpu, fmt_seconds, fmt_size
+from .records import RunRecord
 from .report import runs_table
 
 MB = 2**20
@@ -253,7 +254,7 @@ def static_view(records: Sequence[RunRecord], data: dict[str, Any], reports: Seq
                 models: Sequence[str], live: str, note: str) -> dict[str, str]:
     """The dashboard without a widget frontend: trends, two SVG charts, the last runs; a bundle."""
     charts = (svg_chart(data, "fit", "fit", "fit time per run [s]")
-              + svg_chart(data, "rss", "after", "RSS after each run [MB]"))
+              + svg_chart(data, "rss", "after", "RSS after each run [MiB]"))
     gpu = f"<div>{html.escape(data['gpu_note'])}</div>" if data["gpu_note"] else ""
     table = runs_table(records[-20:], "last runs")
     head = header_html(data, len(records), html.escape(live))

@@ -21,12 +21,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .caches import (
+    CACHE_NAMES,
+    TRACEBACK_ATTRS,
+    clear_tracebacks,
+    has_traceback,
+    pop_entry,
+    reset_cache_name,
+)
 from .prepare import clear_keeping_policy
 from .probes import Chain, Leak, ModelRegistry, Probe, current_shell, leaks_of
 from .records import CleanReport
-
-CACHE_NAMES = ("_", "__", "___")
-TRACEBACK_ATTRS = ("last_type", "last_value", "last_traceback", "last_exc")
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,7 @@ class FreeReport:
 
     def summary(self) -> str:
         """One line (what a Session action returns)."""
-        from .records import fmt_bytes
+        from .formatting import fmt_bytes
 
         return f"{self.counts()}; RSS {fmt_bytes(self.rss_before)} → {fmt_bytes(self.rss_after)}"
 
@@ -62,7 +67,7 @@ class FreeReport:
             f", {len(self.kept)} still held" if self.kept else "")
 
     def lines(self) -> list[str]:
-        from .records import fmt_clean
+        from .formatting import fmt_clean
 
         out = [self.summary()]
         out.extend(f"  released {what}" for what in self.released)
@@ -117,7 +122,7 @@ def free(target: Any = None, registry: ModelRegistry | None = None, *,
     del probe, pairs, chosen  # our own references must not keep anything alive
     notes: list[str] = []
     gc.collect()
-    if _any_alive(refs) and _has_traceback(shell):
+    if _any_alive(refs) and has_traceback(shell):
         # a traceback the walk did not connect (too deep, or the time limit) may still hold one
         released.extend(clear_tracebacks(shell))
         gc.collect()
@@ -181,49 +186,6 @@ def _release_name(chain: Chain, model: Any, shell: Any, user_ns: Any, containers
             done[f"del {name}"] = None
     elif containers:
         _empty_slot(chain, done)
-
-
-def pop_entry(mapping: Any, key: Any, text: str, done: dict[str, None]) -> None:
-    if isinstance(mapping, dict) and key in mapping:
-        del mapping[key]
-        done[f"del {text}"] = None
-
-
-def reset_cache_name(shell: Any, user_ns: Any, name: str, done: dict[str, None]) -> None:
-    """``_``/``__``/``___`` go back to ``""`` in the namespace and the displayhook together (as
-    ``%reset out`` does): IPython only keeps updating them while the two agree."""
-    hook = getattr(shell, "displayhook", None)
-    if hook is not None and hasattr(hook, name):
-        setattr(hook, name, "")
-    for names in (user_ns, getattr(shell, "user_ns_hidden", None)):
-        if isinstance(names, dict) and name in names:
-            names[name] = ""
-    done[f"{name} = ''"] = None
-
-
-def clear_tracebacks(shell: Any) -> list[str]:
-    """Forget the last exception and its frames: ``sys.last_*`` and IPython's copies of them.
-    Returns what was cleared, in the user's terms."""
-    done: dict[str, None] = {}
-    exc = getattr(sys, "last_value", None)
-    for name in TRACEBACK_ATTRS:
-        if hasattr(sys, name):
-            delattr(sys, name)
-            done[f"del sys.{name}"] = None
-    tb = getattr(shell, "InteractiveTB", None)
-    if tb is not None and getattr(tb, "tb", None) is not None:
-        tb.tb = None
-        done["get_ipython().InteractiveTB.tb = None"] = None
-    result = getattr(shell, "last_execution_result", None)
-    if exc is not None and result is not None and getattr(result, "error_in_exec", None) is exc:
-        result.error_in_exec = None
-        done["get_ipython().last_execution_result.error_in_exec = None"] = None
-    return list(done)
-
-
-def _has_traceback(shell: Any) -> bool:
-    return (any(getattr(sys, name, None) is not None for name in TRACEBACK_ATTRS)
-            or getattr(getattr(shell, "InteractiveTB", None), "tb", None) is not None)
 
 
 def _any_alive(refs: list[tuple[weakref.ref[Any], Leak]]) -> bool:

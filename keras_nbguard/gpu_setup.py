@@ -56,7 +56,7 @@ def effective_growth(tf: TfGpu, environ: MutableMapping[str, str] = os.environ) 
 
 
 def set_memory_limit(tf: TfGpu, limit_mb: int) -> list[str]:
-    """A hard cap: each GPU becomes one logical device of ``limit_mb`` MB."""
+    """A hard cap: each GPU becomes one logical device of ``limit_mb`` MiB."""
     gpus = tf.gpus()
     if not gpus:
         return [f"--gpu-limit {limit_mb} ignored: TensorFlow sees no GPU."]
@@ -65,7 +65,7 @@ def set_memory_limit(tf: TfGpu, limit_mb: int) -> list[str]:
         current = _current_limits(tf)
         if current and all(limit == limit_mb for limit in current):
             return []
-        return [f"GPU memory limit of {limit_mb} MB can't be applied: TensorFlow already "
+        return [f"GPU memory limit of {limit_mb} MiB can't be applied: TensorFlow already "
                 f"initialized the GPU (current limit: {_describe(current)}). {RESTART_HINT}"]
     problems = []
     for gpu in gpus:
@@ -91,4 +91,4 @@ def _current_limits(tf: TfGpu) -> list[int | None]:
 def _describe(limits: list[int | None]) -> str:
     if not limits or all(limit is None for limit in limits):
         return "none"
-    return ", ".join("none" if limit is None else f"{limit} MB" for limit in limits)
+    return ", ".join("none" if limit is None else f"{limit} MiB" for limit in limits)

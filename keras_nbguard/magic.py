@@ -19,14 +19,14 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
-from . import __version__, gpu_setup
-from .cell import KerasrunCells, run_cell_body, run_cell_body_async
+from . import gpu_setup
+from .cell import KerasrunCells, inside_a_cell, run_cell_body, run_cell_body_async
 from .collectors.gpu import TfGpu
 from .labels import CellLabels
 from .prepare import RunOptions
-from .records import fmt_bytes
 from .report import key_values, runs_table
 from .session import Session, set_session
+from .status import history_db_row, option_rows, status_rows
 
 POLICIES = {"mixed_float16", "mixed_bfloat16", "float16", "bfloat16", "float32", "float64"}
 SHORT_POLICIES = {"float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
@@ -45,7 +45,7 @@ def _run_option_arguments(func: Any) -> Any:
                  default=None, help="Let TensorFlow grow GPU memory as needed (default on)."),
         argument("--no-gpu-growth", dest="gpu_growth", action="store_const", const=False,
                  help="Let TensorFlow reserve the whole GPU up front."),
-        argument("--gpu-limit", type=int, metavar="MB", default=None,
+        argument("--gpu-limit", type=int, metavar="MiB", default=None,
                  help="Hard cap on GPU memory, through a logical device. Needs to run before "
                       "TensorFlow initializes the GPU (imports TensorFlow if needed)."),
         argument("--mixed-precision", nargs="?", const="mixed_float16", metavar="POLICY",
@@ -69,7 +69,7 @@ def _options_from(args: argparse.Namespace, base: RunOptions) -> RunOptions:
             changes[name] = getattr(args, name)
     if args.gpu_limit is not None:
         if args.gpu_limit <= 0:
-            raise UsageError(f"--gpu-limit takes a positive number of MB, not {args.gpu_limit}")
+            raise UsageError(f"--gpu-limit takes a positive number of MiB, not {args.gpu_limit}")
         changes["gpu_limit_mb"] = args.gpu_limit
     if args.mixed_precision is not None:
         policy = SHORT_POLICIES.get(args.mixed_precision, args.mixed_precision)
@@ -115,7 +115,7 @@ class KerasMagics(Magics):
         show it in yet, so it goes to the top of the first cell instead of nowhere."""
         if not died:
             return
-        if not _inside_a_cell(self.shell):
+        if not inside_a_cell(self.shell):
             self._died_later = died
             self._shell.events.register("pre_run_cell", self._say_died_in_first_cell)
             return
@@ -241,8 +241,8 @@ class KerasMagics(Magics):
                 except RuntimeError as exc:
                     raise UsageError(str(exc)) from None
             return key_values("keras_nbguard config",
-                              [*_describe_options(options), self._history_db()])
-        return key_values("keras_nbguard status", self._status())
+                              [*option_rows(options), history_db_row(self.session.store)])
+        return key_values("keras_nbguard status", status_rows(self.session))
 
     def _export(self, args: argparse.Namespace) -> None:
         from .export import write_csv
@@ -255,59 +255,6 @@ class KerasMagics(Magics):
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         print(f"keras_nbguard: wrote {count} run(s) to {args.file}")
-
-    def _history_db(self) -> tuple[str, str]:
-        store = self.session.store
-        if store is None:
-            return ("history db", "off")
-        return ("history db", "in memory (not kept)" if store.in_memory else store.path)
-
-    def _status(self) -> list[tuple[str, str]]:
-        import psutil
-
-        tf = TfGpu.if_imported()
-        if tf is None:
-            gpu = (f"TensorFlow not imported yet; {gpu_setup.GROWTH_ENV}="
-                   f"{os.environ.get(gpu_setup.GROWTH_ENV, 'unset')}")
-        else:
-            try:
-                gpus = tf.gpus()
-                gpu = (f"{len(gpus)} GPU(s); initialized: {tf.runtime_initialized()}"
-                       if gpus else "TensorFlow sees no GPU")
-            except Exception as exc:
-                gpu = f"n/a ({exc})"
-        return [
-            ("version", __version__),
-            ("runs", str(len(self.session.history))),
-            ("running", self.session.current.label if self.session.current else "nothing"),
-            ("rss now", fmt_bytes(psutil.Process().memory_info().rss)),
-            ("keras imported", str("keras" in sys.modules)),
-            ("gpu", gpu),
-            *_describe_options(self.session.options),
-            self._history_db(),
-        ]
-
-
-def _describe_options(options: RunOptions) -> list[tuple[str, str]]:
-    return [
-        ("clear", "on" if options.clear else "off (--no-clear)"),
-        ("deep clean", "on" if options.deep_clean else "off (--no-deep-clean)"),
-        ("gpu growth", {None: "as set at load", True: "on", False: "off"}[options.gpu_growth]),
-        ("gpu limit", "none" if options.gpu_limit_mb is None else f"{options.gpu_limit_mb} MB"),
-        ("mixed precision", options.mixed_precision or "off"),
-        ("stale models", "kept (--keep-stale)" if options.keep_stale
-         else "released when only Out[n] / a History holds them"),
-        ("quiet", "on" if options.quiet else "off"),
-    ]
-
-
-def _inside_a_cell(shell: Any) -> bool:
-    """Whether output now reaches a cell: a kernel's shell knows the request it is serving
-    (none at start-up); a terminal or plain shell shows output wherever it is."""
-    if not hasattr(shell, "parent_header"):
-        return True
-    return bool(shell.parent_header)
-
 
 def load(shell: Any) -> KerasMagics:
     unload(shell)  # a second %load_ext must not double anything

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from .records import FitRecord, fmt_bytes
+from .formatting import fmt_bytes
+from .records import FitRecord
 
 
 def status_of(exc: BaseException | None) -> str:
@@ -50,7 +51,7 @@ def oom_advice(fits: list[FitRecord], mixed_precision: str | None, gpu_limit_mb:
         advice.append("Training keeps activations for the backward pass, gradients and optimizer "
                       "state (Adam: two more copies of the weights) that inference does not need.")
     if on_gpu and gpu_limit_mb is None:
-        advice.append("On a shared GPU, cap this kernel with `--gpu-limit MB` so it fails early "
+        advice.append("On a shared GPU, cap this kernel with `--gpu-limit MiB` so it fails early "
                       "and predictably instead of taking memory others need.")
     if not on_gpu and rss_peak is not None:
         advice.append(f"Process memory peaked at {fmt_bytes(rss_peak)}: stream data with "

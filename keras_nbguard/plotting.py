@@ -9,9 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 AXES = {"fit": ("x", "y"), "rss": ("x2", "y2"), "gpu": ("x3", "y3")}
-TITLES = ("fit time per run [s]", "RSS per run [MB]: after ─ peak ··· before - -",
-          "GPU memory per run [MB]", "seconds per epoch (current run)",
-          "RSS over time (current run) [MB]")
+TITLES = ("fit time per run [s]", "RSS per run [MiB]: after ─ peak ··· before - -",
+          "GPU memory per run [MiB]", "seconds per epoch (current run)",
+          "RSS over time (current run) [MiB]")
 
 
 def make_figure() -> Any:
@@ -25,7 +25,7 @@ def make_figure() -> Any:
                          hovertemplate="epoch %{x}: %{y:.3f} s<extra></extra>"), row=2, col=2)
     fig.add_trace(go.Scatter(meta="live:rss", name="RSS", mode="lines", line_color=grey,
                              showlegend=False,
-                             hovertemplate="%{x:.2f} s: %{y:.1f} MB<extra></extra>"),
+                             hovertemplate="%{x:.2f} s: %{y:.1f} MiB<extra></extra>"),
                   row=3, col=1)
     fig.update_layout(height=760, margin={"l": 50, "r": 20, "t": 60, "b": 40},
                       template="plotly_white", legend_title_text="label", hovermode="closest",
@@ -57,7 +57,7 @@ def draw(fig: Any, data: dict[str, Any], sent: dict[str, Any]) -> None:
             line={"color": t["color"], "dash": t["dash"], "width": 1.5},
             marker={"size": 6} if t["symbol"] is None else {"size": 13, "color": t["color"]},
             hovertemplate="%{text}<extra></extra>" if t["text"] is not None
-            else "%{fullData.name}: %{y:.1f} MB<extra></extra>") for t in traces])
+            else "%{fullData.name}: %{y:.1f} MiB<extra></extra>") for t in traces])
     shapes = [{"type": "line", "xref": xa, "yref": f"{ya} domain", "x0": x - 0.5, "x1": x - 0.5,
                "y0": 0, "y1": 1, "line": {"dash": "dot", "color": "#999", "width": 1}}
               for x in data["restarts"] for xa, ya in AXES.values()]

@@ -6,7 +6,8 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from .records import RunRecord, fmt_bytes, fmt_seconds
+from .formatting import fmt_bytes, fmt_seconds
+from .records import RunRecord
 
 COLUMNS = ("label", "#", "status", "wall", "fit", "Δ fit", "RSS after", "Δ RSS", "RSS peak",
            "GPU peak", "traces")

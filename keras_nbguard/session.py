@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import actions
+from . import actions, feed
 from .actions import ActionReport
 from .collectors.gpu import NvmlReader, TfGpu
 from .deepclean import DeepClean
@@ -18,10 +17,11 @@ from .died import DiedRun, process_alive
 from .events import Events
 from .history import RunHistory
 from .identity import kernel_id, notebook_key, process_started
+from .live_models import LiveModels
 from .notices import WarnOnce
 from .prepare import RunOptions
 from .records import RunRecord
-from .store import MEMORY, RunFeed, RunKey, Store
+from .store import MEMORY, RunKey, Store
 from .tracking import Run, RunServices
 
 DEFAULT_STORE = "default"
@@ -64,7 +64,7 @@ class Session:
             # those in your containers too (their slots become None)
             "free": lambda: self.free(containers=True).counts(),
         }
-        self._models: Any = None
+        self.live = LiveModels(shell, self.warn_once)
         self.dashboard: Any = None  # the kernel's Dashboard once shown
         self._queued: list[str] = []
         # Held while a run starts and while a reset runs: a reset clicked from another thread
@@ -144,8 +144,8 @@ class Session:
         return RunServices(
             tf_gpu=self.tf_gpu, nvml=self.nvml, sample_interval=1 / self.sample_hz,
             deep_clean=self.deep_clean, events=self.events, warn=self.warn_once,
-            models_tracked=lambda: self.has_models,
-            release_earlier=lambda label: self.settle(label, release=True, report=False))
+            models_tracked=lambda: self.live.tracked,
+            release_earlier=lambda label: self.live.settle(label, release=True, report=False))
 
     def begin(self, label: str, options: RunOptions, cell_id: str | None = None) -> Run:
         with self._lock:  # check and claim at once: two threads must not both start a run
@@ -183,11 +183,7 @@ class Session:
             self.current = None
             queued, self._queued = self._queued, []
         if record is not None:
-            try:
-                self.models.note_run(run.label, run.run_number, run.models, run.id)
-            except Exception as exc:
-                self.warn_once(f"models of the run were not attributed: {exc}")
-            record = self._settle_after(run, record)
+            record = self.live.run_ended(run, record)
             run.record = record
             self.past.add(record)
             self._record_end(run, record)
@@ -196,102 +192,33 @@ class Session:
             self.perform(name)
         return record
 
-    # -- live models ----------------------------------------------------------------------------
-    @property
-    def has_models(self) -> bool:
-        """Whether a run has handed over models yet (without loading the leak finder)."""
-        return self._models is not None
-
-    @property
-    def models(self) -> Any:
-        """Which run created each model, by weak reference (the leak finder loads on first use,
-        to keep %load_ext cheap)."""
-        if self._models is None:
-            from .probes import ModelRegistry
-
-            self._models = ModelRegistry()
-        return self._models
-
-    def settle(self, label: str, *, release: bool, exclude: Any = None,
-               report: bool = True) -> Any:
-        """Release ``label``'s earlier models held only by caches and Keras' bookkeeping; list
-        the rest (``autorelease.settle``)."""
-        from .autorelease import settle
-
-        return settle(self.models, label, self.shell, self._user_ns(), release=release,
-                      exclude=exclude, report=report)
-
-    def _settle_after(self, run: Run, record: RunRecord) -> RunRecord:
-        """The run's record with the earlier models released after it and those still held.
-
-        After the run, not only before the next: a cell that rebinds ``model`` leaves the last
-        model in ``Out[n]`` only now, and the summary should say what is really still alive.
-        Their graphs go with the next run's clear and deep clean."""
-        from .autorelease import merged
-
-        try:
-            settled = self.settle(run.label, release=not run.options.keep_stale,
-                                  exclude=self.models.latest.get(run.label))
-            released = merged(run.released, settled.released_note())
-            return dataclasses.replace(record, released_models=released,
-                                       stale_models=settled.stale_note())
-        except Exception as exc:
-            self.warn_once(f"earlier runs' models were not looked at: {type(exc).__name__}: "
-                           f"{exc}")
-            return record
-
-    def _namespace(self) -> Any:
-        return self.shell if self.shell is not None else sys.modules["__main__"].__dict__
-
-    def _user_ns(self) -> Any:
-        return self.shell.user_ns if self.shell is not None else sys.modules["__main__"].__dict__
-
+    # -- live models (live_models.py) ----------------------------------------------------------
     def leaks(self) -> Any:
         """Every live Keras model, with the paths that hold it; stale ones flagged."""
-        from .probes import find_leaks
-
-        return find_leaks(self._user_ns(), self.models, shell=self.shell)
+        return self.live.leaks()
 
     def free(self, *, include_current: bool = False, containers: bool = False) -> Any:
         """Drop the references to stale models (current ones too with ``include_current``)."""
-        from .freeing import free as free_models
-
         with self._lock:
             if self.current is not None:
                 raise RuntimeError(f"keras_nbguard: run {self.current.label!r} is going; "
                                    f"free once it ends")
             deep_clean = self.deep_clean.clean if self.options.deep_clean else None
-            return free_models(self._namespace(), self.models, include_current=include_current,
-                               containers=containers, deep_clean=deep_clean)
+            return self.live.free(include_current=include_current, containers=containers,
+                                  deep_clean=deep_clean)
 
-    # -- the store: written as the run goes --------------------------------------------------------
+    # -- the store: written as the run goes (feed.py) ------------------------------------------
     def _feed(self, run: Run) -> None:
-        """Hand the run's samples and epochs to the store as they come."""
-        if self.store is None:
-            return
-        run.feed = RunFeed(self.store, run.id)
-        self.events.subscribe("sample", run.feed.on_sample)
-        self.events.subscribe("epoch", run.feed.on_epoch)
+        if self.store is not None:
+            feed.follow(self.store, self.events, run)
 
     def _record_start(self, run: Run) -> None:
-        if self.store is None or run.key is None:
-            return
-        try:
-            self.store.run_started(run.id, run.key, run.label, run.run_number, run.started_at,
-                                   run.rss_at_start)
-        except Exception as exc:
-            self.warn_once(f"run history: the run start was not stored ({exc})")
+        if self.store is not None:
+            feed.record_start(self.store, run, self.warn_once)
 
     def _record_end(self, run: Run, record: RunRecord) -> None:
-        if self.store is None or run.feed is None:
-            return
-        self.events.unsubscribe("sample", run.feed.on_sample)
-        self.events.unsubscribe("epoch", run.feed.on_epoch)
-        try:
-            run.feed.close()
-            self.store.run_finished(run.id, record)
-        except Exception as exc:
-            self.warn_once(f"run history: the run's result was not stored ({exc})")
+        if self.store is not None:
+            feed.record_end(self.store, self.events, run, record, self.warn_once)
 
     # -- resets ----------------------------------------------------------------------------------
     def perform(self, name: str) -> ActionReport:

@@ -1,7 +1,7 @@
 """Run history in SQLite, written as runs go, so it survives kernel restarts and kernel deaths.
 
 Writes go through one background thread (writer.py: a cell never waits on the disk, nor on a
-lock another process holds) that gets samples at least every ``FLUSH_SECONDS``; a kernel killed
+lock another process holds) that gets a run's samples as it goes (feed.py); a kernel killed
 mid-run therefore leaves its run with its last samples. Reads have a connection of their own.
 Nothing here raises into a cell: only our own file is used (dbfile.py), a corrupt one is moved
 aside, an unwritable or newer one gives way to an in-memory store, each with one warning. When
@@ -27,9 +27,6 @@ from .writer import Writer
 
 WRITE_TIMEOUT = 2.0  # one try of the writer thread (it tries again while a lock lasts)
 READ_TIMEOUT = 0.5  # seconds a cell's read may wait (only a schema change ever blocks a WAL read)
-FLUSH_SECONDS = 0.25  # a kernel killed 0.7 s into a run still leaves 0.5 s of its samples
-SAMPLE_STEP = 0.1  # seconds between stored RSS samples at first (the record keeps its own series)
-LEVEL_ROWS = 600  # stored samples at one step before the step doubles: a 6-hour run keeps ~5,400
 MEMORY = ":memory:"
 RESET_KEY = "reset "  # meta key, + the notebook: when its history was last reset
 DISK_RETRY_SECONDS = 30.0  # how often a store that fell back to memory tries its file again
@@ -270,46 +267,3 @@ class Store:
         if died:  # rare: wait a moment, so that reads right after see them as died
             self.flush(READ_TIMEOUT)
         return died
-
-
-class RunFeed:
-    """Feeds one run's RSS series to the store: one sample per step (the largest seen in that
-    step, so spikes survive), handed to the writer at most every ``FLUSH_SECONDS``. The step
-    starts at ``SAMPLE_STEP`` and doubles after every ``LEVEL_ROWS`` rows, so a long run keeps a
-    few thousand rows (the start in detail), and every reader of them stays bounded."""
-
-    def __init__(self, store: Store, run_id: str) -> None:
-        self._store = store
-        self._run_id = run_id
-        self._pending: list[tuple[float, int]] = []
-        self._window: tuple[float, int] | None = None
-        self._last_flush = time.monotonic()
-        self._step, self._rows = SAMPLE_STEP, 0
-
-    def on_sample(self, t: float, rss: int) -> None:  # called on the sampler thread
-        window = self._window
-        if window is None or t - window[0] >= self._step:
-            if window is not None:
-                self._pending.append(window)
-                self._rows += 1
-                if self._rows % LEVEL_ROWS == 0:
-                    self._step *= 2
-            self._window = (t, rss)
-        elif rss > window[1]:
-            self._window = (window[0], rss)
-        if time.monotonic() - self._last_flush >= FLUSH_SECONDS:
-            self._hand_over()
-
-    def on_epoch(self, epoch: int, seconds: float) -> None:
-        self._store.add_epoch(self._run_id, epoch, seconds)
-
-    def close(self) -> None:
-        if self._window is not None:
-            self._pending.append(self._window)
-            self._window = None
-        self._hand_over()
-
-    def _hand_over(self) -> None:
-        pending, self._pending = self._pending, []
-        self._last_flush = time.monotonic()
-        self._store.add_samples(self._run_id, pending)

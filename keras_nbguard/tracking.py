@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from .collectors.gpu import NvmlReader, TfGpu
     from .deepclean import DeepClean
     from .events import Events
-    from .store import RunFeed, RunKey
+    from .feed import RunFeed
+    from .store import RunKey
 
 
 T = TypeVar("T")
@@ -79,6 +80,7 @@ class Run:
             lambda epoch, seconds: services.events.emit("epoch", epoch, seconds))
         self.sampler = RssSampler(interval=services.sample_interval)
         self.sampler.listeners.append(lambda t, rss: services.events.emit("sample", t, rss))
+        self.sampler.visit_listeners.append(lambda: services.events.emit("sampled"))
         self.traces = TraceCounter()
         from .probes import CreationWatch  # the first run, not %load_ext, loads the leak finder
 

@@ -17,9 +17,10 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from .figures import figure_data, header_html, lists_html, model_lines, static_view
+from .formatting import fmt_bytes
 from .frontend import widget_frontend
 from .plotting import draw, make_figure
-from .records import RunRecord, fmt_bytes
+from .records import RunRecord
 
 if TYPE_CHECKING:
     from .actions import ActionReport

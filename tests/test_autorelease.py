@@ -7,7 +7,7 @@ import gc
 import weakref
 
 import pytest
-from conftest import run
+from helpers import run
 
 import keras_nbguard
 from keras_nbguard.records import RunRecord
@@ -146,7 +146,7 @@ def test_the_summary_says_what_was_released_and_what_is_still_alive(keras_shell)
     assert "weights, graphs not counted): keep[0], keep[1] — %nbguard free --containers" in (
         rows["stale"])
     assert rows["released"].startswith("1 model from #3 held by Out[")
-    assert "(its History): " in rows["released"] and "0.6 KB weights" in rows["released"]
+    assert "(its History): " in rows["released"] and "0.6 KiB weights" in rows["released"]
     bundle = last("io").summary_bundle()
     assert "keep[0], keep[1] — %nbguard free --containers" in bundle["text/html"]
     assert "released     1 model from #3" in bundle["text/plain"]
@@ -179,7 +179,7 @@ def test_free_deep_cleans_at_once_and_shows_the_rss_drop(keras_shell):
     report = keras_shell.run_line_magic("nbguard", "free --containers")
     assert len(report.freed) == 1 and report.deep_clean is not None
     assert report.deep_clean.entries > 0  # the freed run's graphs went now, not at the next run
-    # 9M weights + 18M adam slots, float32: ~100 MB
+    # 9M weights + 18M adam slots, float32: ~100 MiB
     assert report.rss_freed > 50 * 2**20, report.lines()
     assert "deep clean: " in "\n".join(report.lines())
 

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import run
+from helpers import make_record, run
 from nbclient import NotebookClient
-from test_records import make_record
 
 import keras_nbguard
 from keras_nbguard import widget as dashboard_module
@@ -84,7 +83,7 @@ def test_failed_runs_are_marked_and_restarts_found():
 
 def test_trend_in_words_over_the_labels_last_runs():
     assert trend_text(runs(8, grow_mb=4), "mlp") == (
-        "mlp: RSS +4.0 MB per run over 8 runs; fit time +10 ms per run over 8 runs")
+        "mlp: RSS +4.0 MiB per run over 8 runs; fit time +10 ms per run over 8 runs")
     assert trend_text(runs(1), "mlp") == "mlp: a trend needs 2 runs (1 so far)"
     # only since the label's last restart
     assert "over 2 runs" in trend_text(runs(5) + runs(2, grow_mb=1), "mlp")
@@ -135,14 +134,14 @@ def test_a_run_updates_the_plot_live_panels_and_models(keras_shell, board):
     n = max(keras_shell.user_ns["Out"])  # the History the cell ended with is Out[n]
     # the leak finder's line: flag, size, run, and its paths, your names first
     assert f"mlp #1): model, Out[{n}].model" in bottom(board)
-    assert "current sequential (0.6 KB weights, mlp #1)" in bottom(board)
+    assert "current sequential (0.6 KiB weights, mlp #1)" in bottom(board)
     assert any(a.text.startswith("no GPU") for a in board.figure.layout.annotations)
 
 
 def test_clear_session_button_reports_rss_before_and_after(board):
     board.buttons["clear_session"].click()
     assert "clear_session:" in bottom(board) and "RSS" in bottom(board)
-    assert " MB → " in bottom(board)
+    assert " MiB → " in bottom(board)
 
 
 def test_clear_output_cache_and_reset_history_buttons(keras_shell, board):
@@ -163,9 +162,9 @@ def test_free_button_frees_exactly_the_flagged_models(keras_shell, board):
     for _ in range(3):
         run(keras_shell, cell + "model.fit(x, y, epochs=1, verbose=0)\n")
     listed = bottom(board).split("Models still referenced")[1]
-    assert listed.count("STALE ") == 2 and "STALE sequential (0.6 KB weights, mlp #1): keep[0]" in (
-        listed)
-    assert "current sequential (0.6 KB weights, mlp #3): model, keep[2]" in listed
+    assert listed.count("STALE ") == 2
+    assert "STALE sequential (0.6 KiB weights, mlp #1): keep[0]" in listed
+    assert "current sequential (0.6 KiB weights, mlp #3): model, keep[2]" in listed
     refs = [weakref.ref(m) for m in keras_shell.user_ns["keep"]]
     board.buttons["free"].click()
     gc.collect()
@@ -301,8 +300,8 @@ def test_model_lines_flag_stale_models_first_with_size_and_paths():
     current = dataclasses.replace(stale, path="model", paths=("model",), model_name="sequential",
                                   run_number=2, stale=False)
     lines = model_lines(LeakReport((stale, current), (current,)))
-    assert lines == ["STALE sequential_1 (40.0 MB weights, mlp #1): models[0], Out[3].model",
-                     "current sequential (40.0 MB weights, mlp #2): model",
+    assert lines == ["STALE sequential_1 (40.0 MiB weights, mlp #1): models[0], Out[3].model",
+                     "current sequential (40.0 MiB weights, mlp #2): model",
                      "1 more alive that nothing you can name holds (gone at the next clear)"]
 
 

@@ -7,7 +7,7 @@ import weakref
 
 import psutil
 import pytest
-from conftest import run
+from helpers import run
 
 from keras_nbguard.freeing import free
 from keras_nbguard.probes import ModelRegistry
@@ -111,7 +111,7 @@ def test_keeps_the_dtype_policy(ip):
 
 def test_rss_drops_after_freeing_a_large_model(ip):
     run(ip, "big = keras.Sequential([keras.Input((5000,)), keras.layers.Dense(5000),"
-            " keras.layers.Dense(5000)], name='big')")  # 2 x 25M float32 weights: ~200 MB
+            " keras.layers.Dense(5000)], name='big')")  # 2 x 25M float32 weights: ~200 MiB
     registry = made_by_runs(ip, ("big", 1, ["big"]), ("big", 2, []))
     rss = psutil.Process().memory_info().rss
     report = free(ip, registry)

@@ -254,7 +254,7 @@ def test_memory_limit_before_and_after_initialization():
     config.initialized = True
     assert gpu_setup.set_memory_limit(tf, 2048) == []  # already in force: nothing to say
     (problem,) = gpu_setup.set_memory_limit(tf, 1024)
-    assert "can't be applied" in problem and "2048 MB" in problem
+    assert "can't be applied" in problem and "2048 MiB" in problem
     (problem,) = gpu_setup.set_memory_limit(fake_tf(gpus=0)[0], 1024)
     assert "sees no GPU" in problem
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from test_records import make_record
+from helpers import make_record
 
 from keras_nbguard.server import page
 from keras_nbguard.server.history import by_notebook, read_runs

@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import make_record
 from jupyter_lab import CHROMIUM, chromium_page
-from test_records import make_record
 
 from keras_nbguard.export import write_csv
 from keras_nbguard.figures import figure_data, hover_text

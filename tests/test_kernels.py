@@ -20,7 +20,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 
-from keras_nbguard.records import fmt_bytes, fmt_seconds
+from keras_nbguard.formatting import fmt_bytes, fmt_seconds
 
 pytestmark = pytest.mark.kernel
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import run
+from helpers import run
 from IPython.utils.capture import capture_output
 
 import keras_nbguard
@@ -130,7 +130,7 @@ def test_memory_error_is_oom(keras_shell):
 
 @pytest.mark.parametrize("options, message", [
     ("--bogus", "unrecognized arguments"),
-    ("--gpu-limit 0", "positive number of MB"),
+    ("--gpu-limit 0", "positive number of MiB"),
     ("--gpu-limit lots", "invalid int value"),
     ("--mixed-precision float8", "unknown policy"),
 ])
@@ -235,7 +235,7 @@ def test_nbguard_subcommands(keras_shell):
     status = keras_shell.run_line_magic("nbguard", "status").text()
     assert "runs" in status and "keras imported" in status
     config = keras_shell.run_line_magic("nbguard", "config --no-clear --gpu-limit 512").text()
-    assert "off (--no-clear)" in config and "512 MB" in config
+    assert "off (--no-clear)" in config and "512 MiB" in config
     assert keras_nbguard.get_session().options.clear is False
     keras_shell.run_line_magic("nbguard", "config --clear --no-gpu-limit")
     assert keras_nbguard.get_session().options.gpu_limit_mb is None

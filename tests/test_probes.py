@@ -9,7 +9,7 @@ import sys
 import weakref
 
 import pytest
-from conftest import clear_tracebacks, fresh_shell, run
+from helpers import clear_tracebacks, fresh_shell, run
 
 from keras_nbguard.probes import CreationWatch, Leak, LeakReport, ModelRegistry, find_leaks
 

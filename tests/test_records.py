@@ -1,19 +1,8 @@
 from __future__ import annotations
 
-from keras_nbguard.records import FitRecord, GpuReading, RunRecord
+from helpers import make_record
 
-
-def make_record(**changes) -> RunRecord:
-    fields = dict(
-        label="mlp", status="ok", started_at=1.0, wall_seconds=1.5, fit_seconds=1.2,
-        fits=(FitRecord(seconds=1.2, epochs=2, epoch_seconds=(0.7, 0.5), callback_seconds=0.01,
-                        batch_size=32, steps=8),),
-        rss_before=100 * 2**20, rss_after=110 * 2**20, rss_peak=120 * 2**20,
-        gpu=GpuReading(reason="no GPU: TensorFlow sees none"), cleared=True, traces=3,
-        rss_samples=((0.0, 100 * 2**20), (0.5, 120 * 2**20)),
-    )
-    fields.update(changes)
-    return RunRecord(**fields)
+from keras_nbguard.records import RunRecord
 
 
 def test_dict_round_trip_keeps_every_field():
@@ -37,7 +26,7 @@ def test_deltas_against_previous_run_of_the_label():
     assert second.previous_run == 1
     assert abs(second.delta_fit_seconds - 0.3) < 1e-9
     assert second.delta_rss_after == 5 * 2**20
-    assert "#1: Δ fit +300 ms, Δ RSS after +5.0 MB" in dict(second.summary_rows())["vs previous"]
+    assert "#1: Δ fit +300 ms, Δ RSS after +5.0 MiB" in dict(second.summary_rows())["vs previous"]
     assert make_record().compared_to(None).previous_run is None
 
 

@@ -4,7 +4,7 @@ and a restarted kernel honours it. A real shell and a real database."""
 from __future__ import annotations
 
 import pytest
-from conftest import run
+from helpers import run
 
 import keras_nbguard
 

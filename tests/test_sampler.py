@@ -1,17 +1,23 @@
-"""The RSS sampler's thread: shared by consecutive runs, never by two at once."""
+"""The RSS sampler: samples taken by a helper process (no interpreter lock taken per sample), a
+thread that only drains them, shared by consecutive runs and never by two at once."""
 
 from __future__ import annotations
 
 import os
-import threading
+import signal
+import subprocess
+import sys
 import time
+
+import psutil
 
 from keras_nbguard.collectors import process
 from keras_nbguard.collectors.process import RssSampler
 
 
 def sampling_threads() -> int:
-    return threading.active_count()
+    """The process's OS threads (threading.active_count() misses _thread's)."""
+    return len(os.listdir("/proc/self/task"))
 
 
 def test_consecutive_runs_share_one_thread_and_each_is_sampled():
@@ -62,3 +68,47 @@ def test_a_broken_reader_ends_sampling_with_a_reason_and_the_next_run_is_sampled
     time.sleep(0.1)
     healthy.stop()
     assert len(healthy.samples) >= 5 and healthy.error is None
+
+
+def test_samples_come_from_a_helper_process_and_catch_a_short_peak():
+    sampler = RssSampler(interval=0.01)
+    sampler.start()
+    time.sleep(0.2)
+    blob = bytearray(200 * 2**20)  # 200 MiB for a moment
+    time.sleep(0.2)
+    del blob
+    time.sleep(0.2)
+    sampler.stop()
+    helper = process._helper()
+    assert helper is not None and helper.process.pid != os.getpid() and helper.alive()
+    assert sampler._watch is helper and sampler.lost == 0
+    assert len(sampler.samples) >= 30  # 100 Hz asked for, 0.6 s and more
+    first, peak, last = sampler.samples[0][1], sampler.peak, sampler.samples[-1][1]
+    assert peak - first > 150 * 2**20 and peak - last > 150 * 2**20
+    times = [t for t, _ in sampler.samples]
+    assert times == sorted(times) and times[0] < 0.01
+
+
+def test_the_thread_only_drains_a_few_times_a_second(monkeypatch):
+    visits = []
+    drain = RssSampler._drain
+    monkeypatch.setattr(RssSampler, "_drain", lambda self: visits.append(1) or drain(self))
+    sampler = RssSampler(interval=0.005)  # 200 Hz
+    sampler.start()
+    time.sleep(1.0)
+    sampler.stop()
+    assert len(sampler.samples) >= 100
+    assert len(visits) <= 6  # 4 a second, and the one at stop
+
+
+def test_the_helper_ends_with_its_kernel():
+    code = ("import time, sys; from keras_nbguard.collectors.process import RssSampler, _helper\n"
+            "s = RssSampler(); s.start(); time.sleep(0.2)\n"
+            "print(_helper().process.pid, flush=True); time.sleep(60)")
+    kernel = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    helper = psutil.Process(int(kernel.stdout.readline()))
+    assert helper.is_running()
+    kernel.send_signal(signal.SIGKILL)
+    kernel.wait()
+    helper.wait(timeout=5)  # raises if it outlives its kernel
+

@@ -8,7 +8,7 @@ import re
 import threading
 import time
 
-from conftest import run
+from helpers import run
 from IPython.core.error import UsageError
 
 import keras_nbguard

@@ -11,13 +11,15 @@ import textwrap
 import time
 
 import pytest
+from helpers import wait_until
 
 import keras_nbguard
 from keras_nbguard.dbfile import APPLICATION_ID
 from keras_nbguard.died import process_alive
+from keras_nbguard.feed import RunFeed
 from keras_nbguard.schema import SCHEMA_VERSION
 from keras_nbguard.session import Session, using
-from keras_nbguard.store import MEMORY, RunFeed, Store
+from keras_nbguard.store import MEMORY, Store
 
 
 def test_runs_survive_a_restart_and_numbers_continue(history_database, monkeypatch):
@@ -218,6 +220,7 @@ db.execute("COMMIT")
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("default::keras_nbguard.notices.NbguardWarning")  # expected: the lock
 def test_a_lock_held_by_another_process_never_stalls_a_cell_nor_loses_a_run(history_database):
     from IPython.core.interactiveshell import InteractiveShell
 
@@ -281,7 +284,7 @@ def test_a_full_disk_loses_no_run_and_leaves_none_running(history_database):
         for _ in range(3):
             with keras_nbguard.track("full"):
                 pass
-    time.sleep(0.3)  # the writer has met the full disk, and waits
+    wait_until(lambda: store.writer._waiting)  # the writer has met the full disk, and waits
     with sqlite3.connect(history_database) as db:
         assert db.execute("SELECT count(*) FROM runs").fetchone() == (0,)
     disk.free()

@@ -1,4 +1,9 @@
-"""Process memory: RSS now, and a background sampler that catches short-lived peaks."""
+"""Process memory: RSS now, and a background sampler that catches short-lived peaks.
+
+This process's own RSS is sampled by a helper process (``rss_watch``): a thread that woke 50
+times a second would take the interpreter lock from the cell as often. The thread here only
+drains the helper's samples a few times a second; it samples by itself where there is no helper
+(not Linux, or a reader of one's own)."""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ import os
 import threading
 import time
 from collections.abc import Callable
+
+from .rss_watch import DRAIN_SECONDS, RssWatch
 
 RssReader = Callable[[], int]
 
@@ -94,6 +101,10 @@ class RssSampler:
     def __init__(self, read: RssReader | None = None, interval: float = 0.01,
                  max_samples: int = 2000) -> None:
         self._read = read or default_rss_reader()
+        self._own_rss = read is None  # what the helper process can sample: /proc/<our pid>
+        self._watch: RssWatch | None = None
+        self._next = 0  # the helper's next sample to read
+        self.lost = 0  # helper samples overwritten before they were read
         self.interval = interval
         self._max_samples = max_samples
         self._stop = threading.Event()
@@ -109,7 +120,8 @@ class RssSampler:
         self.peak: int | None = None
         self.samples: list[tuple[float, int]] = []
         self.error: str | None = None
-        self.listeners: list[Callable[[float, int], None]] = []
+        self.listeners: list[Callable[[float, int], None]] = []  # each kept sample
+        self.visit_listeners: list[Callable[[], None]] = []  # after each visit's samples
 
     def read_now(self) -> int:
         return self._read()
@@ -119,10 +131,23 @@ class RssSampler:
         """Whether samples are still being taken."""
         return self._started and not self._stopped
 
+    @property
+    def wait_seconds(self) -> float:
+        """How long the sampling thread sleeps between visits: a draining of the helper's
+        samples, or a sample of its own."""
+        return DRAIN_SECONDS if self._watch is not None else self.interval
+
     def start(self, first: int | None = None) -> None:
         """Start sampling; ``first``: an RSS just read, to begin the series with."""
-        self._t0 = time.perf_counter()
+        self._t0 = time.monotonic()  # the helper's clock too: one clock for the whole machine
         self._take(first)
+        if self._own_rss:
+            self._watch = _helper()
+            if self._watch is not None:
+                try:
+                    self._next = self._watch.begin(self.interval)
+                except OSError:  # it ended meanwhile: sample here
+                    self._watch = None
         self._started = True
         if not _shared_thread().take_on(self):  # it is sampling another run: a thread of our own
             _thread.start_new_thread(self._loop, ())
@@ -131,12 +156,15 @@ class RssSampler:
         """End sampling (the thread wakes and ends by itself); safe to call twice or unstarted."""
         with self._lock:
             already, self._stopped = self._stopped, True
+            if not already and self._watch is not None:
+                self._drain()
+                self._watch.end()
         if not already and self.error is None:
             self._take(flush=True)  # the series always ends with the state at stop
         self._stop.set()  # last: the woken thread would take the interpreter lock from the read
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval) and self._sample():
+        while not self._stop.wait(self.wait_seconds) and self._sample():
             pass
 
     def _sample(self) -> bool:
@@ -145,14 +173,27 @@ class RssSampler:
             with self._lock:
                 if self._stopped:
                     return False
-                self._take()
-                return True
+                if self._watch is not None:
+                    self._drain()
+                else:
+                    self._take()
+            for listener in self.visit_listeners:
+                listener()
+            return True
         except Exception as exc:  # a broken reader must not kill the run, only the figure
             self.error = f"RSS sampler stopped: {exc!r}"
             self._stopped = True  # (the lock is released by now) no retrying a broken reader
             return False
 
-    def _take(self, rss: int | None = None, flush: bool = False) -> None:
+    def _drain(self) -> None:
+        assert self._watch is not None
+        self._next, samples, lost = self._watch.read(self._next)
+        self.lost += lost
+        for at, rss in samples:
+            if at >= self._t0:
+                self._take(rss, at=at - self._t0)
+
+    def _take(self, rss: int | None = None, flush: bool = False, at: float | None = None) -> None:
         if rss is None:
             rss = self._read()
         if self.peak is None or rss > self.peak:
@@ -163,7 +204,8 @@ class RssSampler:
         self._count += 1
         if self._count % self._keep_every and not flush:
             return
-        t, kept = time.perf_counter() - self._t0, self._pending
+        t = at if at is not None else time.monotonic() - self._t0
+        kept = self._pending
         self._pending = None
         new = [(t, kept)]
         if flush and kept != rss:
@@ -214,7 +256,7 @@ class _SamplingThread:
                 continue
             # (self._sampler is left as it is: clearing it here could drop one handed over
             # meanwhile; a stopped one just sends the loop back to waiting)
-            while not sampler._stop.wait(sampler.interval) and sampler._sample():
+            while not sampler._stop.wait(sampler.wait_seconds) and sampler._sample():
                 pass
 
 
@@ -226,3 +268,25 @@ def _shared_thread() -> _SamplingThread:
     if _shared is None or _shared.pid != os.getpid():  # a forked child has no such thread
         _shared = _SamplingThread()
     return _shared
+
+
+_watch: RssWatch | None = None
+_watch_failed_for: int | None = None
+
+
+def _helper() -> RssWatch | None:
+    """This process's helper (started on first use; again if it ended), or None where there is
+    none: no /proc (not Linux), or it could not be started."""
+    global _watch, _watch_failed_for
+    pid = os.getpid()
+    if _watch is not None and _watch.pid == pid and _watch.alive():
+        return _watch
+    if _watch_failed_for == pid or not os.path.exists(f"/proc/{pid}/statm"):
+        return None
+    try:
+        _watch = RssWatch(pid)
+    except OSError:
+        _watch_failed_for = pid
+        return None
+    return _watch
+

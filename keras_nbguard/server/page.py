@@ -16,7 +16,8 @@ from importlib.resources import files
 from typing import Any
 
 from ..figures import figure_data, svg_chart
-from ..records import NA, STATUSES, fmt_bytes, fmt_seconds
+from ..formatting import NA, fmt_bytes, fmt_seconds
+from ..records import STATUSES
 from .history import StoredRun, notebook_summary
 
 HEADER = ("#", "started", "kernel", "label", "run", "status", "wall", "fit", "RSS before",
@@ -99,7 +100,7 @@ def section(i: int, name: str, runs: Sequence[StoredRun]) -> str:
     note = (f"<p class='nbguard-note'>{html.escape(data['gpu_note'])}</p>"
             if data["gpu_note"] else "")
     fallback = (svg_chart(data, "fit", "fit", "fit time per run [s]")
-                + svg_chart(data, "rss", "after", "RSS after each run [MB]"))
+                + svg_chart(data, "rss", "after", "RSS after each run [MiB]"))
     return (f"<section class='nbguard-notebook' id='nb-{i}' data-notebook='{html.escape(name)}'>"
             f"<h2>{html.escape(name)}</h2><div class='nbguard-trends'>{trends}</div>"
             f"<div class='nbguard-plot'><noscript>{fallback}</noscript></div>{note}"

@@ -1,0 +1,105 @@
+"""How figures read: "n/a" for what is unknown, never 0; memory in MiB (2**20 bytes), and small
+sizes in KiB, so that a small model never reads "0.0 MiB"."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .records import CleanReport, GpuReading, HeldModels, RunRecord
+
+NA = "n/a"
+
+
+def fmt_bytes(n: int | None, signed: bool = False) -> str:
+    if n is None:
+        return NA
+    sign = "+" if signed and n >= 0 else ""
+    return f"{sign}{n / 2**20:,.1f} MiB"
+
+
+def fmt_size(n: int | None) -> str:
+    """A model's size: KiB below a MiB, so a small model never reads "0.0 MiB"."""
+    if n is not None and n < 2**20:
+        return f"{n / 2**10:,.1f} KiB"
+    return fmt_bytes(n)
+
+
+def fmt_seconds(s: float | None, signed: bool = False) -> str:
+    if s is None:
+        return NA
+    sign = "+" if signed and s >= 0 else ""
+    return f"{sign}{s * 1000:.0f} ms" if abs(s) < 1 else f"{sign}{s:.2f} s"
+
+
+def fmt_fit(record: RunRecord) -> str:
+    if not record.fits:
+        return "no fit in this run"
+    parts = [fmt_seconds(record.fit_seconds)]
+    for i, fit in enumerate(record.fits, 1):
+        epochs = ", ".join(fmt_seconds(s) for s in fit.epoch_seconds) or NA
+        prefix = f"fit {i}: " if len(record.fits) > 1 else ""
+        bs = NA if fit.batch_size is None else str(fit.batch_size)
+        cb = fmt_seconds(fit.callback_seconds)
+        parts.append(f"{prefix}epochs [{epochs}], batch {bs}, your callbacks {cb}")
+    return "; ".join(parts)
+
+
+def fmt_gpu(gpu: GpuReading) -> str:
+    if not gpu.known:
+        return f"{NA} ({gpu.reason or 'unknown'})"
+    text = (f"TF current {fmt_bytes(gpu.tf_current)}, peak {fmt_bytes(gpu.tf_peak)}; "
+            f"NVML process {fmt_bytes(gpu.nvml_process_used)}, device "
+            f"{fmt_bytes(gpu.nvml_used)} / {fmt_bytes(gpu.nvml_total)}")
+    return f"{text} ({gpu.reason})" if gpu.reason else text
+
+
+def fmt_clean(clean: CleanReport) -> str:
+    if not clean.available:
+        return f"{NA} ({clean.reason})"
+    functions = NA if clean.functions is None else str(clean.functions)
+    freed = clean.rss_freed
+    # what is still held too: entries piling up for live models never hide behind "0 purged"
+    return (f"{clean.entries} gradient entries of {clean.runs} earlier run(s) purged, "
+            f"{clean.kept} held for runs whose models live; {functions} functions released, "
+            f"RSS {fmt_bytes(None if freed is None else -freed, signed=True)}, "
+            f"{fmt_seconds(clean.seconds)}")
+
+
+def _models_from(held: HeldModels) -> str:
+    runs = ", ".join(f"#{n}" for n in held.runs)
+    return f"{held.count} model{'s' if held.count != 1 else ''}" + (f" from {runs}" if runs else "")
+
+
+def _first_paths(paths: tuple[str, ...], count: int = 3) -> str:
+    more = len(paths) - count
+    return ", ".join(paths[:count]) + (f" and {more} more" if more > 0 else "")
+
+
+def fmt_stale(held: HeldModels) -> str:
+    """``2 models from #3, #4 still alive (16.4 MiB weights): models[0], models[1] — ...``"""
+    command = f" — {held.command}" if held.command else ""
+    return (f"{_models_from(held)} still alive ({fmt_size(held.weight_bytes)} weights, graphs "
+            f"not counted): {_first_paths(held.paths)}{command}")
+
+
+def fmt_released(held: HeldModels) -> str:
+    """``1 model from #5 held by Out[12] (its History): 0.2 MiB weights, RSS -7.9 MiB``"""
+    rss = ("" if held.rss_freed is None
+           else f", RSS {fmt_bytes(-held.rss_freed, signed=True)} with its graphs")
+    return (f"{_models_from(held)} held by {_first_paths(held.paths)}: "
+            f"{fmt_size(held.weight_bytes)} weights{rss}")
+
+
+def fmt_traces(record: RunRecord) -> str:
+    if record.traces is None:
+        return NA
+    data = NA if record.dataset_traces is None else str(record.dataset_traces)
+    return f"{record.traces} tf.function, {data} tf.data"
+
+
+def fmt_deltas(record: RunRecord) -> str:
+    if record.previous_run is None:
+        return "first run of this label"
+    return (f"#{record.previous_run}: Δ fit {fmt_seconds(record.delta_fit_seconds, signed=True)}, "
+            f"Δ RSS after {fmt_bytes(record.delta_rss_after, signed=True)}")

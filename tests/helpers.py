@@ -1,0 +1,90 @@
+"""What several test modules share: running cells on the real shell, tiny real Keras models,
+stand-in records, and waiting on a condition instead of sleeping a guessed time."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+from collections.abc import Callable
+
+from IPython.core.interactiveshell import InteractiveShell
+
+from keras_nbguard.records import FitRecord, GpuReading, RunRecord
+
+SETUP_CELL = """
+import numpy as np
+import keras
+x = np.random.default_rng(0).random((256, 8), dtype="float32")
+y = np.random.default_rng(1).random((256, 1), dtype="float32")
+def make_model(units=16):
+    m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(units, activation="relu"),
+                          keras.layers.Dense(1)])
+    m.compile("adam", "mse")
+    return m
+"""
+
+
+
+def run(shell, source: str):
+    """Run a cell, returning IPython's ExecutionResult."""
+    return shell.run_cell(source, store_history=True)
+
+
+# -- a bare shell with tiny models, for the leak finder and free() (test_probes, test_freeing) ----
+TINY = """
+import functools, sys, types
+import numpy as np
+import keras
+x = np.zeros((16, 4), "float32")
+y = np.zeros((16, 1), "float32")
+def tiny(name):
+    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2), keras.layers.Dense(1)],
+                         name=name)
+    m.compile("adam", "mse")
+    return m
+"""
+
+
+def clear_tracebacks() -> None:
+    """Also IPython's own copy: ``%reset`` leaves InteractiveTB.tb (and its frames) alive."""
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            delattr(sys, name)
+    InteractiveShell.instance().InteractiveTB.tb = None
+
+
+def fresh_shell() -> InteractiveShell:
+    """The real InteractiveShell, emptied (no extension loaded), with ``tiny(name)``, x and y."""
+    shell = InteractiveShell.instance()
+    shell.reset(new_session=False)
+    clear_tracebacks()
+    gc.collect()
+    assert run(shell, TINY).success
+    return shell
+
+
+
+def make_record(**changes) -> RunRecord:
+    fields = dict(
+        label="mlp", status="ok", started_at=1.0, wall_seconds=1.5, fit_seconds=1.2,
+        fits=(FitRecord(seconds=1.2, epochs=2, epoch_seconds=(0.7, 0.5), callback_seconds=0.01,
+                        batch_size=32, steps=8),),
+        rss_before=100 * 2**20, rss_after=110 * 2**20, rss_peak=120 * 2**20,
+        gpu=GpuReading(reason="no GPU: TensorFlow sees none"), cleared=True, traces=3,
+        rss_samples=((0.0, 100 * 2**20), (0.5, 120 * 2**20)),
+    )
+    fields.update(changes)
+    return RunRecord(**fields)
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 10.0,
+               step: float = 0.01) -> None:
+    """Return once ``condition()`` holds; fail after ``timeout`` seconds. Wait on a thread or a
+    process by its effect, not by a sleep long enough on a fast machine and flaky on a slow one."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still not true after {timeout} s: {condition}")
+        time.sleep(step)
+
