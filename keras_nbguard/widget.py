@@ -16,6 +16,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from .downsample import halve
 from .figures import figure_data, header_html, lists_html, model_lines, static_view
 from .formatting import fmt_bytes
 from .frontend import widget_frontend
@@ -107,9 +108,9 @@ class Dashboard:
             if not ts or t - ts[-1] >= LIVE_STEP:
                 ts.append(t)
                 ys.append(rss / 2**20)
-                if len(ts) > LIVE_MAX:  # halve, keeping the larger value of each pair
-                    ys[:] = [max(a, b) for a, b in zip(ys[0::2], ys[1::2], strict=False)]
-                    ts[:] = ts[1::2][: len(ys)]
+                if len(ts) > LIVE_MAX:
+                    kept = halve(list(zip(ts, ys, strict=True)))
+                    ts[:], ys[:] = [t for t, _ in kept], [y for _, y in kept]
             now = time.monotonic()
             if now - self._last_push >= LIVE_PERIOD and self._lock.acquire(blocking=False):
                 try:

@@ -112,3 +112,11 @@ def test_the_helper_ends_with_its_kernel():
     kernel.wait()
     helper.wait(timeout=5)  # raises if it outlives its kernel
 
+
+
+def test_halving_keeps_every_peak_and_an_odd_last_sample():
+    from keras_nbguard.downsample import halve
+
+    series = [(0.0, 1), (0.1, 9), (0.2, 2), (0.3, 3), (0.4, 7)]
+    assert halve(series) == [(0.1, 9), (0.3, 3), (0.4, 7)]
+    assert halve([]) == [] and halve([(0.0, 5)]) == [(0.0, 5)]

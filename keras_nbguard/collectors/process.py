@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..downsample import halve
 from .rss_watch import DRAIN_SECONDS, RssWatch
 
 RssReader = Callable[[], int]
@@ -218,10 +219,7 @@ class RssSampler:
 
 
     def _halve(self) -> None:
-        """Merge neighbours, keeping the larger value (an odd last sample stays as it is)."""
-        even = len(self.samples) - len(self.samples) % 2
-        pairs = zip(self.samples[0:even:2], self.samples[1:even:2], strict=True)
-        self.samples[:] = [(b[0], max(a[1], b[1])) for a, b in pairs] + self.samples[even:]
+        self.samples[:] = halve(self.samples)
         self._keep_every *= 2
 
 
