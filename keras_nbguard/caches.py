@@ -50,5 +50,7 @@ def clear_tracebacks(shell: Any) -> list[str]:
 
 
 def has_traceback(shell: Any) -> bool:
-    return (any(getattr(sys, name, None) is not None for name in TRACEBACK_ATTRS)
-            or getattr(getattr(shell, "InteractiveTB", None), "tb", None) is not None)
+    return (
+        any(getattr(sys, name, None) is not None for name in TRACEBACK_ATTRS)
+        or getattr(getattr(shell, "InteractiveTB", None), "tb", None) is not None
+    )

@@ -67,8 +67,11 @@ def _compile(shell: Any, magic_line: str, body: str, flags: int) -> _Compiled:
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         last = ast.Expression(tree.body.pop().value)
     with shell.compile.extra_flags(flags):
-        return _Compiled(filename, shell.compile(tree, filename, "exec"),
-                         None if last is None else shell.compile(last, filename, "eval"))
+        return _Compiled(
+            filename,
+            shell.compile(tree, filename, "exec"),
+            None if last is None else shell.compile(last, filename, "eval"),
+        )
 
 
 def _cell_number(shell: Any) -> int:
@@ -104,7 +107,7 @@ class KerasrunCells:
         if kind == "syntax error":
             return ["\n", *lines[1:]]  # IPython compiles it as a plain cell and reports it
         if kind == "awaits":
-            line = lines[0].strip()[len(MAGIC):].strip()
+            line = lines[0].strip()[len(MAGIC) :].strip()
             return [f"await {self.awaiting_call}({line!r}, {body!r})\n"]
         return lines
 
@@ -118,8 +121,13 @@ def _is_kerasrun(first_line: str) -> bool:
 def _body_kind(shell: Any, body: str, autoawait: bool) -> str:
     """'syntax error', 'awaits' (top-level await, async for/with) or 'plain'."""
     try:
-        code = compile(_transform(shell, body), "<cell>", "exec",
-                       flags=AWAIT_FLAG if autoawait else 0, dont_inherit=True)
+        code = compile(
+            _transform(shell, body),
+            "<cell>",
+            "exec",
+            flags=AWAIT_FLAG if autoawait else 0,
+            dont_inherit=True,
+        )
     except (SyntaxError, ValueError):  # ValueError: a null byte in the source
         return "syntax error"
     return "awaits" if code.co_flags & inspect.CO_COROUTINE else "plain"

@@ -18,9 +18,11 @@ class DiedRun:
     pid: int
 
     def text(self) -> str:
-        return (f"keras_nbguard: run {self.label!r} #{self.run_number} died: the kernel (pid "
-                f"{self.pid}) was killed {fmt_seconds(self.seconds)} into the run; last RSS seen "
-                f"{fmt_bytes(self.last_rss)}. An out-of-memory kill is the usual cause.")
+        return (
+            f"keras_nbguard: run {self.label!r} #{self.run_number} died: the kernel (pid "
+            f"{self.pid}) was killed {fmt_seconds(self.seconds)} into the run; last RSS seen "
+            f"{fmt_bytes(self.last_rss)}. An out-of-memory kill is the usual cause."
+        )
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(self.text())
@@ -34,7 +36,8 @@ def process_alive(pid: int, started: float) -> bool:
         process = psutil.Process(pid)
         # a killed kernel its parent has not reaped yet is a zombie: gone, though its pid and
         # create time are still there
-        return bool(abs(process.create_time() - started) < 1.0
-                    and process.status() != psutil.STATUS_ZOMBIE)
+        return bool(
+            abs(process.create_time() - started) < 1.0 and process.status() != psutil.STATUS_ZOMBIE
+        )
     except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
         return False

@@ -32,14 +32,16 @@ def record_start(store: Store, run: Run, warn: Callable[[str], object]) -> None:
     if run.key is None:
         return
     try:
-        store.run_started(run.id, run.key, run.label, run.run_number, run.started_at,
-                          run.rss_at_start)
+        store.run_started(
+            run.id, run.key, run.label, run.run_number, run.started_at, run.rss_at_start
+        )
     except Exception as exc:
         warn(f"run history: the run start was not stored ({exc})")
 
 
-def record_end(store: Store, events: Events, run: Run, record: RunRecord,
-               warn: Callable[[str], object]) -> None:
+def record_end(
+    store: Store, events: Events, run: Run, record: RunRecord, warn: Callable[[str], object]
+) -> None:
     feed = run.feed
     if feed is None:
         return

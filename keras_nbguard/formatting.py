@@ -48,9 +48,11 @@ def fmt_fit(record: RunRecord) -> str:
 def fmt_gpu(gpu: GpuReading) -> str:
     if not gpu.known:
         return f"{NA} ({gpu.reason or 'unknown'})"
-    text = (f"TF current {fmt_bytes(gpu.tf_current)}, peak {fmt_bytes(gpu.tf_peak)}; "
-            f"NVML process {fmt_bytes(gpu.nvml_process_used)}, device "
-            f"{fmt_bytes(gpu.nvml_used)} / {fmt_bytes(gpu.nvml_total)}")
+    text = (
+        f"TF current {fmt_bytes(gpu.tf_current)}, peak {fmt_bytes(gpu.tf_peak)}; "
+        f"NVML process {fmt_bytes(gpu.nvml_process_used)}, device "
+        f"{fmt_bytes(gpu.nvml_used)} / {fmt_bytes(gpu.nvml_total)}"
+    )
     return f"{text} ({gpu.reason})" if gpu.reason else text
 
 
@@ -60,10 +62,12 @@ def fmt_clean(clean: CleanReport) -> str:
     functions = NA if clean.functions is None else str(clean.functions)
     freed = clean.rss_freed
     # what is still held too: entries piling up for live models never hide behind "0 purged"
-    return (f"{clean.entries} gradient entries of {clean.runs} earlier run(s) purged, "
-            f"{clean.kept} held for runs whose models live; {functions} functions released, "
-            f"RSS {fmt_bytes(None if freed is None else -freed, signed=True)}, "
-            f"{fmt_seconds(clean.seconds)}")
+    return (
+        f"{clean.entries} gradient entries of {clean.runs} earlier run(s) purged, "
+        f"{clean.kept} held for runs whose models live; {functions} functions released, "
+        f"RSS {fmt_bytes(None if freed is None else -freed, signed=True)}, "
+        f"{fmt_seconds(clean.seconds)}"
+    )
 
 
 def _models_from(held: HeldModels) -> str:
@@ -79,16 +83,23 @@ def _first_paths(paths: tuple[str, ...], count: int = 3) -> str:
 def fmt_stale(held: HeldModels) -> str:
     """``2 models from #3, #4 still alive (16.4 MiB weights): models[0], models[1] — ...``"""
     command = f" — {held.command}" if held.command else ""
-    return (f"{_models_from(held)} still alive ({fmt_size(held.weight_bytes)} weights, graphs "
-            f"not counted): {_first_paths(held.paths)}{command}")
+    return (
+        f"{_models_from(held)} still alive ({fmt_size(held.weight_bytes)} weights, graphs "
+        f"not counted): {_first_paths(held.paths)}{command}"
+    )
 
 
 def fmt_released(held: HeldModels) -> str:
     """``1 model from #5 held by Out[12] (its History): 0.2 MiB weights, RSS -7.9 MiB``"""
-    rss = ("" if held.rss_freed is None
-           else f", RSS {fmt_bytes(-held.rss_freed, signed=True)} with its graphs")
-    return (f"{_models_from(held)} held by {_first_paths(held.paths)}: "
-            f"{fmt_size(held.weight_bytes)} weights{rss}")
+    rss = (
+        ""
+        if held.rss_freed is None
+        else f", RSS {fmt_bytes(-held.rss_freed, signed=True)} with its graphs"
+    )
+    return (
+        f"{_models_from(held)} held by {_first_paths(held.paths)}: "
+        f"{fmt_size(held.weight_bytes)} weights{rss}"
+    )
 
 
 def fmt_traces(record: RunRecord) -> str:
@@ -101,5 +112,7 @@ def fmt_traces(record: RunRecord) -> str:
 def fmt_deltas(record: RunRecord) -> str:
     if record.previous_run is None:
         return "first run of this label"
-    return (f"#{record.previous_run}: Δ fit {fmt_seconds(record.delta_fit_seconds, signed=True)}, "
-            f"Δ RSS after {fmt_bytes(record.delta_rss_after, signed=True)}")
+    return (
+        f"#{record.previous_run}: Δ fit {fmt_seconds(record.delta_fit_seconds, signed=True)}, "
+        f"Δ RSS after {fmt_bytes(record.delta_rss_after, signed=True)}"
+    )

@@ -49,23 +49,33 @@ class LiveModels:
         except Exception as exc:
             self._warn(f"models of the run were not attributed: {exc}")
         try:
-            settled = self.settle(run.label, release=not run.options.keep_stale,
-                                  exclude=self.registry.latest.get(run.label))
+            settled = self.settle(
+                run.label,
+                release=not run.options.keep_stale,
+                exclude=self.registry.latest.get(run.label),
+            )
             released = merged(run.released, settled.released_note())
-            return dataclasses.replace(record, released_models=released,
-                                       stale_models=settled.stale_note())
+            return dataclasses.replace(
+                record, released_models=released, stale_models=settled.stale_note()
+            )
         except Exception as exc:
             self._warn(f"earlier runs' models were not looked at: {type(exc).__name__}: {exc}")
             return record
 
-    def settle(self, label: str, *, release: bool, exclude: Any = None,
-               report: bool = True) -> Any:
+    def settle(self, label: str, *, release: bool, exclude: Any = None, report: bool = True) -> Any:
         """Release ``label``'s earlier models held only by caches and Keras' bookkeeping; list
         the rest (``autorelease.settle``)."""
         from .autorelease import settle
 
-        return settle(self.registry, label, self.shell, self._user_ns(), release=release,
-                      exclude=exclude, report=report)
+        return settle(
+            self.registry,
+            label,
+            self.shell,
+            self._user_ns(),
+            release=release,
+            exclude=exclude,
+            report=report,
+        )
 
     def leaks(self) -> Any:
         """Every live Keras model, with the paths that hold it; stale ones flagged."""
@@ -73,13 +83,19 @@ class LiveModels:
 
         return find_leaks(self._user_ns(), self.registry, shell=self.shell)
 
-    def free(self, *, include_current: bool, containers: bool,
-             deep_clean: Callable[[], Any] | None) -> Any:
+    def free(
+        self, *, include_current: bool, containers: bool, deep_clean: Callable[[], Any] | None
+    ) -> Any:
         from .freeing import free as free_models
 
         namespace = self.shell if self.shell is not None else sys.modules["__main__"].__dict__
-        return free_models(namespace, self.registry, include_current=include_current,
-                           containers=containers, deep_clean=deep_clean)
+        return free_models(
+            namespace,
+            self.registry,
+            include_current=include_current,
+            containers=containers,
+            deep_clean=deep_clean,
+        )
 
     def _user_ns(self) -> Any:
         return self.shell.user_ns if self.shell is not None else sys.modules["__main__"].__dict__

@@ -28,13 +28,18 @@ def status_rows(session: Session) -> list[tuple[str, str]]:
 
     tf = TfGpu.if_imported()
     if tf is None:
-        gpu = (f"TensorFlow not imported yet; {gpu_setup.GROWTH_ENV}="
-               f"{os.environ.get(gpu_setup.GROWTH_ENV, 'unset')}")
+        gpu = (
+            f"TensorFlow not imported yet; {gpu_setup.GROWTH_ENV}="
+            f"{os.environ.get(gpu_setup.GROWTH_ENV, 'unset')}"
+        )
     else:
         try:
             gpus = tf.gpus()
-            gpu = (f"{len(gpus)} GPU(s); initialized: {tf.runtime_initialized()}"
-                   if gpus else "TensorFlow sees no GPU")
+            gpu = (
+                f"{len(gpus)} GPU(s); initialized: {tf.runtime_initialized()}"
+                if gpus
+                else "TensorFlow sees no GPU"
+            )
         except Exception as exc:
             gpu = f"n/a ({exc})"
     return [
@@ -56,7 +61,11 @@ def option_rows(options: RunOptions) -> list[tuple[str, str]]:
         ("gpu growth", {None: "as set at load", True: "on", False: "off"}[options.gpu_growth]),
         ("gpu limit", "none" if options.gpu_limit_mb is None else f"{options.gpu_limit_mb} MiB"),
         ("mixed precision", options.mixed_precision or "off"),
-        ("stale models", "kept (--keep-stale)" if options.keep_stale
-         else "released when only Out[n] / a History holds them"),
+        (
+            "stale models",
+            "kept (--keep-stale)"
+            if options.keep_stale
+            else "released when only Out[n] / a History holds them",
+        ),
         ("quiet", "on" if options.quiet else "off"),
     ]

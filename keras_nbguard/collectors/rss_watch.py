@@ -49,8 +49,11 @@ class RssWatch:
         # it, and its end of file says the kernel is gone.
         self.process = subprocess.Popen(
             [sys.executable, "-I", "-S", __file__, path, str(pid)],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            close_fds=True)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+        )
         self._path = path
         self.pid = pid
 
@@ -78,8 +81,10 @@ class RssWatch:
         """The samples from index ``start`` on: (next index, samples, how many were lost)."""
         end = self.written()
         lost = max(0, end - start - SLOTS)
-        samples = [ENTRY.unpack_from(self._buffer, OFFSET + (i % SLOTS) * ENTRY.size)
-                   for i in range(start + lost, end)]
+        samples = [
+            ENTRY.unpack_from(self._buffer, OFFSET + (i % SLOTS) * ENTRY.size)
+            for i in range(start + lost, end)
+        ]
         return end, samples, lost
 
     def close(self) -> None:
