@@ -16,8 +16,12 @@ from .notices import NbguardWarning
 from .records import CleanReport, FitRecord, GpuReading, RunRecord
 from .session import Session, get_session
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # loaded with the first run or call, to keep %load_ext cheap
+    from .freeing import FreeReport
+    from .prepare import RunOptions
+    from .probes import LeakReport
     from .tracking import Run
+    from .widget import Dashboard
 
 __all__ = [
     "CleanReport", "FitRecord", "FreeReport", "GpuReading", "Leak", "LeakReport",
@@ -56,17 +60,17 @@ def export(path: str, label: str | None = None, this_kernel: bool = False) -> in
     return write_csv(runs(label, this_kernel), path)
 
 
-def leaks() -> Any:
+def leaks() -> LeakReport:
     """Every live Keras model, with the paths that hold it; stale ones flagged."""
     return get_session().leaks()
 
 
-def free(*, include_current: bool = False, containers: bool = False) -> Any:
+def free(*, include_current: bool = False, containers: bool = False) -> FreeReport:
     """Drop references to stale models (current ones too with ``include_current``), then clear."""
     return get_session().free(include_current=include_current, containers=containers)
 
 
-def dashboard(session: Session | None = None, *, mode: str | None = None) -> Any:
+def dashboard(session: Session | None = None, *, mode: str | None = None) -> Dashboard:
     """The kernel's live dashboard (made on first call, the same widget after): display it, or
     end a cell with it. ``mode`` "widget" or "static" overrides the frontend detection."""
     from .widget import dashboard as kernel_dashboard  # ipywidgets and plotly: on first use
@@ -86,7 +90,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def configure(**options: Any) -> Any:
+def configure(**options: Any) -> RunOptions:
     """Change the defaults of later runs (clear, gpu_growth, gpu_limit_mb, mixed_precision,
     quiet)."""
     return get_session().configure(**options)

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .probes import ModelRegistry
+    from .freeing import FreeReport
+    from .probes import LeakReport, ModelRegistry
     from .records import RunRecord
     from .tracking import Run
 
@@ -77,7 +78,7 @@ class LiveModels:
             report=report,
         )
 
-    def leaks(self) -> Any:
+    def leaks(self) -> LeakReport:
         """Every live Keras model, with the paths that hold it; stale ones flagged."""
         from .probes import find_leaks
 
@@ -85,7 +86,7 @@ class LiveModels:
 
     def free(
         self, *, include_current: bool, containers: bool, deep_clean: Callable[[], Any] | None
-    ) -> Any:
+    ) -> FreeReport:
         from .freeing import free as free_models
 
         namespace = self.shell if self.shell is not None else sys.modules["__main__"].__dict__

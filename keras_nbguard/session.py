@@ -7,7 +7,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import actions, feed
 from .actions import ActionReport
@@ -23,6 +23,10 @@ from .prepare import RunOptions
 from .records import RunRecord
 from .store import MEMORY, RunKey, Store
 from .tracking import Run, RunServices
+
+if TYPE_CHECKING:
+    from .freeing import FreeReport
+    from .probes import LeakReport
 
 DEFAULT_STORE = "default"
 
@@ -193,11 +197,11 @@ class Session:
         return record
 
     # -- live models (live_models.py) ----------------------------------------------------------
-    def leaks(self) -> Any:
+    def leaks(self) -> LeakReport:
         """Every live Keras model, with the paths that hold it; stale ones flagged."""
         return self.live.leaks()
 
-    def free(self, *, include_current: bool = False, containers: bool = False) -> Any:
+    def free(self, *, include_current: bool = False, containers: bool = False) -> FreeReport:
         """Drop the references to stale models (current ones too with ``include_current``)."""
         with self._lock:
             if self.current is not None:
