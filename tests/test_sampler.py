@@ -120,3 +120,18 @@ def test_halving_keeps_every_peak_and_an_odd_last_sample():
     series = [(0.0, 1), (0.1, 9), (0.2, 2), (0.3, 3), (0.4, 7)]
     assert halve(series) == [(0.1, 9), (0.3, 3), (0.4, 7)]
     assert halve([]) == [] and halve([(0.0, 5)]) == [(0.0, 5)]
+
+
+def test_a_helper_that_ended_gives_way_to_the_sampling_thread(monkeypatch):
+    monkeypatch.setattr(process, "_watch", None)  # a helper of this test's own (the shared
+    monkeypatch.setattr(process, "_watch_failed_for", None)  # one comes back afterwards)
+    helper = process._helper()
+    assert helper is not None
+    helper.process.kill()
+    helper.process.wait()
+    sampler = RssSampler(interval=0.005)
+    sampler.start()
+    time.sleep(0.1)
+    sampler.stop()
+    assert sampler._watch is None and len(sampler.samples) >= 5  # sampled by the thread
+    assert process._helper() is None  # and no new helper is started for every run

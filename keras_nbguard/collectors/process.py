@@ -273,12 +273,16 @@ _watch_failed_for: int | None = None
 
 
 def _helper() -> RssWatch | None:
-    """This process's helper (started on first use; again if it ended), or None where there is
-    none: no /proc (not Linux), or it could not be started."""
+    """This process's helper (started on first use), or None where there is none: no /proc (not
+    Linux), it could not be started, or it ended (then runs go back to a sampling thread rather
+    than start a helper each time)."""
     global _watch, _watch_failed_for
     pid = os.getpid()
-    if _watch is not None and _watch.pid == pid and _watch.alive():
-        return _watch
+    if _watch is not None and _watch.pid == pid:  # (a forked child starts one of its own)
+        if _watch.alive():
+            return _watch
+        _watch.close()
+        _watch, _watch_failed_for = None, pid
     if _watch_failed_for == pid or not os.path.exists(f"/proc/{pid}/statm"):
         return None
     try:

@@ -47,13 +47,18 @@ class RssWatch:
         # -I -S: no site, no user paths; the helper needs the stdlib only. It unlinks the file
         # once it has it open (the two mappings keep the memory). Its stdin is how a run wakes
         # it, and its end of file says the kernel is gone.
-        self.process = subprocess.Popen(
-            [sys.executable, "-I", "-S", __file__, path, str(pid)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            close_fds=True,
-        )
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-S", __file__, path, str(pid)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        except BaseException:
+            self._buffer.close()
+            os.unlink(path)
+            raise
         self._path = path
         self.pid = pid
 
