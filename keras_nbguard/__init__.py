@@ -17,6 +17,7 @@ from .records import CleanReport, FitRecord, GpuReading, RunRecord
 from .session import Session, get_session
 
 if TYPE_CHECKING:  # loaded with the first run or call, to keep %load_ext cheap
+    from .diagnosis import Findings
     from .freeing import FreeReport
     from .prepare import RunOptions
     from .probes import LeakReport
@@ -25,7 +26,8 @@ if TYPE_CHECKING:  # loaded with the first run or call, to keep %load_ext cheap
 
 __all__ = [
     "CleanReport", "FitRecord", "FreeReport", "GpuReading", "Leak", "LeakReport",
-    "NbguardWarning", "RunRecord", "Session", "__version__", "configure", "dashboard", "export",
+    "NbguardWarning", "RunRecord", "Session", "__version__", "configure", "dashboard", "diagnose",
+    "export",
     "free", "get_session", "leaks", "runs", "runs_frame", "track",
 ]
 
@@ -58,6 +60,12 @@ def export(path: str, label: str | None = None, this_kernel: bool = False) -> in
     from .export import write_csv
 
     return write_csv(runs(label, this_kernel), path)
+
+
+def diagnose(label: str | None = None) -> Findings:
+    """Why runs got slower or fatter, in words: findings with the number behind each and one
+    thing to do, most important first (this kernel's runs since the last reset)."""
+    return get_session().diagnose(label)
 
 
 def leaks() -> LeakReport:

@@ -30,7 +30,8 @@ from .status import history_db_row, option_rows, status_rows
 
 POLICIES = {"mixed_float16", "mixed_bfloat16", "float16", "bfloat16", "float32", "float64"}
 SHORT_POLICIES = {"float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
-SUBCOMMANDS = ("status", "runs", "config", "leaks", "free", "dashboard", "export", "reset")
+SUBCOMMANDS = ("status", "runs", "config", "leaks", "free", "dashboard", "export", "reset",
+               "diagnose")
 
 
 def _run_option_arguments(func: Any) -> Any:
@@ -169,7 +170,8 @@ class KerasMagics(Magics):
 
     @magic_arguments()
     @argument("command", choices=SUBCOMMANDS,
-              help="status | runs | config | leaks | free | dashboard | export | reset")
+              help="status | runs | config | leaks | free | dashboard | export | reset | "
+                   "diagnose")
     @argument("file", nargs="?", default=None, help="export: the CSV file to write.")
     @argument("--all", dest="free_all", action="store_true", help="free: current models too.")
     @argument("--undo", action="store_true", help="reset: show the hidden runs again.")
@@ -177,7 +179,7 @@ class KerasMagics(Magics):
               help="free: also set the slots of your lists, dicts, attributes and closures that "
                    "hold them to None.")
     @argument("--label", "-l", metavar="NAME", default=None,
-              help="runs, export: only this label.")
+              help="runs, export, diagnose: only this label.")
     @argument("--this-kernel", action="store_true",
               help="runs, export: only this kernel's runs (not earlier kernels').")
     @argument("--db", metavar="PATH", default=None,
@@ -199,6 +201,7 @@ class KerasMagics(Magics):
         status   what the extension sees: configuration, GPU setup, runs so far, RSS now.
         runs     the runs of this notebook as a table (``--label NAME`` for one label).
         leaks    every live Keras model, with the paths that hold it; stale ones flagged.
+        diagnose why runs got slower or fatter, in words, with the numbers (``--label``).
         free     drop references to stale models (``--all``: current ones too;
                  ``--containers``: also inside your lists/dicts/attributes), then clear.
         dashboard  the live dashboard widget (a static view without a widget frontend).
@@ -217,6 +220,8 @@ class KerasMagics(Magics):
             return self._export(args)
         if args.command == "reset":
             return self.session.perform("reset_history" if not args.undo else "undo_reset")
+        if args.command == "diagnose":
+            return self.session.diagnose(args.label)
         if args.command == "leaks":
             return self.session.leaks()
         if args.command == "free":

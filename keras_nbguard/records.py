@@ -129,6 +129,7 @@ class RunRecord:
     # run, and those still held by the user's own names and containers after it
     released_models: HeldModels | None = None
     stale_models: HeldModels | None = None
+    findings: tuple[str, ...] = ()  # the label's top causes after this run (diagnosis.py)
 
     # -- derived figures ---------------------------------------------------------------------
     @property
@@ -161,7 +162,7 @@ class RunRecord:
             for f in data.get("fits", ())
         )
         data["gpu"] = GpuReading(**(data.get("gpu") or {}))
-        for key in ("warnings", "advice"):
+        for key in ("warnings", "advice", "findings"):
             data[key] = tuple(data.get(key, ()))
         data["rss_samples"] = tuple(tuple(s) for s in data.get("rss_samples", ()))
         if data.get("deep_clean"):
@@ -192,6 +193,7 @@ class RunRecord:
             rows.append(("released", fmt_released(self.released_models)))
         if self.deep_clean is not None:
             rows.append(("deep clean", fmt_clean(self.deep_clean)))
+        rows.extend(("finding", f) for f in self.findings)
         if not self.cleared:
             rows.append(("cleared", "no (--no-clear, or Keras not imported yet)"))
         if self.error:

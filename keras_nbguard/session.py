@@ -25,6 +25,7 @@ from .store import MEMORY, RunKey, Store
 from .tracking import Run, RunServices
 
 if TYPE_CHECKING:
+    from .diagnosis import Findings
     from .freeing import FreeReport
     from .probes import LeakReport
 
@@ -123,6 +124,13 @@ class Session:
         ``this_kernel``."""
         return self.past.runs(label, this_kernel)
 
+    def diagnose(self, label: str | None = None) -> Findings:
+        """Causes of slower or fatter runs, in words (``diagnosis.py``): this kernel's runs
+        since the last reset (``label``'s only when given)."""
+        from .diagnosis import diagnose
+
+        return diagnose(self.runs(label, this_kernel=True))
+
     def last_run(self, label: str) -> RunRecord | None:
         return self.past.last_run(label)
 
@@ -188,6 +196,10 @@ class Session:
             queued, self._queued = self._queued, []
         if record is not None:
             record = self.live.run_ended(run, record)
+            from .diagnosis import with_findings  # statistics: not at %load_ext
+
+            record = with_findings(record, self.past.runs(run.label, this_kernel=True),
+                                   self.warn_once)
             run.record = record
             self.past.add(record)
             self._record_end(run, record)

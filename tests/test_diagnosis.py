@@ -1,0 +1,115 @@
+"""Diagnosis in words: each cause built for real on a real shell with real Keras, and the trend
+rules on records, where a clean or merely noisy label must raise nothing."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+from helpers import make_record, run
+
+import keras_nbguard
+from keras_nbguard.diagnosis import MIN_RUNS, Trend, diagnose
+from keras_nbguard.records import FitRecord
+
+MiB = 2**20
+
+
+def runs_of(fit_seconds: list[float], rss_after: list[int] | None = None, label: str = "mlp"):
+    rss_after = rss_after or [500 * MiB] * len(fit_seconds)
+    return [make_record(label=label, run_number=i + 1, fit_seconds=s, rss_after=r,
+                        fits=(FitRecord(seconds=s, epochs=2),))
+            for i, (s, r) in enumerate(zip(fit_seconds, rss_after, strict=True))]
+
+
+def kinds(findings) -> list[str]:
+    return [f.kind for f in findings]
+
+
+def test_a_steady_slowdown_is_named_with_its_size():
+    rng = random.Random(1)
+    times = [1.0 + 0.05 * i + rng.uniform(-0.03, 0.03) for i in range(10)]
+    (finding,) = [f for f in diagnose(runs_of(times)) if f.kind == "run_slowdown"]
+    rise_ms = int(re.search(r"fit time rose (\d+) ms", finding.message).group(1))
+    assert 320 <= rise_ms <= 480  # 0.05 s a run over the 8 steps of runs #2-#10: 400 ms
+    assert finding.runs[0] == "mlp #2"  # the first run is a warm-up, left out
+
+
+def test_noise_alone_raises_nothing():
+    rng = random.Random(7)
+    for _ in range(200):  # fit times varying ±10% run to run, as on this machine
+        times = [1.0 * rng.uniform(0.9, 1.1) for _ in range(rng.randint(MIN_RUNS + 1, 15))]
+        assert diagnose(runs_of(times)) == []
+
+
+def test_too_few_runs_judge_no_trend():
+    assert diagnose(runs_of([1.0, 1.5, 2.0, 2.5, 3.0])) == []  # 4 after the warm-up
+
+
+def test_rss_growing_every_run_is_state_growth_with_the_rate():
+    rss = [500 * MiB + i * 10 * MiB for i in range(8)]
+    (finding,) = diagnose(runs_of([1.0] * 8, rss))
+    assert finding.kind == "state_growth" and "grows 10.0 MiB a run" in finding.message
+
+
+def test_epoch_time_rising_within_a_fit_is_told_apart_from_runs():
+    epochs = (0.9, 0.30, 0.36, 0.42, 0.48, 0.54, 0.60)  # the first epoch traces
+    record = make_record(fits=(FitRecord(seconds=sum(epochs), epochs=7, epoch_seconds=epochs),))
+    assert kinds(diagnose([record])) == ["epoch_slowdown"]
+
+
+def test_the_trend_is_robust_to_one_outlier():
+    trend = Trend([1.0, 1.0, 1.0, 5.0, 1.0, 1.0])
+    assert trend.slope == 0.0 and not trend.rises()
+
+
+@pytest.mark.slow
+def test_a_slow_callback_is_named_with_its_share(keras_shell):
+    cell = """%%kerasrun --label cb --quiet
+import time
+class Slow(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        time.sleep(0.2)
+model = make_model()
+model.fit(x, y, epochs=3, verbose=0, callbacks=[Slow()])
+"""
+    assert run(keras_shell, cell).success
+    (finding,) = [f for f in keras_nbguard.diagnose("cb") if f.kind == "callbacks"]
+    fit = keras_nbguard.runs("cb")[-1].fits[0]
+    assert 0.6 <= fit.callback_seconds < fit.seconds  # 3 x 0.2 s
+    assert f"{fit.callback_seconds / fit.seconds:.0%})" in finding.message
+
+
+def test_a_function_traced_again_and_again_is_retracing(keras_shell):
+    cell = """%%kerasrun --label traced --quiet
+import tensorflow as tf
+@tf.function
+def scale(n):
+    return tf.constant(1.0) * n
+for n in range(12):
+    scale(n)  # a new Python number: a new trace each time
+"""
+    assert run(keras_shell, cell).success
+    (finding,) = keras_nbguard.diagnose("traced")
+    assert finding.kind == "retracing" and finding.message.startswith("12 tf.function traces")
+    record = keras_nbguard.runs("traced")[-1]  # and the run's own summary says it
+    assert record.findings == (f"retracing: {finding.message} — %nbguard diagnose",)
+    assert ("finding", record.findings[0]) in record.summary_rows()
+
+
+@pytest.mark.slow
+def test_a_clean_label_raises_nothing_and_kept_models_are_named(keras_shell):
+    for _ in range(MIN_RUNS + 2):
+        assert run(keras_shell, "%%kerasrun --label clean --quiet\nmodel = make_model()\n"
+                                "model.fit(x, y, epochs=2, verbose=0)").success
+    assert keras_nbguard.diagnose("clean") == []
+    assert all(r.findings == () for r in keras_nbguard.runs("clean"))
+    run(keras_shell, "kept = []")
+    for _ in range(2):
+        assert run(keras_shell, "%%kerasrun --label kept --quiet\nkept.append(make_model())\n"
+                                "kept[-1].fit(x, y, epochs=1, verbose=0)").success
+    (finding,) = keras_nbguard.diagnose("kept")
+    assert finding.kind == "stale_models" and "kept[0]" in finding.message
+    shown = keras_shell.run_line_magic("nbguard", "diagnose --label kept")
+    assert shown == [finding]
