@@ -77,8 +77,9 @@ def diagnose(records: Sequence[RunRecord]) -> Findings:
     return Findings(sorted(findings, key=lambda f: -f.weight))
 
 
-def with_findings(record: RunRecord, earlier: Sequence[RunRecord],
-                  warn: Callable[[str], object]) -> RunRecord:
+def with_findings(
+    record: RunRecord, earlier: Sequence[RunRecord], warn: Callable[[str], object]
+) -> RunRecord:
     """``record`` with the top findings about its label after it (``earlier``: the label's runs
     before it in this kernel)."""
     try:
@@ -103,30 +104,47 @@ def _across_runs(runs: list[RunRecord]) -> list[Finding]:
         trend = Trend([r.fit_seconds or 0.0 for r in timed])
         if trend.rises():
             first, last = timed[0], timed[-1]
-            found.append(Finding(
-                "run_slowdown",
-                f"fit time rose {fmt_seconds(trend.rise)} over runs {_span(timed)} "
-                f"({trend.share:.0%} of the median {fmt_seconds(trend.median)}), beyond the "
-                f"runs' own spread of ±{fmt_seconds(trend.spread)}",
-                "something piles up between runs: see the other findings; a restarted kernel's "
-                "first run tells state from data",
-                (("fit time", f"{fmt_seconds(first.fit_seconds)} → "
-                              f"{fmt_seconds(last.fit_seconds)}"),
-                 ("slope", f"{fmt_seconds(trend.slope, signed=True)} a run")),
-                _names(timed), trend.share))
+            found.append(
+                Finding(
+                    "run_slowdown",
+                    f"fit time rose {fmt_seconds(trend.rise)} over runs {_span(timed)} "
+                    f"({trend.share:.0%} of the median {fmt_seconds(trend.median)}), beyond the "
+                    f"runs' own spread of ±{fmt_seconds(trend.spread)}",
+                    "something piles up between runs: see the other findings; a restarted kernel's "
+                    "first run tells state from data",
+                    (
+                        (
+                            "fit time",
+                            f"{fmt_seconds(first.fit_seconds)} → {fmt_seconds(last.fit_seconds)}",
+                        ),
+                        ("slope", f"{fmt_seconds(trend.slope, signed=True)} a run"),
+                    ),
+                    _names(timed),
+                    trend.share,
+                )
+            )
     measured = [r for r in runs if r.status == "ok" and r.rss_after is not None][1:]
     if len(measured) >= MIN_RUNS:
         trend = Trend([float(r.rss_after or 0) for r in measured])
         if trend.slope >= GROWTH_BYTES_PER_RUN and trend.rise >= NOISE_FACTOR * trend.spread:
-            found.append(Finding(
-                "state_growth",
-                f"RSS after each run grows {fmt_bytes(int(trend.slope))} a run over runs "
-                f"{_span(measured)} ({fmt_bytes(int(trend.rise))} in all)",
-                "something keeps objects across runs: `%nbguard leaks` lists the models still "
-                "held; lists or dicts you append to every run hold the rest",
-                (("RSS after", f"{fmt_bytes(measured[0].rss_after)} → "
-                               f"{fmt_bytes(measured[-1].rss_after)}"),),
-                _names(measured), trend.share))
+            found.append(
+                Finding(
+                    "state_growth",
+                    f"RSS after each run grows {fmt_bytes(int(trend.slope))} a run over runs "
+                    f"{_span(measured)} ({fmt_bytes(int(trend.rise))} in all)",
+                    "something keeps objects across runs: `%nbguard leaks` lists the models still "
+                    "held; lists or dicts you append to every run hold the rest",
+                    (
+                        (
+                            "RSS after",
+                            f"{fmt_bytes(measured[0].rss_after)} → "
+                            f"{fmt_bytes(measured[-1].rss_after)}",
+                        ),
+                    ),
+                    _names(measured),
+                    trend.share,
+                )
+            )
     return found
 
 
@@ -135,53 +153,81 @@ def _within_last_run(run: RunRecord) -> list[Finding]:
     found = []
     name = (f"{run.label} #{run.run_number}",)
     if run.stale_models is not None and run.stale_models.count:
-        found.append(Finding(
-            "stale_models", fmt_stale(run.stale_models),
-            run.stale_models.command or "%nbguard free --containers, or del the names",
-            (("models", str(run.stale_models.count)),
-             ("weights", fmt_bytes(run.stale_models.weight_bytes))),
-            name, 0.5))
+        found.append(
+            Finding(
+                "stale_models",
+                fmt_stale(run.stale_models),
+                run.stale_models.command or "%nbguard free --containers, or del the names",
+                (
+                    ("models", str(run.stale_models.count)),
+                    ("weights", fmt_bytes(run.stale_models.weight_bytes)),
+                ),
+                name,
+                0.5,
+            )
+        )
     fit_total = sum(f.seconds for f in run.fits)
     callbacks = sum(f.callback_seconds or 0.0 for f in run.fits)
     if fit_total > 0 and callbacks / fit_total >= CALLBACK_SHARE:
-        found.append(Finding(
-            "callbacks",
-            f"your callbacks took {fmt_seconds(callbacks)} of the {fmt_seconds(fit_total)} fit "
-            f"({callbacks / fit_total:.0%}) in {name[0]}",
-            "make them do less per epoch: log or checkpoint every few epochs, save weights only",
-            (("callbacks", fmt_seconds(callbacks)), ("fit", fmt_seconds(fit_total))),
-            name, callbacks / fit_total))
+        found.append(
+            Finding(
+                "callbacks",
+                f"your callbacks took {fmt_seconds(callbacks)} of the {fmt_seconds(fit_total)} fit "
+                f"({callbacks / fit_total:.0%}) in {name[0]}",
+                "make them do less per epoch: log or checkpoint every few epochs, save "
+                "weights only",
+                (("callbacks", fmt_seconds(callbacks)), ("fit", fmt_seconds(fit_total))),
+                name,
+                callbacks / fit_total,
+            )
+        )
     fits = max(1, len(run.fits))
     if run.traces is not None and run.traces > TRACES_PER_FIT * fits:
-        found.append(Finding(
-            "retracing",
-            f"{run.traces} tf.function traces in {name[0]} ({run.traces / fits:.0f} per fit): "
-            f"functions are traced again and again",
-            "pass tensors, not Python numbers, to your tf.function (or give it an "
-            "input_signature), and keep shapes fixed (drop_remainder=True)",
-            (("tf.function traces", str(run.traces)), ("fits", str(len(run.fits)))),
-            name, min(1.0, run.traces / (10 * fits))))
+        found.append(
+            Finding(
+                "retracing",
+                f"{run.traces} tf.function traces in {name[0]} ({run.traces / fits:.0f} per fit): "
+                f"functions are traced again and again",
+                "pass tensors, not Python numbers, to your tf.function (or give it an "
+                "input_signature), and keep shapes fixed (drop_remainder=True)",
+                (("tf.function traces", str(run.traces)), ("fits", str(len(run.fits)))),
+                name,
+                min(1.0, run.traces / (10 * fits)),
+            )
+        )
     for fit in run.fits:
         epochs = list(fit.epoch_seconds[1:])
         if len(epochs) < MIN_EPOCHS:
             continue
         trend = Trend(epochs)
         if trend.rises():
-            found.append(Finding(
-                "epoch_slowdown",
-                f"epoch time rose {fmt_seconds(trend.rise)} within a fit of {name[0]} "
-                f"({fmt_seconds(epochs[0])} → {fmt_seconds(epochs[-1])}, {trend.share:.0%})",
-                "something grows each epoch: a callback that keeps more every epoch, or an "
-                "input pipeline without cache/prefetch",
-                (("epochs", str(len(fit.epoch_seconds))),
-                 ("slope", f"{fmt_seconds(trend.slope, signed=True)} an epoch")),
-                name, trend.share))
+            found.append(
+                Finding(
+                    "epoch_slowdown",
+                    f"epoch time rose {fmt_seconds(trend.rise)} within a fit of {name[0]} "
+                    f"({fmt_seconds(epochs[0])} → {fmt_seconds(epochs[-1])}, {trend.share:.0%})",
+                    "something grows each epoch: a callback that keeps more every epoch, or an "
+                    "input pipeline without cache/prefetch",
+                    (
+                        ("epochs", str(len(fit.epoch_seconds))),
+                        ("slope", f"{fmt_seconds(trend.slope, signed=True)} an epoch"),
+                    ),
+                    name,
+                    trend.share,
+                )
+            )
             break
     if run.status == "oom":
-        found.append(Finding(
-            "oom_batch", f"{name[0]} ran out of memory: {run.error or 'no detail'}",
-            run.advice[0] if run.advice else "halve the batch size",
-            tuple(("advice", a) for a in run.advice[1:3]), name, 2.0))
+        found.append(
+            Finding(
+                "oom_batch",
+                f"{name[0]} ran out of memory: {run.error or 'no detail'}",
+                run.advice[0] if run.advice else "halve the batch size",
+                tuple(("advice", a) for a in run.advice[1:3]),
+                name,
+                2.0,
+            )
+        )
     return found
 
 
@@ -191,7 +237,8 @@ class Trend:
     def __init__(self, ys: Sequence[float]) -> None:
         n = len(ys)
         self.slope = statistics.median(
-            (ys[j] - ys[i]) / (j - i) for i in range(n) for j in range(i + 1, n))
+            (ys[j] - ys[i]) / (j - i) for i in range(n) for j in range(i + 1, n)
+        )
         intercept = statistics.median(y - self.slope * x for x, y in enumerate(ys))
         residuals = [y - (intercept + self.slope * x) for x, y in enumerate(ys)]
         self.spread = 1.4826 * statistics.median(abs(r) for r in residuals)

@@ -23,15 +23,13 @@ from . import gpu_setup
 from .cell import KerasrunCells, inside_a_cell, run_cell_body, run_cell_body_async
 from .collectors.gpu import TfGpu
 from .labels import CellLabels
-from .prepare import RunOptions
+from .prepare import RunOptions, options_from
 from .report import key_values, runs_table
 from .session import Session, set_session
 from .status import history_db_row, option_rows, status_rows
 
-POLICIES = {"mixed_float16", "mixed_bfloat16", "float16", "bfloat16", "float32", "float64"}
-SHORT_POLICIES = {"float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
 SUBCOMMANDS = ("status", "runs", "config", "leaks", "free", "dashboard", "export", "reset",
-               "diagnose")
+               "diagnose", "compare")
 
 
 def _run_option_arguments(func: Any) -> Any:
@@ -64,21 +62,10 @@ def _run_option_arguments(func: Any) -> Any:
 
 
 def _options_from(args: argparse.Namespace, base: RunOptions) -> RunOptions:
-    changes: dict[str, Any] = {}
-    for name in ("clear", "deep_clean", "gpu_growth", "quiet", "keep_stale"):
-        if getattr(args, name, None) is not None:
-            changes[name] = getattr(args, name)
-    if args.gpu_limit is not None:
-        if args.gpu_limit <= 0:
-            raise UsageError(f"--gpu-limit takes a positive number of MiB, not {args.gpu_limit}")
-        changes["gpu_limit_mb"] = args.gpu_limit
-    if args.mixed_precision is not None:
-        policy = SHORT_POLICIES.get(args.mixed_precision, args.mixed_precision)
-        if policy not in POLICIES:
-            raise UsageError(f"--mixed-precision: unknown policy {args.mixed_precision!r}; use "
-                             f"mixed_float16 (GPUs) or mixed_bfloat16 (TPUs, recent CPUs/GPUs)")
-        changes["mixed_precision"] = policy
-    return dataclasses.replace(base, **changes)
+    try:
+        return options_from(args, base)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 @functools.lru_cache(maxsize=64)
@@ -171,8 +158,8 @@ class KerasMagics(Magics):
     @magic_arguments()
     @argument("command", choices=SUBCOMMANDS,
               help="status | runs | config | leaks | free | dashboard | export | reset | "
-                   "diagnose")
-    @argument("file", nargs="?", default=None, help="export: the CSV file to write.")
+                   "diagnose | compare")
+    @argument("operands", nargs="*", help="export: the CSV file; compare: two runs (mlp#3 mlp#7).")
     @argument("--all", dest="free_all", action="store_true", help="free: current models too.")
     @argument("--undo", action="store_true", help="reset: show the hidden runs again.")
     @argument("--containers", action="store_true",
@@ -202,6 +189,7 @@ class KerasMagics(Magics):
         runs     the runs of this notebook as a table (``--label NAME`` for one label).
         leaks    every live Keras model, with the paths that hold it; stale ones flagged.
         diagnose why runs got slower or fatter, in words, with the numbers (``--label``).
+        compare  two runs side by side: ``%nbguard compare mlp#3 mlp#7`` (a label: its last).
         free     drop references to stale models (``--all``: current ones too;
                  ``--containers``: also inside your lists/dicts/attributes), then clear.
         dashboard  the live dashboard widget (a static view without a widget frontend).
@@ -214,10 +202,14 @@ class KerasMagics(Magics):
                  and --db PATH for where the run history is kept).
         """
         args = self.nbguard.parser.parse_args(_shell_words(line))
-        if args.file is not None and args.command != "export":
-            raise UsageError(f"%nbguard {args.command} takes no file name (got {args.file!r})")
-        if args.command == "export":
-            return self._export(args)
+        if args.operands and args.command not in ("export", "compare"):
+            raise UsageError(f"%nbguard {args.command} takes no file name (got "
+                             f"{args.operands[0]!r})")
+        if args.command in ("export", "compare"):
+            try:
+                return self._with_operands(args)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
         if args.command == "reset":
             return self.session.perform("reset_history" if not args.undo else "undo_reset")
         if args.command == "diagnose":
@@ -249,17 +241,18 @@ class KerasMagics(Magics):
                               [*option_rows(options), history_db_row(self.session.store)])
         return key_values("keras_nbguard status", status_rows(self.session))
 
-    def _export(self, args: argparse.Namespace) -> None:
+    def _with_operands(self, args: argparse.Namespace) -> Any:
+        records = self.session.runs(args.label, args.this_kernel)
+        if args.command == "compare":
+            from .compare import compare_runs
+
+            return compare_runs(records, args.operands)
         from .export import write_csv
 
-        if not args.file:
-            raise UsageError("%nbguard export needs a file name: %nbguard export runs.csv")
-        records = self.session.runs(args.label, args.this_kernel)
-        try:
-            count = write_csv(records, os.path.expanduser(args.file))
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        print(f"keras_nbguard: wrote {count} run(s) to {args.file}")
+        if len(args.operands) != 1:
+            raise ValueError("%nbguard export needs a file name: %nbguard export runs.csv")
+        count = write_csv(records, os.path.expanduser(args.operands[0]))
+        print(f"keras_nbguard: wrote {count} run(s) to {args.operands[0]}")
 
 def load(shell: Any) -> KerasMagics:
     unload(shell)  # a second %load_ext must not double anything

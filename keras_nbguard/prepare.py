@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import gc
 import importlib
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import gpu_setup
 from .collectors.gpu import TfGpu
@@ -101,3 +104,29 @@ def _set_policy(keras: object, name: str, result: Prepared) -> None:
         keras.config.set_dtype_policy(name)  # type: ignore[attr-defined]
     except Exception as exc:
         result.warnings.append(f"dtype policy {name!r} not applied: {exc}")
+
+
+POLICIES = {"mixed_float16", "mixed_bfloat16", "float16", "bfloat16", "float32", "float64"}
+SHORT_POLICIES = {"float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
+
+
+def options_from(args: argparse.Namespace, base: RunOptions) -> RunOptions:
+    """``base`` changed by the options given on a ``%%kerasrun`` / ``%nbguard config`` line
+    (None: not given); ``ValueError`` says, in the user's terms, what is wrong."""
+    changes: dict[str, Any] = {}
+    for name in ("clear", "deep_clean", "gpu_growth", "quiet", "keep_stale"):
+        if getattr(args, name, None) is not None:
+            changes[name] = getattr(args, name)
+    if args.gpu_limit is not None:
+        if args.gpu_limit <= 0:
+            raise ValueError(f"--gpu-limit takes a positive number of MiB, not {args.gpu_limit}")
+        changes["gpu_limit_mb"] = args.gpu_limit
+    if args.mixed_precision is not None:
+        policy = SHORT_POLICIES.get(args.mixed_precision, args.mixed_precision)
+        if policy not in POLICIES:
+            raise ValueError(
+                f"--mixed-precision: unknown policy {args.mixed_precision!r}; use "
+                f"mixed_float16 (GPUs) or mixed_bfloat16 (TPUs, recent CPUs/GPUs)"
+            )
+        changes["mixed_precision"] = policy
+    return dataclasses.replace(base, **changes)

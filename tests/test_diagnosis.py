@@ -10,7 +10,9 @@ import pytest
 from helpers import make_record, run
 
 import keras_nbguard
+from keras_nbguard.compare import Comparison, find_run
 from keras_nbguard.diagnosis import MIN_RUNS, Trend, diagnose
+from keras_nbguard.formatting import fmt_seconds
 from keras_nbguard.records import FitRecord
 
 MiB = 2**20
@@ -113,3 +115,24 @@ def test_a_clean_label_raises_nothing_and_kept_models_are_named(keras_shell):
     assert finding.kind == "stale_models" and "kept[0]" in finding.message
     shown = keras_shell.run_line_magic("nbguard", "diagnose --label kept")
     assert shown == [finding]
+    compared = keras_shell.run_line_magic("nbguard", "compare clean#2 kept")
+    assert (compared.first.label, compared.first.run_number) == ("clean", 2)
+    assert (compared.second.label, compared.second.run_number) == ("kept", 2)
+    rows = {name: (a, b, change) for name, a, b, change in compared.rows()}
+    first, second = compared.first, compared.second
+    assert rows["fit"][2] == fmt_seconds(second.fit_seconds - first.fit_seconds, signed=True)
+    assert "clean #2" in compared.text() and "change" in compared.text()
+
+
+def test_compare_names_runs_in_the_users_terms():
+    records = [make_record(label="my mlp", run_number=n, fit_seconds=1.0 + n / 10,
+                           traces=None) for n in (1, 2, 3)]
+    first, second = find_run(records, "my mlp#1"), find_run(records, "my mlp")
+    assert (first.run_number, second.run_number) == (1, 3)  # a label alone: its last run
+    rows = {name: rest for name, *rest in Comparison(first, second).rows()}
+    assert rows["fit"] == ["1.10 s", "1.30 s", "+200 ms"]
+    assert rows["tf.function traces"] == ["n/a", "n/a", "n/a"]  # unknown, never 0
+    with pytest.raises(ValueError, match=r"'my mlp' has no run #9 \(it has #1, #2, #3\)"):
+        find_run(records, "my mlp #9")
+    with pytest.raises(ValueError, match="no run labelled 'cnn'"):
+        find_run(records, "cnn")
