@@ -77,7 +77,7 @@ class Writer:
                         if entry is not None and entry[0] == "call"), len(batch))
             head = batch[:cut]
             try:
-                if not self._write(head):
+                if head and not self._write(head):  # (a call first: no empty transaction)
                     batch[:cut] = head  # kept: tried again, with what came meanwhile
                     continue
             except Exception as exc:  # a bug of ours must not end the writer for good
