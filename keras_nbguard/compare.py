@@ -99,9 +99,14 @@ class Comparison:
         return rows
 
     def findings(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The findings each run's summary had that the other's did not."""
+        """The findings each run's summary had that the other's did not, by kind (the texts
+        name their own run, so two runs with the same cause never match word for word)."""
         a, b = self.first.findings, self.second.findings
-        return tuple(f for f in a if f not in b), tuple(f for f in b if f not in a)
+        kinds_a, kinds_b = {_kind(f) for f in a}, {_kind(f) for f in b}
+        return (
+            tuple(f for f in a if _kind(f) not in kinds_b),
+            tuple(f for f in b if _kind(f) not in kinds_a),
+        )
 
     def _names(self) -> tuple[str, str]:
         return (
@@ -139,3 +144,7 @@ class Comparison:
             for f in found
         )
         return f"<table><tr>{head}</tr>{body}</table>" + (f"<ul>{notes}</ul>" if notes else "")
+
+
+def _kind(finding_line: str) -> str:
+    return finding_line.split(":", 1)[0]

@@ -3,6 +3,7 @@ rules on records, where a clean or merely noisy label must raise nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 
@@ -132,6 +133,10 @@ def test_compare_names_runs_in_the_users_terms():
     rows = {name: rest for name, *rest in Comparison(first, second).rows()}
     assert rows["fit"] == ["1.10 s", "1.30 s", "+200 ms"]
     assert rows["tf.function traces"] == ["n/a", "n/a", "n/a"]  # unknown, never 0
+    same = "retracing: 12 tf.function traces in my mlp #{} (12 per fit) — %nbguard diagnose"
+    kept = Comparison(dataclasses.replace(first, findings=(same.format(1),)),
+                      dataclasses.replace(second, findings=(same.format(3), "callbacks: x")))
+    assert kept.findings() == ((), ("callbacks: x",))  # the same cause in both is no difference
     with pytest.raises(ValueError, match=r"'my mlp' has no run #9 \(it has #1, #2, #3\)"):
         find_run(records, "my mlp #9")
     with pytest.raises(ValueError, match="no run labelled 'cnn'"):
