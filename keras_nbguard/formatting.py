@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .records import CleanReport, GpuReading, HeldModels, RunRecord
+    from .records import CleanReport, GpuReading, Growth, HeldModels, RunRecord
 
 NA = "n/a"
 
@@ -106,7 +106,7 @@ def fmt_traces(record: RunRecord) -> str:
     if record.traces is None:
         return NA
     data = NA if record.dataset_traces is None else str(record.dataset_traces)
-    return f"{record.traces} tf.function, {data} tf.data"
+    return f"{record.traces} tf.function, {data} tf.data of yours"
 
 
 def fmt_deltas(record: RunRecord) -> str:
@@ -116,3 +116,9 @@ def fmt_deltas(record: RunRecord) -> str:
         f"#{record.previous_run}: Δ fit {fmt_seconds(record.delta_fit_seconds, signed=True)}, "
         f"Δ RSS after {fmt_bytes(record.delta_rss_after, signed=True)}"
     )
+
+
+def fmt_growth(growth: Growth) -> str:
+    """What one name of the user's grew by over a run: "`histories` (list) +1 item, +38.1 MiB"."""
+    items = "" if growth.items is None else f" {growth.items:+,} item{'s' * (growth.items != 1)},"
+    return f"`{growth.name}` ({growth.kind}){items} {fmt_bytes(growth.bytes, signed=True)}"

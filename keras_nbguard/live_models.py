@@ -98,5 +98,8 @@ class LiveModels:
             deep_clean=deep_clean,
         )
 
+    def namespace(self) -> Any:
+        return self._user_ns()
+
     def _user_ns(self) -> Any:
         return self.shell.user_ns if self.shell is not None else sys.modules["__main__"].__dict__

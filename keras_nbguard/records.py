@@ -23,6 +23,16 @@ STATUSES = ("ok", "error", "interrupted", "oom", "died")  # died: the kernel was
 
 
 @dataclass(frozen=True)
+class CallbackTime:
+    """One method of the user's callbacks, over one fit: ``name`` is "Class.method"."""
+
+    name: str
+    seconds: float
+    calls: int
+    bytes_written: int | None = None  # by the fit's thread inside it; None: not readable here
+
+
+@dataclass(frozen=True)
 class FitRecord:
     """One call to ``Model.fit`` inside a run."""
 
@@ -34,6 +44,19 @@ class FitRecord:
     steps: int | None = None
     model_name: str | None = None
     completed: bool = True
+    callbacks: tuple[CallbackTime, ...] = ()  # slowest first
+    # the user's Python input (a generator, a PyDataset): time making its batches; None: other
+    input_kind: str | None = None
+    input_seconds: float | None = None
+    input_batches: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FitRecord:
+        return cls(**{
+            **data,
+            "epoch_seconds": tuple(data.get("epoch_seconds", ())),
+            "callbacks": tuple(CallbackTime(**c) for c in data.get("callbacks", ())),
+        })
 
 
 @dataclass(frozen=True)
@@ -91,6 +114,17 @@ class HeldModels:
 
 
 @dataclass(frozen=True)
+class Growth:
+    """A name in the user's namespace whose value grew over a run (looked for only when RSS grew):
+    ``items`` it gained (None: not a container), ``bytes`` about how much memory they hold."""
+
+    name: str
+    kind: str  # its type's name
+    items: int | None
+    bytes: int | None
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """Everything measured about one ``%%kerasrun`` cell or ``track()`` block."""
 
@@ -108,7 +142,7 @@ class RunRecord:
     traces: int | None  # tf.function traces (train steps etc.)
     warnings: tuple[str, ...] = ()
     run_number: int = 1
-    dataset_traces: int | None = None  # tf.data pipeline functions traced (rebuilt datasets)
+    dataset_traces: int | None = None  # functions traced of tf.data pipelines the user built
     prepare_seconds: float | None = None  # gc, clear_session and GPU setup before the cell
     error: str | None = None
     advice: tuple[str, ...] = ()
@@ -130,6 +164,7 @@ class RunRecord:
     released_models: HeldModels | None = None
     stale_models: HeldModels | None = None
     findings: tuple[str, ...] = ()  # the label's top causes after this run (diagnosis.py)
+    growth: tuple[Growth, ...] = ()  # the user's names that grew most over this run, largest first
 
     # -- derived figures ---------------------------------------------------------------------
     @property
@@ -157,13 +192,11 @@ class RunRecord:
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
         known = {f.name for f in dataclasses.fields(cls)}
         data = {k: v for k, v in data.items() if k in known}  # a newer writer's extras: ignored
-        data["fits"] = tuple(
-            FitRecord(**{**f, "epoch_seconds": tuple(f.get("epoch_seconds", ()))})
-            for f in data.get("fits", ())
-        )
+        data["fits"] = tuple(FitRecord.from_dict(f) for f in data.get("fits", ()))
         data["gpu"] = GpuReading(**(data.get("gpu") or {}))
         for key in ("warnings", "advice", "findings"):
             data[key] = tuple(data.get(key, ()))
+        data["growth"] = tuple(Growth(**g) for g in data.get("growth", ()))
         data["rss_samples"] = tuple(tuple(s) for s in data.get("rss_samples", ()))
         if data.get("deep_clean"):
             data["deep_clean"] = CleanReport(**data["deep_clean"])

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import actions, feed
 from .actions import ActionReport
+from .census import NamespaceCensus
 from .collectors.gpu import NvmlReader, TfGpu
 from .deepclean import DeepClean
 from .died import DiedRun, process_alive
@@ -30,8 +31,6 @@ if TYPE_CHECKING:
     from .probes import LeakReport
 
 DEFAULT_STORE = "default"
-
-
 
 
 class Session:
@@ -70,6 +69,7 @@ class Session:
             "free": lambda: self.free(containers=True).counts(),
         }
         self.live = LiveModels(shell, self.warn_once)
+        self.census = NamespaceCensus(self.warn_once)
         self.dashboard: Any = None  # the kernel's Dashboard once shown
         self._queued: list[str] = []
         # Held while a run starts and while a reset runs: a reset clicked from another thread
@@ -196,8 +196,8 @@ class Session:
             queued, self._queued = self._queued, []
         if record is not None:
             record = self.live.run_ended(run, record)
-            from .diagnosis import with_findings  # statistics: not at %load_ext
-
+            record = self.census.after_run(record, run.previous_record, self.live.namespace())
+            from .diagnosis import with_findings  # not at %load_ext
             record = with_findings(record, self.past.runs(run.label, this_kernel=True),
                                    self.warn_once)
             run.record = record

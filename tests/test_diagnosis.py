@@ -106,8 +106,9 @@ def test_a_clean_label_raises_nothing_and_kept_models_are_named(keras_shell):
     for _ in range(MIN_RUNS + 2):
         assert run(keras_shell, "%%kerasrun --label clean --quiet\nmodel = make_model()\n"
                                 "model.fit(x, y, epochs=2, verbose=0)").success
-    assert keras_nbguard.diagnose("clean") == []
-    assert all(r.findings == () for r in keras_nbguard.runs("clean"))
+    times = [round(r.fit_seconds, 3) for r in keras_nbguard.runs("clean")]
+    assert keras_nbguard.diagnose("clean") == [], times  # the times, should it ever fail
+    assert [r.findings for r in keras_nbguard.runs("clean") if r.findings] == []
     run(keras_shell, "kept = []")
     for _ in range(2):
         assert run(keras_shell, "%%kerasrun --label kept --quiet\nkept.append(make_model())\n"

@@ -2,8 +2,8 @@
 
 The injected callback uses epoch and train hooks only: overriding a batch hook would make Keras turn
 off its asynchronous dispatch and slow down the very fit we measure. The user's own callbacks are
-timed method by method (only the methods they override), so device time that a ``CallbackList``
-would absorb is not blamed on them.
+timed method by method (``callback_clock.py``), and a Python input's batches as they are made
+(``input_clock.py``).
 """
 
 from __future__ import annotations
@@ -19,14 +19,11 @@ from typing import Any
 
 from ..patching import AttributePatch, PatchOnImport
 from ..records import FitRecord
+from .callback_clock import CallbackClock
+from .input_clock import InputClock
 
 MODEL_MODULE = "keras.src.models.model"
 KERAS_DEFAULT_BATCH_SIZE = 32
-CALLBACK_HOOKS = (
-    "on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end",
-    "on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end",
-    "on_test_begin", "on_test_end", "on_test_batch_begin", "on_test_batch_end",
-)
 
 EpochListener = Callable[[int, float], None]
 
@@ -38,7 +35,6 @@ class _FitInProgress:
     epoch_seconds: list[float] = field(default_factory=list)
     epoch_started: float | None = None
     steps: int | None = None
-    callback_seconds: float | None = 0.0
 
 
 class FitTimer:
@@ -83,8 +79,11 @@ class FitTimer:
         if not any(ref() is model for ref in self.models):
             self.models.append(weakref.ref(model))
         user_callbacks = bound.arguments.get("callbacks")
-        restore = self._time_user_callbacks(user_callbacks, progress)
+        callbacks = CallbackClock(user_callbacks, self.clock)
         bound.arguments["callbacks"] = self._with_our_callback(user_callbacks, progress)
+        inputs = InputClock(self.clock)
+        if "x" in bound.arguments:
+            bound.arguments["x"] = inputs.wrap(bound.arguments["x"])
         completed = False
         start = self.clock()
         try:
@@ -93,16 +92,22 @@ class FitTimer:
             return result
         finally:
             seconds = self.clock() - start
-            restore()
+            breakdown = callbacks.breakdown()
+            callbacks.restore()
+            inputs.restore()
             self.fits.append(FitRecord(
                 seconds=seconds,
                 epochs=len(progress.epoch_seconds),
                 epoch_seconds=tuple(progress.epoch_seconds),
-                callback_seconds=progress.callback_seconds,
+                callback_seconds=callbacks.seconds,
                 batch_size=progress.batch_size,
                 steps=progress.steps,
                 model_name=progress.model_name,
                 completed=completed,
+                callbacks=breakdown,
+                input_kind=inputs.kind,
+                input_seconds=inputs.seconds,
+                input_batches=inputs.batches if inputs.kind else None,
             ))
 
     def _with_our_callback(self, callbacks: Any, progress: _FitInProgress) -> Any:
@@ -112,49 +117,6 @@ class FitTimer:
 
     def _make_callback(self, progress: _FitInProgress) -> Any:
         return _epoch_clock_class()(progress, self.clock, self.epoch_listeners)
-
-    def _time_user_callbacks(self, callbacks: Any,
-                             progress: _FitInProgress) -> Callable[[], None]:
-        """Wrap the hooks each user callback overrides; returns a function that unwraps them."""
-        if not isinstance(callbacks, (list, tuple)):
-            if callbacks is not None:
-                progress.callback_seconds = None
-            return lambda: None
-        wrapped: list[tuple[Any, str, Any]] = []
-        for callback in callbacks:
-            for name in CALLBACK_HOOKS:
-                method = getattr(callback, name, None)
-                if method is None or getattr(method, "_is_default", False):
-                    continue  # Keras' no-op default: nothing to time, and async dispatch stays on
-                previous = callback.__dict__.get(name) if hasattr(callback, "__dict__") else None
-                try:
-                    setattr(callback, name, self._timed_hook(method, progress))
-                except (AttributeError, TypeError):  # __slots__ or a frozen object
-                    progress.callback_seconds = None
-                    continue
-                wrapped.append((callback, name, previous))
-
-        def restore() -> None:
-            for callback, name, previous in wrapped:
-                if previous is None:
-                    del callback.__dict__[name]
-                else:
-                    setattr(callback, name, previous)
-        return restore
-
-    def _timed_hook(self, method: Callable[..., Any],
-                    progress: _FitInProgress) -> Callable[..., Any]:
-        clock = self.clock
-
-        @functools.wraps(method)
-        def hook(*args: Any, **kwargs: Any) -> Any:
-            start = clock()
-            try:
-                return method(*args, **kwargs)
-            finally:
-                if progress.callback_seconds is not None:
-                    progress.callback_seconds += clock() - start
-        return hook
 
 
 @functools.lru_cache(maxsize=8)

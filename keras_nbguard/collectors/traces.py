@@ -6,7 +6,9 @@ A scoped, reversible patch of the one TensorFlow function that runs only when a 
 from __future__ import annotations
 
 import functools
-from types import ModuleType
+import os
+import sys
+from types import FrameType, ModuleType
 from typing import Any
 
 from ..patching import AttributePatch, PatchOnImport
@@ -16,12 +18,16 @@ TRACE_FUNCTION = "_create_concrete_function"
 
 
 DATASET_PREFIX = "Dataset_"  # tf.data names the functions of a pipeline's map/filter/... so
+# Keras turns arrays and generators into a tf.data pipeline of its own at every fit: those traces
+# are not the user's to fix, and counting them would name a rebuilt dataset in every clean run
+KERAS_ADAPTERS = f"{os.sep}trainers{os.sep}data_adapters{os.sep}"
+FRAMES_LOOKED_AT = 60
 
 
 class TraceCounter:
     """Top-level traces while installed: ``count`` of tf.functions (a new model or a recompile
-    retraces its train step), ``dataset_count`` of tf.data pipeline functions (a rebuilt dataset
-    retraces its maps). Both None when they can't be read."""
+    retraces its train step), ``dataset_count`` of the functions of tf.data pipelines the user
+    built (a rebuilt dataset retraces its maps). Both None when they can't be read."""
 
     def __init__(self) -> None:
         self.count: int | None = 0
@@ -62,6 +68,19 @@ class TraceCounter:
             return
         name = str(getattr(tracing_options, "name", ""))
         if name.startswith(DATASET_PREFIX):
-            self.dataset_count += 1
+            if not _inside_keras_adapter():
+                self.dataset_count += 1
         else:
             self.count += 1
+
+
+def _inside_keras_adapter() -> bool:
+    """Whether this trace is made by Keras' own data adapters (rare enough to walk the stack)."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(FRAMES_LOOKED_AT):
+        if frame is None:
+            return False
+        if KERAS_ADAPTERS in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False

@@ -1,0 +1,133 @@
+"""Each cause built for real on a real shell with real Keras, named with the right number."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+from helpers import run
+
+import keras_nbguard
+from keras_nbguard.findings import DATASET_RUNS, MIN_RUNS
+
+MiB = 2**20
+
+
+def only(kind: str, label: str):
+    (finding,) = [f for f in keras_nbguard.diagnose(label) if f.kind == kind]
+    return finding
+
+
+def test_a_slow_callback_is_named_by_class_and_method(keras_shell):
+    cell = """%%kerasrun --label cb --quiet
+import time
+class Slow(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        time.sleep(0.2)
+model = make_model()
+model.fit(x, y, epochs=3, verbose=0, callbacks=[Slow()])
+"""
+    assert run(keras_shell, cell).success
+    finding = only("callbacks", "cb")
+    fit = keras_nbguard.runs("cb")[-1].fits[0]
+    (hook,) = fit.callbacks
+    assert (hook.name, hook.calls) == ("Slow.on_epoch_end", 3)
+    assert 0.6 <= hook.seconds <= fit.callback_seconds < fit.seconds  # 3 x 0.2 s
+    assert f"{fit.callback_seconds / fit.seconds:.0%})" in finding.message
+    assert "Slow.on_epoch_end" in finding.message
+    assert not [f for f in keras_nbguard.diagnose("cb") if f.kind == "checkpoint_io"]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/thread-self/io"), reason="Linux I/O counters")
+def test_a_checkpoint_every_epoch_is_checkpoint_io_with_the_bytes(keras_shell, tmp_path):
+    path = tmp_path / "best.keras"
+    cell = f"""%%kerasrun --label ckpt --quiet
+model = make_model(units=512)
+saver = keras.callbacks.ModelCheckpoint({str(path)!r})
+model.fit(x, y, epochs=4, verbose=0, callbacks=[saver])
+"""
+    assert run(keras_shell, cell).success
+    finding = only("checkpoint_io", "ckpt")
+    hooks = {h.name: h for h in keras_nbguard.runs("ckpt")[-1].fits[0].callbacks}
+    hook = hooks["ModelCheckpoint.on_epoch_end"]  # it overrides the batch hooks too: no writes
+    assert hook.calls == 4 and hooks["ModelCheckpoint.on_train_batch_end"].bytes_written == 0
+    saved = path.stat().st_size  # one save's file; four were written
+    assert 4 * saved <= hook.bytes_written <= 4 * 4 * saved
+    written_mib = float(re.search(r"wrote ([\d.,]+) MiB in 4 calls", finding.message).group(1))
+    assert written_mib == round(hook.bytes_written / MiB, 1)
+    assert not [f for f in keras_nbguard.diagnose("ckpt") if f.kind == "callbacks"]
+
+
+def test_a_slow_generator_is_input_pipeline_with_the_time_per_batch(keras_shell):
+    cell = """%%kerasrun --label gen --quiet
+import time
+def batches():
+    while True:
+        time.sleep(0.05)  # reading and decoding, say
+        yield x[:32], y[:32]
+model = make_model()
+model.fit(batches(), steps_per_epoch=6, epochs=2, verbose=0)
+"""
+    assert run(keras_shell, cell).success
+    finding = only("input_pipeline", "gen")
+    fit = keras_nbguard.runs("gen")[-1].fits[0]
+    assert fit.input_kind == "generator" and fit.input_batches >= 12
+    per_batch = fit.input_seconds / fit.input_batches
+    assert 0.05 <= per_batch < 0.08
+    assert f"to make each of its {fit.input_batches} batches" in finding.message
+    assert finding.message.startswith("your generator took 5")  # 50-79 ms
+
+
+def test_a_slow_py_dataset_is_timed_too_and_a_fast_input_is_not_named(keras_shell):
+    cell = """%%kerasrun --label pyds --quiet
+import time
+class Slow(keras.utils.PyDataset):
+    def __len__(self):
+        return 6
+    def __getitem__(self, i):
+        time.sleep(0.05)
+        return x[i * 32:(i + 1) * 32], y[i * 32:(i + 1) * 32]
+model = make_model()
+model.fit(Slow(), epochs=2, verbose=0)
+"""
+    assert run(keras_shell, cell).success
+    fit = keras_nbguard.runs("pyds")[-1].fits[0]
+    assert fit.input_kind == "PyDataset" and fit.input_batches == 12
+    assert 0.05 * 12 <= fit.input_seconds < fit.seconds
+    assert only("input_pipeline", "pyds").message.startswith("your PyDataset took")
+    fast = "%%kerasrun --label fastgen --quiet\ndef batches():\n    while True:\n" \
+           "        yield x[:32], y[:32]\nmodel.fit(batches(), steps_per_epoch=6, verbose=0)\n"
+    assert run(keras_shell, fast).success
+    assert keras_nbguard.runs("fastgen")[-1].fits[0].input_seconds is not None
+    assert keras_nbguard.diagnose("fastgen") == []
+
+
+@pytest.mark.slow
+def test_a_dataset_built_in_every_run_is_dataset_rebuilt(keras_shell):
+    cell = """%%kerasrun --label rebuilt --quiet
+import tensorflow as tf
+ds = tf.data.Dataset.from_tensor_slices((x, y)).map(lambda a, b: (a / 2, b)).batch(32)
+model = make_model()
+model.fit(ds, epochs=1, verbose=0)
+"""
+    for _ in range(DATASET_RUNS):
+        assert run(keras_shell, cell).success
+    assert not [f for f in keras_nbguard.diagnose("rebuilt") if f.kind == "dataset_rebuilt"]
+    assert run(keras_shell, cell).success  # the third rebuild after the first
+    finding = only("dataset_rebuilt", "rebuilt")
+    assert "1 of its functions traced again in each of runs #2–#4" in finding.message
+
+
+def test_a_list_growing_every_run_is_named_with_its_size(keras_shell):
+    run(keras_shell, "hoard = []")
+    cell = "%%kerasrun --label hoard --quiet\nhoard.append(np.ones(20 * 2**20 // 8))\n"
+    for _ in range(MIN_RUNS + 1):
+        assert run(keras_shell, cell).success
+    finding = only("state_growth", "hoard")
+    grown = keras_nbguard.runs("hoard")[-1].growth[0]
+    assert (grown.name, grown.kind, grown.items) == ("hoard", "list", 1)
+    assert 20 * MiB <= grown.bytes < 21 * MiB
+    assert "`hoard` (list) +1 item, +20.0 MiB in the last run" in finding.message
+    rate = float(re.search(r"grows ([\d.]+) MiB a run", finding.message).group(1))
+    assert 18 <= rate <= 22
