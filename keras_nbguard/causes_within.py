@@ -36,7 +36,7 @@ def _stale_models(run: RunRecord) -> Finding | None:
         return None
     return Finding(
         "stale_models",
-        fmt_stale(held),
+        fmt_stale(held, with_command=False),  # the command is the advice
         held.command or "%nbguard free --containers, or del the names",
         (("models", str(held.count)), ("weights", fmt_bytes(held.weight_bytes))),
         (name_of(run),),

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any
 
+from IPython.core.displayhook import DisplayHook
+
 MAGIC = "%%kerasrun"
 AWAIT_FLAG = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 
@@ -64,7 +66,9 @@ def _compile(shell: Any, magic_line: str, body: str, flags: int) -> _Compiled:
     ast.increment_lineno(tree, 1)
     tree = shell.transform_ast(tree)
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
+    # a trailing ';' hides the value, as in a plain cell (IPython looks at the magic call only)
+    quiet = DisplayHook.semicolon_at_end_of_expression(source)
+    if tree.body and isinstance(tree.body[-1], ast.Expr) and not quiet:
         last = ast.Expression(tree.body.pop().value)
     with shell.compile.extra_flags(flags):
         return _Compiled(

@@ -80,9 +80,9 @@ def _first_paths(paths: tuple[str, ...], count: int = 3) -> str:
     return ", ".join(paths[:count]) + (f" and {more} more" if more > 0 else "")
 
 
-def fmt_stale(held: HeldModels) -> str:
+def fmt_stale(held: HeldModels, with_command: bool = True) -> str:
     """``2 models from #3, #4 still alive (16.4 MiB weights): models[0], models[1] — ...``"""
-    command = f" — {held.command}" if held.command else ""
+    command = f" — {held.command}" if held.command and with_command else ""
     return (
         f"{_models_from(held)} still alive ({fmt_size(held.weight_bytes)} weights, graphs "
         f"not counted): {_first_paths(held.paths)}{command}"

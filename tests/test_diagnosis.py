@@ -14,7 +14,7 @@ import keras_nbguard
 from keras_nbguard.compare import Comparison, find_run
 from keras_nbguard.diagnosis import MIN_RUNS, Trend, diagnose
 from keras_nbguard.formatting import fmt_seconds
-from keras_nbguard.records import FitRecord
+from keras_nbguard.records import FitRecord, GpuReading
 
 MiB = 2**20
 
@@ -142,3 +142,26 @@ def test_compare_names_runs_in_the_users_terms():
         find_run(records, "my mlp #9")
     with pytest.raises(ValueError, match="no run labelled 'cnn'"):
         find_run(records, "cnn")
+
+
+def test_a_gpu_held_whole_with_little_used_is_gpu_growth_not_set():
+    # the figures NVML and tf.config would read on a GPU box (none here): 76 of 80 GiB held
+    held = GpuReading(tf_current=300 * MiB, tf_peak=1200 * MiB, nvml_used=77 * 1024 * MiB,
+                      nvml_total=80 * 1024 * MiB, nvml_process_used=76 * 1024 * MiB)
+    (finding,) = diagnose([make_record(gpu=held)])
+    assert finding.kind == "gpu_growth_not_set"
+    assert "holds 77,824.0 MiB of the GPU's 81,920.0 MiB (95%)" in finding.message
+    assert "peak use in mlp #1 was 1,200.0 MiB" in finding.message
+    grown = dataclasses.replace(held, nvml_process_used=1400 * MiB)  # growth on: no finding
+    assert diagnose([make_record(gpu=grown)]) == []
+
+
+def test_out_of_memory_names_the_batch_the_memory_and_a_smaller_batch():
+    record = make_record(status="oom", rss_peak=3 * 1024 * MiB, error="ResourceExhaustedError: OOM",
+                         fits=(FitRecord(seconds=0.2, epochs=0, batch_size=16384),),
+                         advice=("try batch_size=8192", "mixed precision"))
+    (finding,) = diagnose([record])
+    assert finding.kind == "oom_batch"
+    assert finding.message == ("mlp #1 ran out of host memory at batch_size=16384, with "
+                               "3,072.0 MiB in use: ResourceExhaustedError: OOM")
+    assert ("try", "batch_size=8192") in finding.evidence

@@ -61,6 +61,12 @@ def test_last_expression_is_the_cell_result_and_names_stay(keras_shell):
     assert ours == set(), f"names left in the user namespace: {ours}"
 
 
+def test_a_trailing_semicolon_hides_the_value_as_in_a_plain_cell(keras_shell):
+    result = run(keras_shell, "%%kerasrun --quiet\nseen = []\nseen.append(1) or 42;  # quiet\n")
+    assert result.result is None and keras_shell.user_ns["seen"] == [1]  # still evaluated
+    assert run(keras_shell, "%%kerasrun --quiet\n'a;b'\n").result == "a;b"
+
+
 def test_summary_is_shown_as_text_and_html(keras_shell):
     with capture_output() as cap:
         run(keras_shell, FIT_CELL)
