@@ -12,6 +12,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .findings import Finding
+from .findings_view import findings_html, findings_text
 from .formatting import fmt_bytes, fmt_gpu, fmt_seconds, fmt_size
 from .records import RunRecord
 from .report import runs_table
@@ -251,16 +253,19 @@ def lists_html(reports: Sequence[str], models: Sequence[str]) -> str:
 
 
 def static_view(records: Sequence[RunRecord], data: dict[str, Any], reports: Sequence[str],
-                models: Sequence[str], live: str, note: str) -> dict[str, str]:
+                models: Sequence[str], live: str, note: str,
+                findings: Sequence[Finding] = ()) -> dict[str, str]:
     """The dashboard without a widget frontend: trends, two SVG charts, the last runs; a bundle."""
     charts = (svg_chart(data, "fit", "fit", "fit time per run [s]")
               + svg_chart(data, "rss", "after", "RSS after each run [MiB]"))
     gpu = f"<div>{html.escape(data['gpu_note'])}</div>" if data["gpu_note"] else ""
     table = runs_table(records[-20:], "last runs")
     head = header_html(data, len(records), html.escape(live))
-    body = (f"<div class='keras-nbguard-static'>{head}{charts}{gpu}{table._repr_html_()}"
+    body = (f"<div class='keras-nbguard-static'>{head}{charts}{gpu}"
+            f"{findings_html(findings, len(records))}{table._repr_html_()}"
             f"{lists_html(reports, models)}"
             f"<div style='color:#777;font-size:80%'>{html.escape(note)}</div></div>")
-    text = [*data["trends"], *([data["gpu_note"]] if data["gpu_note"] else []), table.text(),
+    text = [*data["trends"], *([data["gpu_note"]] if data["gpu_note"] else []),
+            *findings_text(findings), table.text(),
             "models still referenced: " + ("; ".join(models) or "none")]
     return {"text/html": body, "text/plain": "\n".join(text)}

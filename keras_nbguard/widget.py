@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .downsample import halve
 from .figures import figure_data, header_html, lists_html, model_lines, static_view
+from .findings_view import current_findings, findings_html
 from .formatting import fmt_bytes
 from .frontend import widget_frontend
 from .plotting import draw, make_figure
@@ -25,6 +26,7 @@ from .records import RunRecord
 
 if TYPE_CHECKING:
     from .actions import ActionReport
+    from .findings import Finding
     from .session import Session
     from .tracking import Run
 
@@ -47,6 +49,7 @@ class Dashboard:
         self._lock = threading.RLock()  # every widget mutation, from any thread, holds it
         self._reports: list[str] = []
         self._models: list[str] = []  # the leak finder's lines: text, never a model
+        self._findings: list[Finding] = []  # diagnose() of the kernel's runs, at each refresh
         self._run: Run | None = None
         self._live: tuple[list[float], list[float], list[float]] = ([], [], [])  # t, rss, epochs
         self._live_title = "no run yet"
@@ -195,6 +198,7 @@ class Dashboard:
         ``models``: the referenced models when the caller has just scanned them."""
         with self._lock:  # also keeps two threads' redraws in order
             self._models = self._scan_models() if models is None else models
+            self._findings = current_findings(self.session.runs(), self.session.warn_once)
             data = figure_data(self.session.runs(), self._memo)
             if self.widget is not None:
                 self._draw_widget(data)
@@ -206,7 +210,7 @@ class Dashboard:
     def _bundle(self, data: dict[str, Any] | None = None) -> dict[str, str]:
         return static_view(self.session.runs(), data or figure_data(self.session.runs()),
                            self._reports, self._models, self._live_title,
-                           f"static view: {self.reason}")
+                           f"static view: {self.reason}", self._findings)
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
@@ -245,7 +249,9 @@ class Dashboard:
         draw(self.figure, data, self._sent)
         self._head = header_html(data, len(self.session.runs()), "{live}")
         self._push_live()
-        self._bottom.value = lists_html(self._reports, self._models)
+        runs = len(self.session.runs())
+        self._bottom.value = findings_html(self._findings, runs) + lists_html(self._reports,
+                                                                              self._models)
 
     def _push_live(self) -> None:
         """Draw the run in progress (or the last run): epoch seconds and RSS over time."""

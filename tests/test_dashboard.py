@@ -18,6 +18,7 @@ from nbclient import NotebookClient
 
 import keras_nbguard
 from keras_nbguard import widget as dashboard_module
+from keras_nbguard.diagnosis import diagnose
 from keras_nbguard.figures import figure_data, model_lines, static_view, trend_text
 from keras_nbguard.frontend import widget_frontend
 from keras_nbguard.probes import Leak, LeakReport
@@ -96,6 +97,11 @@ def test_static_view_has_charts_table_and_failures_in_red():
     assert bundle["text/html"].count("<svg") == 2 and "#d62728" in bundle["text/html"]
     assert "mlp    3  error" in bundle["text/plain"]
     assert "m: held by model" in bundle["text/plain"]
+    assert "Findings</b>: none, nothing stands out" in bundle["text/html"]
+    found = diagnose([make_record(traces=40)])
+    bundle = static_view(records, figure_data(records), [], [], "last run", "", found)
+    assert "<b>retracing</b>: 40 tf.function traces in mlp #1" in bundle["text/html"]
+    assert "finding: retracing: 40 tf.function traces" in bundle["text/plain"]
 
 
 def test_importing_the_dashboard_costs_no_plotly_or_widgets():
@@ -166,6 +172,8 @@ def test_free_button_frees_exactly_the_flagged_models(keras_shell, board):
     assert "STALE sequential (0.6 KiB weights, mlp #1): keep[0]" in listed
     assert "current sequential (0.6 KiB weights, mlp #3): model, keep[2]" in listed
     refs = [weakref.ref(m) for m in keras_shell.user_ns["keep"]]
+    findings = bottom(board).split("Models still referenced")[0]
+    assert "<b>stale_models</b>: 2 models from #1, #2 still alive" in findings  # in words
     board.buttons["free"].click()
     gc.collect()
     assert [r() is None for r in refs] == [True, True, False]  # the two flagged ones, no more

@@ -13,6 +13,7 @@ kernel marks it died in the database (``Store.mark_dead_runs``). About 10 s (two
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -67,7 +68,9 @@ def fill(path: Path) -> None:
     store.add_samples("a4", [(0.5, 300 * MB), (1.0, 900 * MB)])
     failed = RunKey(NOTEBOOK_B, "cell-1", "kernel-c", 3333, 3.0)
     store.run_started("b0", failed, "cnn", 1, t0 + 5, None)
-    store.run_finished("b0", record("cnn", 1, NOTEBOOK_B, "kernel-c", t0 + 5, status="error"))
+    store.run_finished("b0", dataclasses.replace(
+        record("cnn", 1, NOTEBOOK_B, "kernel-c", t0 + 5, status="error"),
+        findings=("retracing: 40 tf.function traces in cnn #1 <b> — %nbguard diagnose",)))
     going = RunKey("live.ipynb", "cell-1", "kernel-d", os.getpid(),
                    psutil.Process().create_time())
     store.run_started("c0", going, "slow", 1, t0 + 30, 50 * MB)
@@ -178,6 +181,9 @@ def test_page_lists_notebooks_runs_and_restarts(server):
     assert "died (process gone)" in page and "kernel restarted" in page and "new kernel" in page
     assert ">n/a<" in page  # unknown fit time and GPU: n/a, never 0
     assert "ValueError: bad shape" in page  # the failed run's error, as the status's tooltip
+    # its causes by kind, in words on hovering; escaped
+    assert ("title='retracing: 40 tf.function traces in cnn #1 &lt;b&gt; — %nbguard diagnose'>"
+            "retracing</td>") in page
     assert "https://" not in page and "http://" not in page  # nothing from a CDN
     src = page.split("<script src='")[1].split("'")[0].replace("&amp;", "&")
     assert src.startswith("/keras-nbguard/static/plotly.min.js")

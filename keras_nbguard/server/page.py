@@ -21,10 +21,10 @@ from ..records import STATUSES
 from .history import StoredRun, notebook_summary
 
 HEADER = ("#", "started", "kernel", "label", "run", "status", "wall", "fit", "RSS before",
-          "RSS after", "RSS peak", "GPU peak")
+          "RSS after", "RSS peak", "GPU peak", "findings")
 KNOWN_STATUSES = frozenset((*STATUSES, "running"))
 TABLE_ROWS = 1000
-TEXT = {"started", "kernel", "label", "status"}  # left-aligned; the figures align right
+TEXT = {"started", "kernel", "label", "status", "findings"}  # left-aligned; the figures align right
 CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em 2em; color: #222; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 2em; word-break: break-all; }
@@ -143,6 +143,8 @@ def row(x: int, run: StoredRun) -> str:
         (status, why), (fmt_seconds(r.wall_seconds), ""), (fmt_seconds(r.fit_seconds), ""),
         (fmt_bytes(r.rss_before), ""), (fmt_bytes(r.rss_after), ""), (fmt_bytes(r.rss_peak), ""),
         (fmt_bytes(gpu), r.gpu.reason or ""),
+        # the causes' kinds; hovering shows them in words
+        (", ".join(f.split(":", 1)[0] for f in r.findings), "\n".join(r.findings)),
     ]
     tds = []
     for i, (text, title) in enumerate(cells):
