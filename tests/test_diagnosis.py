@@ -1,5 +1,6 @@
-"""Diagnosis in words: each cause built for real on a real shell with real Keras, and the trend
-rules on records, where a clean or merely noisy label must raise nothing."""
+"""Diagnosis in words: the trend rules on records, where a clean or merely noisy label must
+raise nothing; retracing, kept models and compare on a real shell (the other causes, built for
+real: test_causes.py)."""
 
 from __future__ import annotations
 
@@ -65,23 +66,6 @@ def test_epoch_time_rising_within_a_fit_is_told_apart_from_runs():
 def test_the_trend_is_robust_to_one_outlier():
     trend = Trend([1.0, 1.0, 1.0, 5.0, 1.0, 1.0])
     assert trend.slope == 0.0 and not trend.rises()
-
-
-@pytest.mark.slow
-def test_a_slow_callback_is_named_with_its_share(keras_shell):
-    cell = """%%kerasrun --label cb --quiet
-import time
-class Slow(keras.callbacks.Callback):
-    def on_epoch_end(self, epoch, logs=None):
-        time.sleep(0.2)
-model = make_model()
-model.fit(x, y, epochs=3, verbose=0, callbacks=[Slow()])
-"""
-    assert run(keras_shell, cell).success
-    (finding,) = [f for f in keras_nbguard.diagnose("cb") if f.kind == "callbacks"]
-    fit = keras_nbguard.runs("cb")[-1].fits[0]
-    assert 0.6 <= fit.callback_seconds < fit.seconds  # 3 x 0.2 s
-    assert f"{fit.callback_seconds / fit.seconds:.0%})" in finding.message
 
 
 def test_a_function_traced_again_and_again_is_retracing(keras_shell):
