@@ -47,6 +47,10 @@ def _run_option_arguments(func: Any) -> Any:
         argument("--gpu-limit", type=int, metavar="MiB", default=None,
                  help="Hard cap on GPU memory, through a logical device. Needs to run before "
                       "TensorFlow initializes the GPU (imports TensorFlow if needed)."),
+        argument("--host-limit", type=int, metavar="MiB", default=None,
+                 help="Cap on the memory the run adds to the kernel's RSS: past it, the run is "
+                      "stopped as out of memory at its next Python line (checked 4 times a "
+                      "second)."),
         argument("--mixed-precision", nargs="?", const="mixed_float16", metavar="POLICY",
                  default=None, help="Keras dtype policy, re-applied after each clear_session "
                                     "(default mixed_float16; or mixed_bfloat16)."),
@@ -172,6 +176,7 @@ class KerasMagics(Magics):
     @argument("--db", metavar="PATH", default=None,
               help="config: keep the run history in this SQLite file (':memory:': not on disk).")
     @argument("--no-gpu-limit", action="store_true", help="config: drop the GPU memory cap.")
+    @argument("--no-host-limit", action="store_true", help="config: drop the RSS cap.")
     @argument("--no-mixed-precision", action="store_true",
               help="config: stop setting a dtype policy.")
     @argument("--clear", dest="clear", action="store_const", const=True,
@@ -229,6 +234,8 @@ class KerasMagics(Magics):
             options = _options_from(args, self.session.options)
             if args.no_gpu_limit:
                 options = dataclasses.replace(options, gpu_limit_mb=None)
+            if args.no_host_limit:
+                options = dataclasses.replace(options, host_limit_mb=None)
             if args.no_mixed_precision:
                 options = dataclasses.replace(options, mixed_precision=None)
             self.session.options = options

@@ -24,6 +24,7 @@ class RunOptions:
     deep_clean: bool = True  # also purge what clear_session leaves (see deepclean.py)
     gpu_growth: bool | None = None  # None: leave as configured at load
     gpu_limit_mb: int | None = None
+    host_limit_mb: int | None = None  # what a run may add to the kernel's RSS (host_limit.py)
     mixed_precision: str | None = None  # a Keras dtype policy name, e.g. "mixed_float16"
     quiet: bool = False
     # keep earlier runs' models that only IPython's caches and Keras' History hold (autorelease.py)
@@ -121,6 +122,10 @@ def options_from(args: argparse.Namespace, base: RunOptions) -> RunOptions:
         if args.gpu_limit <= 0:
             raise ValueError(f"--gpu-limit takes a positive number of MiB, not {args.gpu_limit}")
         changes["gpu_limit_mb"] = args.gpu_limit
+    if getattr(args, "host_limit", None) is not None:
+        if args.host_limit <= 0:
+            raise ValueError(f"--host-limit takes a positive number of MiB, not {args.host_limit}")
+        changes["host_limit_mb"] = args.host_limit
     if args.mixed_precision is not None:
         policy = SHORT_POLICIES.get(args.mixed_precision, args.mixed_precision)
         if policy not in POLICIES:

@@ -60,6 +60,7 @@ def option_rows(options: RunOptions) -> list[tuple[str, str]]:
         ("deep clean", "on" if options.deep_clean else "off (--no-deep-clean)"),
         ("gpu growth", {None: "as set at load", True: "on", False: "off"}[options.gpu_growth]),
         ("gpu limit", "none" if options.gpu_limit_mb is None else f"{options.gpu_limit_mb} MiB"),
+        ("host limit", "none" if options.host_limit_mb is None else f"{options.host_limit_mb} MiB"),
         ("mixed precision", options.mixed_precision or "off"),
         (
             "stale models",

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import outcome
 from .collectors.fit import FitTimer
 from .collectors.gpu import GpuCollector
+from .collectors.host_limit import HostLimit
 from .collectors.process import PeakRss, RssSampler
 from .collectors.traces import TraceCounter
 from .prepare import RunOptions, prepare
@@ -85,6 +86,9 @@ class Run:
         from .probes import CreationWatch  # the first run, not %load_ext, loads the leak finder
 
         self.creations = CreationWatch()  # models built in the run, for the leak finder
+        self.host_limit = HostLimit(options.host_limit_mb) if options.host_limit_mb else None
+        if self.host_limit is not None:
+            self.sampler.listeners.append(self.host_limit.check)
         self._peak = PeakRss()
         self._peak_reset = False
         self._gpu = GpuCollector(services.tf_gpu, services.nvml)
@@ -170,9 +174,17 @@ class Run:
 
     def _start_sampler(self) -> None:
         self.sampler.start(self._rss_before)
+        if self.host_limit is not None:
+            problem = self.host_limit.arm(self._rss_before)
+            if problem:
+                self._warn(problem)
 
     def stop(self, exc: BaseException | None) -> RunRecord:
         wall = time.perf_counter() - self._t0
+        if self.host_limit is not None:  # first: nothing of ours may be stopped by it
+            passed = self._attempt("lifting --host-limit", self.host_limit.disarm)
+            if passed:
+                self._warn(passed)
         # the kernel's peak first, while our threads still sleep (see start)
         hwm = self._attempt("reading the peak RSS", self._peak.read) if self._peak_reset else None
         for step, action in (("stopping the RSS sampler", self.sampler.stop),

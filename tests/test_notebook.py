@@ -17,7 +17,8 @@ def outputs_text(cell) -> str:
     parts = []
     for output in cell.get("outputs", []):
         data = output.get("data", {})
-        parts.append(data.get("text/plain", "") + output.get("text", ""))
+        error = f"{output['ename']}: {output['evalue']}" if "ename" in output else ""
+        parts.append(data.get("text/plain", "") + output.get("text", "") + error)
     return "\n".join(parts)
 
 
