@@ -9,6 +9,12 @@ from typing import Any
 MODE_ENV = "KERAS_NBGUARD_DASHBOARD"  # "widget" or "static" overrides the detection
 
 
+def current_shell() -> Any:
+    """IPython's running shell, if any (without importing IPython)."""
+    ipython = sys.modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None else None
+
+
 def widget_frontend(shell: Any) -> tuple[bool, str]:
     """Whether a widget frontend will render us, and why we think so.
 

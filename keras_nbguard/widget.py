@@ -16,11 +16,12 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from .compare_picker import ComparePicker
 from .downsample import halve
 from .figures import figure_data, header_html, lists_html, model_lines, static_view
 from .findings_view import current_findings, findings_html
 from .formatting import fmt_bytes
-from .frontend import widget_frontend
+from .frontend import current_shell, widget_frontend
 from .plotting import draw, make_figure
 from .records import RunRecord
 
@@ -42,7 +43,7 @@ class Dashboard:
 
     def __init__(self, session: Session, mode: str | None = None) -> None:
         self.session = session
-        shell = session.shell or _ipython()
+        shell = session.shell or current_shell()
         widget, self.reason = widget_frontend(shell) if mode is None else (
             mode == "widget", f"mode={mode!r}")
         self.mode = "widget" if widget else "static"
@@ -63,6 +64,7 @@ class Dashboard:
         self._deferred: list[str] = []
         self.figure: Any = None
         self.widget: Any = None
+        self.picker: ComparePicker | None = None  # two runs side by side, in the widget
         self.buttons: dict[str, Any] = {}
         if widget:
             self._build_widget()
@@ -81,7 +83,7 @@ class Dashboard:
         for kind, fn in self._subscriptions():
             session.events.subscribe(kind, fn)
         session.dashboard = self
-        self._shell = session.shell or _ipython()
+        self._shell = session.shell or current_shell()
         if hasattr(self._shell, "events"):
             self._shell.events.register("pre_run_cell", self._before_cell)
             self._shell.events.register("post_run_cell", self._after_cell)
@@ -242,14 +244,17 @@ class Dashboard:
             if hasattr(button.comm, "_reply_subshell_for"):
                 button.comm._reply_subshell_for = lambda _data, default: default
             self.buttons[action] = button
+        self.picker = ComparePicker()
         self.widget = w.VBox([self._top, self.figure, w.HBox(list(self.buttons.values())),
-                              self._bottom, self._out])
+                              self._bottom, self.picker.widget, self._out])
 
     def _draw_widget(self, data: dict[str, Any]) -> None:
         draw(self.figure, data, self._sent)
         self._head = header_html(data, len(self.session.runs()), "{live}")
         self._push_live()
         runs = len(self.session.runs())
+        if self.picker is not None:
+            self.picker.update(self.session.runs())
         self._bottom.value = findings_html(self._findings, runs) + lists_html(self._reports,
                                                                               self._models)
 
@@ -265,11 +270,6 @@ class Dashboard:
             self.figure.data[0].x, self.figure.data[0].y = list(range(1, len(epochs) + 1)), epochs
             self.figure.data[1].x, self.figure.data[1].y = ts, ys
         self._top.value = self._head.replace("{live}", html.escape(live))
-
-
-def _ipython() -> Any:
-    ipython = sys.modules.get("IPython")
-    return ipython.get_ipython() if ipython is not None else None
 
 
 _last: Dashboard | None = None  # the kernel's one widget, kept across %reload_ext

@@ -20,6 +20,7 @@ import keras_nbguard
 from keras_nbguard import widget as dashboard_module
 from keras_nbguard.diagnosis import diagnose
 from keras_nbguard.figures import figure_data, model_lines, static_view, trend_text
+from keras_nbguard.formatting import fmt_seconds
 from keras_nbguard.frontend import widget_frontend
 from keras_nbguard.probes import Leak, LeakReport
 from keras_nbguard.records import GpuReading
@@ -142,6 +143,23 @@ def test_a_run_updates_the_plot_live_panels_and_models(keras_shell, board):
     assert f"mlp #1): model, Out[{n}].model" in bottom(board)
     assert "current sequential (0.6 KiB weights, mlp #1)" in bottom(board)
     assert any(a.text.startswith("no GPU") for a in board.figure.layout.annotations)
+
+
+def test_two_runs_picked_are_compared_side_by_side(keras_shell, board):
+    cell = "%%kerasrun --quiet --label pick\nmodel = make_model()\nmodel.fit(x, y, verbose=0)\n"
+    for _ in range(2):
+        run(keras_shell, cell)
+    picker = board.picker
+    assert list(picker.first.options) == ["pick #2", "pick #1"]  # newest first
+    assert (picker.first.value, picker.second.value) == ("pick #1", "pick #2")
+    records = keras_nbguard.runs("pick")
+    change = records[1].fit_seconds - records[0].fit_seconds
+    assert f"<td>fit</td><td>{fmt_seconds(records[0].fit_seconds)}</td>" in picker.result.value
+    assert f"<td>{html.escape(fmt_seconds(change, signed=True))}</td>" in picker.result.value
+    picker.first.value = "pick #2"  # a pick, as a user makes it
+    assert "pick another run" in picker.result.value
+    run(keras_shell, cell)  # a new run keeps the user's picks
+    assert (picker.first.value, picker.second.value) == ("pick #2", "pick #2")
 
 
 def test_clear_session_button_reports_rss_before_and_after(board):
