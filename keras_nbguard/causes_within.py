@@ -157,10 +157,11 @@ def _retracing(run: RunRecord) -> Finding | None:
     fits = max(1, len(run.fits))
     if run.traces is None or run.traces <= TRACES_PER_FIT * fits:
         return None
+    most = ", ".join(f"{name} {count}×" for name, count in run.traced) or "functions"
     return Finding(
         "retracing",
         f"{run.traces} tf.function traces in {name_of(run)} ({run.traces / fits:.0f} per fit): "
-        f"functions are traced again and again",
+        f"{most} traced again and again",
         "pass tensors, not Python numbers, to your tf.function (or give it an input_signature), "
         "and keep shapes fixed (drop_remainder=True)",
         (("tf.function traces", str(run.traces)), ("fits", str(len(run.fits)))),

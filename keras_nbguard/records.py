@@ -142,6 +142,7 @@ class RunRecord:
     traces: int | None  # tf.function traces (train steps etc.)
     warnings: tuple[str, ...] = ()
     run_number: int = 1
+    traced: tuple[tuple[str, int], ...] = ()  # the functions traced most, with their counts
     dataset_traces: int | None = None  # functions traced of tf.data pipelines the user built
     prepare_seconds: float | None = None  # gc, clear_session and GPU setup before the cell
     error: str | None = None
@@ -196,6 +197,7 @@ class RunRecord:
         data["gpu"] = GpuReading(**(data.get("gpu") or {}))
         for key in ("warnings", "advice", "findings"):
             data[key] = tuple(data.get(key, ()))
+        data["traced"] = tuple((name, count) for name, count in data.get("traced", ()))
         data["growth"] = tuple(Growth(**g) for g in data.get("growth", ()))
         data["rss_samples"] = tuple(tuple(s) for s in data.get("rss_samples", ()))
         if data.get("deep_clean"):

@@ -221,6 +221,7 @@ class Run:
             gpu=gpu,
             cleared=self._cleared,
             traces=self.traces.count,
+            traced=tuple(self.traces.names.most_common(3)),
             dataset_traces=self.traces.dataset_count,
             warnings=tuple(self.warnings),
             run_number=self.run_number,

@@ -80,6 +80,7 @@ for n in range(12):
     assert run(keras_shell, cell).success
     (finding,) = keras_nbguard.diagnose("traced")
     assert finding.kind == "retracing" and finding.message.startswith("12 tf.function traces")
+    assert "(12 per fit): scale 12× traced again and again" in finding.message  # by name
     record = keras_nbguard.runs("traced")[-1]  # and the run's own summary says it
     assert record.findings == (f"retracing: {finding.message} — %nbguard diagnose",)
     assert ("finding", record.findings[0]) in record.summary_rows()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from collections import Counter
 from types import FrameType, ModuleType
 from typing import Any
 
@@ -32,6 +33,7 @@ class TraceCounter:
     def __init__(self) -> None:
         self.count: int | None = 0
         self.dataset_count: int | None = 0
+        self.names: Counter[str] = Counter()  # the tf.functions traced, by name
         self.reason: str | None = None
         self._depth = 0
         self._scope = PatchOnImport(TRACING_MODULE)
@@ -72,6 +74,7 @@ class TraceCounter:
                 self.dataset_count += 1
         else:
             self.count += 1
+            self.names[name or "<unnamed>"] += 1
 
 
 def _inside_keras_adapter() -> bool:
