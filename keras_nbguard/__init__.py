@@ -81,7 +81,7 @@ def free(*, include_current: bool = False, containers: bool = False) -> FreeRepo
 def dashboard(session: Session | None = None, *, mode: str | None = None) -> Dashboard:
     """The kernel's live dashboard (made on first call, the same widget after): display it, or
     end a cell with it. ``mode`` "widget" or "static" overrides the frontend detection."""
-    from .widget import dashboard as kernel_dashboard  # ipywidgets and plotly: on first use
+    from .kernel_board import dashboard as kernel_dashboard  # ipywidgets and plotly: on first use
 
     return kernel_dashboard(session, mode=mode)
 

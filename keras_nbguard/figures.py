@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .findings import Finding
+from .findings import GROWTH_BYTES_PER_RUN, Finding
 from .findings_view import findings_html, findings_text
 from .formatting import fmt_bytes, fmt_gpu, fmt_seconds, fmt_size
 from .records import RunRecord
@@ -86,25 +86,35 @@ def slope(ys: Sequence[float]) -> float:
 
 
 def trend_text(records: Sequence[RunRecord], label: str) -> str:
-    """RSS growth and fit-time slope over the label's last runs, in words."""
-    runs = [r for r in records if r.label == label]
-    for i in range(len(runs) - 1, 0, -1):  # only since the label's last restart
-        if runs[i].run_number <= runs[i - 1].run_number:
-            runs = runs[i:]
-            break
-    runs = runs[-TREND_RUNS:]
+    """RSS growth and fit-time slope over the label's last runs in this kernel, in words; RSS
+    growing beyond ``GROWTH_BYTES_PER_RUN`` over 3 runs or more is flagged."""
+    runs = _latest_process([r for r in records if r.label == label])[-TREND_RUNS:]
     rss = [r.rss_after for r in runs if r.rss_after is not None]
     fit = [r.fit_seconds for r in runs if r.fit_seconds is not None and r.status == "ok"]
     parts = []
     if len(rss) >= 2:
-        growth = fmt_bytes(round(slope(rss)), signed=True)
-        parts.append(f"RSS {growth} per run over {len(rss)} runs")
+        growth = slope(rss)
+        flag = "⚠ " if len(rss) >= 3 and growth >= GROWTH_BYTES_PER_RUN else ""
+        parts.append(f"{flag}RSS {fmt_bytes(round(growth), signed=True)} per run over "
+                     f"{len(rss)} runs")
     if len(fit) >= 2:
         parts.append(f"fit time {fmt_seconds(slope(fit), signed=True)} per run "
                      f"over {len(fit)} runs")
     if not parts:
         return f"{label}: a trend needs 2 runs ({len(runs)} so far)"
     return f"{label}: " + "; ".join(parts)
+
+
+def _latest_process(runs: list[RunRecord]) -> list[RunRecord]:
+    """The runs since the last start of a kernel process (earlier kernels' runs are shown on
+    the charts, never mixed into a trend), or since run numbers went back (an old history)."""
+    for i in range(len(runs) - 1, 0, -1):
+        a, b = runs[i - 1], runs[i]
+        if b.run_number <= a.run_number or (
+            a.kernel_id is not None and b.kernel_id is not None
+            and _other_process((a.kernel_id, a.pid), (b.kernel_id, b.pid))):
+            return runs[i:]
+    return runs
 
 
 def figure_data(records: Sequence[RunRecord],
@@ -252,12 +262,18 @@ def lists_html(reports: Sequence[str], models: Sequence[str]) -> str:
             f"<b>Models still referenced</b><ul>{items}</ul></div>")
 
 
+def static_charts(data: dict[str, Any]) -> str:
+    """The two across-runs charts as inline SVG: the static view's, and the widget's until its
+    interactive figure is made."""
+    return (svg_chart(data, "fit", "fit", "fit time per run [s]")
+            + svg_chart(data, "rss", "after", "RSS after each run [MiB]"))
+
+
 def static_view(records: Sequence[RunRecord], data: dict[str, Any], reports: Sequence[str],
                 models: Sequence[str], live: str, note: str,
                 findings: Sequence[Finding] = ()) -> dict[str, str]:
     """The dashboard without a widget frontend: trends, two SVG charts, the last runs; a bundle."""
-    charts = (svg_chart(data, "fit", "fit", "fit time per run [s]")
-              + svg_chart(data, "rss", "after", "RSS after each run [MiB]"))
+    charts = static_charts(data)
     gpu = f"<div>{html.escape(data['gpu_note'])}</div>" if data["gpu_note"] else ""
     table = runs_table(records[-20:], "last runs")
     head = header_html(data, len(records), html.escape(live))

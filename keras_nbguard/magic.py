@@ -224,7 +224,7 @@ class KerasMagics(Magics):
         if args.command == "free":
             return self.session.free(include_current=args.free_all, containers=args.containers)
         if args.command == "dashboard":
-            from .widget import dashboard
+            from .kernel_board import dashboard
 
             display(dashboard(self.session))
             return None
@@ -274,7 +274,7 @@ def load(shell: Any) -> KerasMagics:
     shell.events.register("pre_run_cell", magics.pre_run_cell)
     magics.say_died_runs(session.died)
     set_session(session)
-    board = sys.modules.get("keras_nbguard.widget")
+    board = sys.modules.get("keras_nbguard.kernel_board")
     if board is not None:  # %reload_ext: the dashboard already shown follows the new session
         board.follow(session)
     return magics

@@ -16,9 +16,11 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from .buttons import make_buttons
+from .cell import inside_a_cell
 from .compare_picker import ComparePicker
 from .downsample import halve
-from .figures import figure_data, header_html, lists_html, model_lines, static_view
+from .figures import figure_data, header_html, lists_html, model_lines, static_charts, static_view
 from .findings_view import current_findings, findings_html
 from .formatting import fmt_bytes
 from .frontend import current_shell, widget_frontend
@@ -31,8 +33,6 @@ if TYPE_CHECKING:
     from .session import Session
     from .tracking import Run
 
-BUTTONS = (("Clear Keras session", "clear_session"), ("Free flagged models", "free"),
-           ("Clear output cache", "clear_output_cache"), ("Reset history", "reset_history"))
 LIVE_PERIOD = 0.25  # seconds between live pushes while a run goes: a few a second
 LIVE_STEP = 0.05  # keep an RSS sample every 50 ms of the 100 Hz sampler
 LIVE_MAX = 1200  # live points; halved (keeping maxima) beyond
@@ -67,7 +67,7 @@ class Dashboard:
         self.picker: ComparePicker | None = None  # two runs side by side, in the widget
         self.buttons: dict[str, Any] = {}
         if widget:
-            self._build_widget()
+            self._build_widget(shell)
         self.attach(session)
 
     def _subscriptions(self) -> tuple[tuple[str, Any], ...]:
@@ -229,34 +229,49 @@ class Dashboard:
         return self._bundle()["text/plain"]
 
     # -- the widget ----------------------------------------------------------------------------
-    def _build_widget(self) -> None:
+    def _build_widget(self, shell: Any) -> None:
         import ipywidgets as w
 
-        self.figure = make_figure()
         self._out = w.Output()
         self._top, self._bottom = w.HTML(), w.HTML()
-        for text, action in BUTTONS:
-            button = w.Button(description=text, layout=w.Layout(width="auto"))
-            button.on_click(lambda b, a=action: self._out.capture()(self.click)(a, b))
-            # ipykernel 7.4 routes a comm's frontend messages to the subshell that last sent on
-            # it: for a button, the main shell that created it, so a click would wait for the
-            # running cell. A click expects no reply: let the frontend's subshell stand.
-            if hasattr(button.comm, "_reply_subshell_for"):
-                button.comm._reply_subshell_for = lambda _data, default: default
-            self.buttons[action] = button
+        self.buttons = make_buttons(self._out, self.click)
         self.picker = ComparePicker()
-        self.widget = w.VBox([self._top, self.figure, w.HBox(list(self.buttons.values())),
+        self._chart = w.Box([w.HTML()])  # the static charts until the figure is made
+        self.widget = w.VBox([self._top, self._chart, w.HBox(list(self.buttons.values())),
                               self._bottom, self.picker.widget, self._out])
+        events = getattr(shell, "events", None)
+        if events is None or not inside_a_cell(shell):
+            self._make_figure()
+            return
+
+        # plotly's FigureWidget takes 1.5-3 s to make (its import chain compiles grammars), so
+        # the cell showing the dashboard ends first, with static charts, and the figure then
+        # replaces them, before the next cell runs
+        def once(_result: Any = None) -> None:
+            events.unregister("post_run_cell", once)
+            self._make_figure()
+
+        events.register("post_run_cell", once)
+
+    def _make_figure(self) -> None:
+        with self._lock:
+            self.figure = make_figure()
+            self._sent.clear()
+            self._chart.children = (self.figure,)
+        self.refresh()
 
     def _draw_widget(self, data: dict[str, Any]) -> None:
-        draw(self.figure, data, self._sent)
         self._head = header_html(data, len(self.session.runs()), "{live}")
-        self._push_live()
-        runs = len(self.session.runs())
+        if self.figure is None:
+            self._chart.children[0].value = static_charts(data)
+            self._top.value = self._head.replace("{live}", html.escape(self._live_title))
+        else:
+            draw(self.figure, data, self._sent)
+            self._push_live()
         if self.picker is not None:
             self.picker.update(self.session.runs())
-        self._bottom.value = findings_html(self._findings, runs) + lists_html(self._reports,
-                                                                              self._models)
+        self._bottom.value = findings_html(self._findings, len(self.session.runs())) + lists_html(
+            self._reports, self._models)
 
     def _push_live(self) -> None:
         """Draw the run in progress (or the last run): epoch seconds and RSS over time."""
@@ -270,31 +285,3 @@ class Dashboard:
             self.figure.data[0].x, self.figure.data[0].y = list(range(1, len(epochs) + 1)), epochs
             self.figure.data[1].x, self.figure.data[1].y = ts, ys
         self._top.value = self._head.replace("{live}", html.escape(live))
-
-
-_last: Dashboard | None = None  # the kernel's one widget, kept across %reload_ext
-
-
-def dashboard(session: Session | None = None, *, mode: str | None = None) -> Dashboard:
-    """The kernel's dashboard (made on first call): display it, or end a cell with it.
-
-    ``mode`` "widget" or "static" overrides the frontend detection (see ``widget_frontend``).
-    """
-    global _last
-    from .session import get_session
-
-    session = session or get_session()
-    board = getattr(session, "dashboard", None) or _last
-    if board is None or (mode is not None and board.mode != mode):
-        if board is not None:
-            board.detach()
-        board = _last = Dashboard(session, mode)
-    elif board.session is not session:
-        board.attach(session)  # a new Session after %reload_ext: the same widget
-    return board
-
-
-def follow(session: Session) -> None:
-    """After ``%reload_ext``: the dashboard already shown (if any) follows the new session."""
-    if _last is not None:
-        _last.attach(session)

@@ -10,6 +10,7 @@ import sys
 import threading
 import weakref
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -17,15 +18,16 @@ from helpers import make_record, run
 from nbclient import NotebookClient
 
 import keras_nbguard
-from keras_nbguard import widget as dashboard_module
+from keras_nbguard import kernel_board as dashboard_module
 from keras_nbguard.diagnosis import diagnose
 from keras_nbguard.figures import figure_data, model_lines, static_view, trend_text
 from keras_nbguard.formatting import fmt_seconds
 from keras_nbguard.frontend import widget_frontend
+from keras_nbguard.kernel_board import dashboard
 from keras_nbguard.probes import Leak, LeakReport
 from keras_nbguard.records import GpuReading
 from keras_nbguard.session import Session, using
-from keras_nbguard.widget import Dashboard, dashboard
+from keras_nbguard.widget import Dashboard
 
 MB = 2**20
 NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "dashboard_demo.ipynb"
@@ -84,11 +86,22 @@ def test_failed_runs_are_marked_and_restarts_found():
 
 
 def test_trend_in_words_over_the_labels_last_runs():
-    assert trend_text(runs(8, grow_mb=4), "mlp") == (
-        "mlp: RSS +4.0 MiB per run over 8 runs; fit time +10 ms per run over 8 runs")
+    assert trend_text(runs(8, grow_mb=4), "mlp") == (  # flagged: beyond 2 MiB a run
+        "mlp: ⚠ RSS +4.0 MiB per run over 8 runs; fit time +10 ms per run over 8 runs")
+    assert trend_text(runs(8, grow_mb=1), "mlp").startswith("mlp: RSS +1.0 MiB per run")
     assert trend_text(runs(1), "mlp") == "mlp: a trend needs 2 runs (1 so far)"
-    # only since the label's last restart
+    # only since the label's last restart (an old history whose numbers went back)
     assert "over 2 runs" in trend_text(runs(5) + runs(2, grow_mb=1), "mlp")
+
+
+def test_trend_is_this_kernels_never_mixed_with_an_earlier_one():
+    # a restart: the old kernel's RSS was far higher, each new run adds 8 MiB; numbers go on
+    earlier = [dataclasses.replace(r, kernel_id="k", pid=1, rss_after=r.rss_after + 700 * MB)
+               for r in runs(3)]
+    now = [dataclasses.replace(r, kernel_id="k", pid=2, run_number=r.run_number + 3)
+           for r in runs(3, grow_mb=8)]
+    text = trend_text(earlier + now, "mlp")
+    assert text.startswith("mlp: ⚠ RSS +8.0 MiB per run over 3 runs")  # not -300 over 6
 
 
 def test_static_view_has_charts_table_and_failures_in_red():
@@ -115,10 +128,34 @@ def test_importing_the_dashboard_costs_no_plotly_or_widgets():
 
 
 # -- the widget ------------------------------------------------------------------------------
+def made_in_a_cell(shell) -> tuple[Dashboard, Any]:
+    """A dashboard made in a cell, as a user makes it; and its figure as that cell ended."""
+    seen = {}
+
+    def make():
+        seen["board"] = Dashboard(keras_nbguard.get_session(), mode="widget")
+        seen["figure"] = seen["board"].figure
+        return seen["board"]
+
+    shell.user_ns["_make_board"] = make
+    assert shell.run_cell("_make_board();").success
+    del shell.user_ns["_make_board"]
+    return seen["board"], seen["figure"]
+
+
 @pytest.fixture
 def board(shell):
-    board = Dashboard(keras_nbguard.get_session(), mode="widget")
+    board, _ = made_in_a_cell(shell)
     yield board
+    board.detach()
+
+
+def test_the_cell_showing_the_dashboard_ends_before_plotly_is_made(keras_shell):
+    run(keras_shell, "%%kerasrun --quiet --label mlp\nmodel = make_model()\n")
+    board, figure_in_the_cell = made_in_a_cell(keras_shell)
+    assert figure_in_the_cell is None  # the static charts first: plotly takes seconds to make
+    assert board.figure is not None and board._chart.children == (board.figure,)
+    assert list(figure_points(board, "fit:fit:mlp").x) == [1]  # drawn once made
     board.detach()
 
 

