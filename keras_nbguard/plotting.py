@@ -4,6 +4,7 @@ where the data changed (``sent`` remembers what the widget already has)."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import html
 from collections.abc import Callable
 from typing import Any
@@ -87,3 +88,12 @@ def draw(fig: Any, data: dict[str, Any], sent: dict[str, Any]) -> None:
 
 def _as_list(values: list[Any], dtype: Any = None) -> list[Any]:
     return values
+
+
+def keep_for_reload(fig: Any) -> None:
+    """plotly sends its updates as messages and leaves the widget's state as the figure was
+    made, so a reloaded page (which asks the kernel for each widget's state) showed an empty
+    figure. Keep that state current, without sending it: the page has it already."""
+    with contextlib.suppress(Exception):  # plotly's internals: a later version may differ
+        fig._trait_values["_widget_data"] = copy.deepcopy(fig._data)
+        fig._trait_values["_widget_layout"] = copy.deepcopy(fig._layout_obj._props)

@@ -24,7 +24,7 @@ from .figures import figure_data, header_html, lists_html, model_lines, static_c
 from .findings_view import current_findings, findings_html
 from .formatting import fmt_bytes
 from .frontend import current_shell, widget_frontend
-from .plotting import draw, make_figure
+from .plotting import draw, keep_for_reload, make_figure
 from .records import RunRecord
 
 if TYPE_CHECKING:
@@ -268,6 +268,7 @@ class Dashboard:
         else:
             draw(self.figure, data, self._sent)
             self._push_live()
+            keep_for_reload(self.figure)
         if self.picker is not None:
             self.picker.update(self.session.runs())
         self._bottom.value = findings_html(self._findings, len(self.session.runs())) + lists_html(
