@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import time
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,8 +20,9 @@ from .records import RunRecord
 from .report import runs_table
 
 MB = 2**20
+# label colours (red is for failed runs)
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-           "#bcbd22", "#7f7f7f", "#d62728")
+           "#bcbd22", "#7f7f7f")
 # failed runs stand out by shape and size, whatever the label's colour
 SYMBOLS = {"ok": "circle", "error": "x", "oom": "star", "interrupted": "diamond"}
 MARKED = {"fit": "fit", "rss": "after", "gpu": "tf peak"}  # the series failed runs are marked on
@@ -36,6 +38,22 @@ SERIES = (
     ("gpu", "nvml process", lambda r: _mb(r.gpu.nvml_process_used), "dot", False),
     ("gpu", "nvml device", lambda r: _mb(r.gpu.nvml_used), "dash", False),
 )
+
+
+def label_colours(labels: Sequence[str]) -> dict[str, str]:
+    """A colour per label that stays the label's in every view (dashboard, history page, after a
+    reset): the slot its name hashes to, or the next free one when an earlier label took it."""
+    taken: dict[int, str] = {}
+    colours = {}
+    for label in labels:
+        slot = zlib.crc32(label.encode()) % len(PALETTE)
+        for step in range(len(PALETTE)):
+            if (slot + step) % len(PALETTE) not in taken:
+                slot = (slot + step) % len(PALETTE)
+                break
+        taken[slot] = label
+        colours[label] = PALETTE[slot]
+    return colours
 
 
 def _mb(n: int | None) -> float | None:
@@ -143,16 +161,17 @@ def figure_data(records: Sequence[RunRecord],
     bad = [(x, r) for x, r in enumerate(records, 1) if r.status != "ok"]
     gpu_known = any(r.gpu.known for r in records)
     traces = []
+    colours = label_colours(labels)
     for panel, series, value, dash, legend in SERIES:
         if panel == "gpu" and not gpu_known:
             continue
-        for i, label in enumerate(labels):
+        for label in labels:
             points = by_label[label]
             traces.append({
                 "uid": f"{panel}:{series}:{label}", "panel": panel, "series": series,
                 # plotly renders <a>, <b>, <br> in trace names: a label is text, never markup
                 "label": label, "name": html.escape(label if legend else f"{label} {series}"),
-                "color": PALETTE[i % len(PALETTE)], "dash": dash, "showlegend": legend,
+                "color": colours[label], "dash": dash, "showlegend": legend,
                 "x": [x for x, _ in points], "y": [value(r) for _, r in points],
                 # hover boxes on the main series only: the others say "label peak: 532.1 MB"
                 "text": [texts[id(r)] for _, r in points] if MARKED[panel] == series else None,

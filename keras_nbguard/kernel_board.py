@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from IPython.core.error import UsageError
+
+from .compact import CompactLine
 from .widget import Dashboard
 
 if TYPE_CHECKING:
@@ -36,3 +39,34 @@ def follow(session: Session) -> None:
     """After ``%reload_ext``: the dashboard already shown (if any) follows the new session."""
     if _last is not None:
         _last.attach(session)
+
+
+_compact: CompactLine | None = None
+
+
+def show(session: Session, *, side: bool = False, compact: bool = False) -> None:
+    """``%nbguard dashboard``: the dashboard under the cell, in a JupyterLab side panel
+    (``side``), or as one line (``compact``)."""
+    global _compact
+    from IPython.display import display
+
+    if compact:
+        if _compact is None or _compact.session is not session:
+            if _compact is not None:
+                _compact.close()
+            _compact = CompactLine(session)
+        display(_compact)
+        return
+    board = dashboard(session)
+    if not side:
+        display(board)
+        return
+    try:
+        from sidecar import Sidecar  # type: ignore[import-not-found]
+    except ImportError:
+        raise UsageError("--side needs the sidecar package: pip install 'keras_nbguard[side]', "
+                         "then reload the JupyterLab page") from None
+    if board.widget is None:
+        raise UsageError(f"--side needs a widget frontend (JupyterLab); here: {board.reason}")
+    with Sidecar(title="keras_nbguard"):
+        display(board.widget)

@@ -175,6 +175,8 @@ class KerasMagics(Magics):
               help="runs, export: only this kernel's runs (not earlier kernels').")
     @argument("--db", metavar="PATH", default=None,
               help="config: keep the run history in this SQLite file (':memory:': not on disk).")
+    @argument("--side", action="store_true", help="dashboard: in a JupyterLab side panel.")
+    @argument("--compact", action="store_true", help="dashboard: one line, redrawn each run.")
     @argument("--no-gpu-limit", action="store_true", help="config: drop the GPU memory cap.")
     @argument("--no-host-limit", action="store_true", help="config: drop the RSS cap.")
     @argument("--no-mixed-precision", action="store_true",
@@ -197,7 +199,8 @@ class KerasMagics(Magics):
         compare  two runs side by side: ``%nbguard compare mlp#3 mlp#7`` (a label: its last).
         free     drop references to stale models (``--all``: current ones too;
                  ``--containers``: also inside your lists/dicts/attributes), then clear.
-        dashboard  the live dashboard widget (a static view without a widget frontend).
+        dashboard  the live dashboard widget (a static view without a widget frontend);
+                 ``--side``: in a JupyterLab side panel; ``--compact``: one line.
         export   write the runs to a CSV file: ``%nbguard export runs.csv`` (``--label``,
                  ``--this-kernel`` to narrow).
         reset    hide the runs so far from ``runs()`` and the dashboard (the database keeps
@@ -224,20 +227,17 @@ class KerasMagics(Magics):
         if args.command == "free":
             return self.session.free(include_current=args.free_all, containers=args.containers)
         if args.command == "dashboard":
-            from .kernel_board import dashboard
+            from .kernel_board import show
 
-            display(dashboard(self.session))
-            return None
+            return show(self.session, side=args.side, compact=args.compact)
         if args.command == "runs":
             return runs_table(self.session.runs(args.label, args.this_kernel))
         if args.command == "config":
             options = _options_from(args, self.session.options)
-            if args.no_gpu_limit:
-                options = dataclasses.replace(options, gpu_limit_mb=None)
-            if args.no_host_limit:
-                options = dataclasses.replace(options, host_limit_mb=None)
-            if args.no_mixed_precision:
-                options = dataclasses.replace(options, mixed_precision=None)
+            for flag, name in (("no_gpu_limit", "gpu_limit_mb"), ("no_host_limit", "host_limit_mb"),
+                               ("no_mixed_precision", "mixed_precision")):
+                if getattr(args, flag):
+                    options = dataclasses.replace(options, **{name: None})  # type: ignore[arg-type]
             self.session.options = options
             if args.db is not None:
                 try:

@@ -34,6 +34,9 @@ def make_figure() -> Any:
                              "font": {"size": 12}},
                       xaxis2_matches="x", xaxis3_title_text="run",
                       xaxis4_title_text="epoch", xaxis5_title_text="seconds into the run")
+    # no axis from -1 while a panel waits for its first point: runs, seconds, MiB are >= 0
+    fig.update_xaxes(rangemode="nonnegative")
+    fig.update_yaxes(rangemode="nonnegative")
     return go.FigureWidget(fig)
 
 

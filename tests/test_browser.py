@@ -181,3 +181,25 @@ def test_first_chart_at_once_and_the_figure_after_a_reload(tmp_path):
         page.reload()
         page.wait_for_function(drawn, timeout=60_000)
         assert [e for e in page.errors] == []
+
+
+def test_side_panel_opens_with_the_dashboard(tmp_path):
+    cells = ["%load_ext keras_nbguard", "%%kerasrun --label mlp --quiet\nx = sum(range(10**6))",
+             "%nbguard dashboard --side"]
+    notebook = {"cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}",
+                           "metadata": {}, "outputs": [], "source": source}
+                          for i, source in enumerate(cells)],
+                "nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {
+                    "display_name": "Python 3", "language": "python", "name": "python3"}}}
+    with jupyter_server(tmp_path, "lab") as server, chromium_page() as page:
+        (server.root / "side.ipynb").write_text(json.dumps(notebook))
+        page.goto(server.page_url("side.ipynb"))
+        page.wait_for_selector(".jp-Notebook", timeout=90_000)
+        run_all(page, timeout=120)
+        page.wait_for_selector(".lm-TabBar-tabLabel:text-is('keras_nbguard')", timeout=30_000)
+        panel = ".jupyter-widgets-sidecar, .jp-LinkedOutputView, .widget-sidecar"
+        page.wait_for_function(f"() => !!document.querySelector('{panel}') && [...document"
+                               f".querySelectorAll('{panel}')].some(p => p.innerText"
+                               ".includes('keras_nbguard'))", timeout=60_000)
+        assert not page.query_selector(".jp-Notebook .keras-nbguard-static")  # not in the cell
+        assert [e for e in page.errors] == []

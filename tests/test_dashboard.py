@@ -52,6 +52,9 @@ def test_figure_data_one_trace_per_series_and_label_with_hover_text():
     assert traces["fit:fit:mlp"]["x"] == [1, 2, 3] and traces["fit:fit:cnn"]["x"] == [4, 5]
     assert traces["rss:after:mlp"]["y"] == [500.0, 504.0, 508.0]
     assert traces["fit:fit:mlp"]["color"] != traces["fit:fit:cnn"]["color"]
+    # a label keeps its colour when runs of others come and go (a reset, another notebook)
+    alone = by_uid(figure_data(runs(2, label="cnn")))
+    assert alone["fit:fit:cnn"]["color"] == traces["fit:fit:cnn"]["color"]
     text = traces["fit:fit:cnn"]["text"][1]
     assert "cnn #2" in text and "ok" in text and "fit 1.01 s" in text and "RSS" in text
     assert data["labels"] == ["mlp", "cnn"] and data["failed"] == 0
@@ -198,6 +201,26 @@ def test_two_runs_picked_are_compared_side_by_side(keras_shell, board):
     assert "pick another run" in picker.result.value
     run(keras_shell, cell)  # a new run keeps the user's picks
     assert (picker.first.value, picker.second.value) == ("pick #2", "pick #2")
+
+
+def test_compact_line_says_the_last_run_its_trend_and_stale_models(keras_shell):
+    from keras_nbguard.compact import CompactLine
+
+    line = CompactLine(keras_nbguard.get_session())
+    assert line.line() == "keras_nbguard · no run yet"
+    run(keras_shell, "kept = []")
+    for _ in range(2):
+        run(keras_shell, "%%kerasrun --quiet --label kept\nkept.append(make_model())\n"
+                         "kept[-1].fit(x, y, epochs=1, verbose=0)\n")
+    last = keras_nbguard.runs("kept")[-1]
+    text = line.line()
+    assert text.startswith(f"keras_nbguard · kept #2 ok · fit {fmt_seconds(last.fit_seconds)} "
+                           f"({fmt_seconds(last.delta_fit_seconds, signed=True)}) · ")
+    assert " · RSS " in text and " per run over 2 runs · 1 stale model" in text
+    assert "#ef6c00" in line.bundle()["text/html"]  # a stale model: orange
+    shown = keras_shell.run_line_magic("nbguard", "dashboard --compact")
+    assert shown is None  # displayed, redrawn in place after each run
+    line.close()
 
 
 def test_clear_session_button_reports_rss_before_and_after(board):
