@@ -140,6 +140,9 @@ class Dashboard:
 
     def _on_action(self, report: ActionReport) -> None:
         self._note(report.text(), failed=report.status == "failed")
+        if report.action == "reset_history" and report.status == "done":
+            with self._lock:  # the live panel and header agree with the emptied charts
+                self._live, self._live_title = ([], [], []), "history reset: no run since"
         self.refresh()
 
     def _before_cell(self, info: Any = None) -> None:
@@ -189,8 +192,8 @@ class Dashboard:
 
     def _note(self, text: str, failed: bool = False) -> None:
         colour = "#c62828" if failed else "#2e7d32" if "queued" not in text else "#ef6c00"
-        line = (f"<span style='color:{colour}'>{time.strftime('%H:%M:%S')} "
-                f"{html.escape(text)}</span>")
+        line = (f"<div style='color:{colour}'>{time.strftime('%H:%M:%S')} "
+                f"{html.escape(text)}</div>")  # one entry a line, newest first
         with self._lock:
             self._reports = [line, *self._reports][:6]
 

@@ -238,6 +238,14 @@ def test_clear_output_cache_and_reset_history_buttons(keras_shell, board):
     board.buttons["reset_history"].click()
     assert session.history == [] and "hid 1 run(s)" in bottom(board)
     assert all(len(t.x) == 0 for t in board.figure.data[2:])  # the runs are gone
+    # header, live panels and numbering agree with the emptied charts
+    assert "0 run(s)" in board._top.value and "history reset: no run since" in board._top.value
+    assert len(board.figure.data[0].y) == 0 and len(board.figure.data[1].x) == 0
+    reports = board._bottom.value.split("nbguard-reports'>")[1].split("</div><div class")[0]
+    assert reports.count("<div") == 2 and reports.index("reset_history") < reports.index(
+        "clear_output_cache")  # one entry a line, newest first
+    run(keras_shell, "%%kerasrun --quiet\nmodel = make_model()\n")
+    assert keras_nbguard.runs()[-1].run_number == 2  # numbers go on after a reset
 
 
 @pytest.mark.slow
