@@ -62,7 +62,7 @@ def show(session: Session, *, side: bool = False, compact: bool = False) -> None
         display(board)
         return
     try:
-        from sidecar import Sidecar  # type: ignore[import-not-found]
+        from sidecar import Sidecar
     except ImportError:
         raise UsageError("--side needs the sidecar package: pip install 'keras_nbguard[side]', "
                          "then reload the JupyterLab page") from None
