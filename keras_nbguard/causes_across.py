@@ -19,7 +19,7 @@ from .records import RunRecord
 
 def across_runs(runs: list[RunRecord]) -> list[Finding]:
     """``runs``: one label's latest runs, oldest first."""
-    return [f for f in (_slowdown(runs), _state_growth(runs), _dataset_rebuilt(runs)) if f]
+    return [f for f in (_slowdown(runs), state_growth(runs), _dataset_rebuilt(runs)) if f]
 
 
 def _slowdown(runs: list[RunRecord]) -> Finding | None:
@@ -46,7 +46,7 @@ def _slowdown(runs: list[RunRecord]) -> Finding | None:
     )
 
 
-def _state_growth(runs: list[RunRecord]) -> Finding | None:
+def state_growth(runs: list[RunRecord]) -> Finding | None:
     measured = [r for r in runs if r.status == "ok" and r.rss_after is not None][1:]
     if len(measured) < MIN_RUNS:
         return None

@@ -13,7 +13,8 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-from .findings import GROWTH_BYTES_PER_RUN, Finding
+from .causes_across import state_growth
+from .findings import Finding
 from .findings_view import findings_html, findings_text
 from .formatting import fmt_bytes, fmt_gpu, fmt_seconds, fmt_size
 from .records import RunRecord
@@ -105,14 +106,15 @@ def slope(ys: Sequence[float]) -> float:
 
 def trend_text(records: Sequence[RunRecord], label: str) -> str:
     """RSS growth and fit-time slope over the label's last runs in this kernel, in words; RSS
-    growing beyond ``GROWTH_BYTES_PER_RUN`` over 3 runs or more is flagged."""
+    growth is flagged when the diagnosis names it (``state_growth``: beyond the noise, over
+    enough runs after the first, which warms up)."""
     runs = _latest_process([r for r in records if r.label == label])[-TREND_RUNS:]
     rss = [r.rss_after for r in runs if r.rss_after is not None]
     fit = [r.fit_seconds for r in runs if r.fit_seconds is not None and r.status == "ok"]
     parts = []
     if len(rss) >= 2:
         growth = slope(rss)
-        flag = "⚠ " if len(rss) >= 3 and growth >= GROWTH_BYTES_PER_RUN else ""
+        flag = "⚠ " if state_growth(runs) is not None else ""
         parts.append(f"{flag}RSS {fmt_bytes(round(growth), signed=True)} per run over "
                      f"{len(rss)} runs")
     if len(fit) >= 2:

@@ -115,7 +115,8 @@ def check_dashboard(page, server, app: str, screenshot: Path | None) -> str:
 @pytest.mark.parametrize("comms", ["disabled", "perCommTarget"])
 def test_dashboard_in_jupyterlab(tmp_path, comms):
     settings = {"@jupyterlab/apputils-extension/kernels-settings": {"commsOverSubshells": comms}}
-    with jupyter_server(tmp_path, "lab", settings) as server, chromium_page() as page:
+    # tall enough for the whole dashboard, the README's screenshot
+    with jupyter_server(tmp_path, "lab", settings) as server, chromium_page(1300, 2000) as page:
         shutil.copy(NOTEBOOK, server.root / NOTEBOOK.name)
         try:
             shot = (SCREENSHOT if os.environ.get("KERAS_NBGUARD_SCREENSHOTS") == "1"

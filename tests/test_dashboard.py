@@ -90,9 +90,10 @@ def test_failed_runs_are_marked_and_restarts_found():
 
 
 def test_trend_in_words_over_the_labels_last_runs():
-    assert trend_text(runs(8, grow_mb=4), "mlp") == (  # flagged: beyond 2 MiB a run
+    assert trend_text(runs(8, grow_mb=4), "mlp") == (  # flagged: the diagnosis names it
         "mlp: ⚠ RSS +4.0 MiB per run over 8 runs; fit time +10 ms per run over 8 runs")
     assert trend_text(runs(8, grow_mb=1), "mlp").startswith("mlp: RSS +1.0 MiB per run")
+    assert trend_text(runs(3, grow_mb=4), "mlp").startswith("mlp: RSS +4.0")  # too few runs
     assert trend_text(runs(1), "mlp") == "mlp: a trend needs 2 runs (1 so far)"
     # only since the label's last restart (an old history whose numbers went back)
     assert "over 2 runs" in trend_text(runs(5) + runs(2, grow_mb=1), "mlp")
@@ -104,8 +105,10 @@ def test_trend_is_this_kernels_never_mixed_with_an_earlier_one():
                for r in runs(3)]
     now = [dataclasses.replace(r, kernel_id="k", pid=2, run_number=r.run_number + 3)
            for r in runs(3, grow_mb=8)]
+    now += [dataclasses.replace(r, kernel_id="k", pid=2, run_number=r.run_number + 6,
+                                rss_after=r.rss_after + 24 * MB) for r in runs(4, grow_mb=8)]
     text = trend_text(earlier + now, "mlp")
-    assert text.startswith("mlp: ⚠ RSS +8.0 MiB per run over 3 runs")  # not -300 over 6
+    assert text.startswith("mlp: ⚠ RSS +8.0 MiB per run over 7 runs")  # not mixed: -300
 
 
 def test_static_view_has_charts_table_and_failures_in_red():
