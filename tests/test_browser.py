@@ -143,6 +143,16 @@ def test_dashboard_in_notebook7(tmp_path):
             raise
 
 
+def write_notebook(path: Path, cells: tuple[str, ...]) -> None:
+    """A notebook of code cells, not run yet."""
+    notebook = {"cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}",
+                           "metadata": {}, "outputs": [], "source": source}
+                          for i, source in enumerate(cells)],
+                "nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {
+                    "display_name": "Python 3", "language": "python", "name": "python3"}}}
+    path.write_text(json.dumps(notebook))
+
+
 FIRST_PAINT_CELLS = ("%load_ext keras_nbguard\nimport keras_nbguard",
                      "%%kerasrun --label mlp --quiet\nx = sum(range(10**6))",
                      "keras_nbguard.dashboard()")
@@ -153,12 +163,8 @@ PLOTLY = "() => !!document.querySelector('.jp-OutputArea-output .js-plotly-plot 
 def test_first_chart_at_once_and_the_figure_after_a_reload(tmp_path):
     """A fresh kernel: the dashboard's first chart is on screen within 3 s of running the cell
     (plotly's figure takes seconds to make: it comes after the cell); a reload keeps the data."""
-    cells = [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {},
-              "outputs": [], "source": source} for i, source in enumerate(FIRST_PAINT_CELLS)]
-    notebook = {"cells": cells, "nbformat": 4, "nbformat_minor": 5, "metadata": {
-        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}}}
     with jupyter_server(tmp_path, "lab") as server, chromium_page() as page:
-        (server.root / "paint.ipynb").write_text(json.dumps(notebook))
+        write_notebook(server.root / "paint.ipynb", FIRST_PAINT_CELLS)
         page.goto(server.page_url("paint.ipynb"))
         page.wait_for_selector(".jp-Notebook", timeout=90_000)
         wait_idle(page, 120)
@@ -185,15 +191,10 @@ def test_first_chart_at_once_and_the_figure_after_a_reload(tmp_path):
 
 
 def test_side_panel_opens_with_the_dashboard(tmp_path):
-    cells = ["%load_ext keras_nbguard", "%%kerasrun --label mlp --quiet\nx = sum(range(10**6))",
-             "%nbguard dashboard --side"]
-    notebook = {"cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}",
-                           "metadata": {}, "outputs": [], "source": source}
-                          for i, source in enumerate(cells)],
-                "nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {
-                    "display_name": "Python 3", "language": "python", "name": "python3"}}}
+    cells = ("%load_ext keras_nbguard", "%%kerasrun --label mlp --quiet\nx = sum(range(10**6))",
+             "%nbguard dashboard --side")
     with jupyter_server(tmp_path, "lab") as server, chromium_page() as page:
-        (server.root / "side.ipynb").write_text(json.dumps(notebook))
+        write_notebook(server.root / "side.ipynb", cells)
         page.goto(server.page_url("side.ipynb"))
         page.wait_for_selector(".jp-Notebook", timeout=90_000)
         run_all(page, timeout=120)
