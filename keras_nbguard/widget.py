@@ -203,10 +203,11 @@ class Dashboard:
         ``models``: the referenced models when the caller has just scanned them."""
         with self._lock:  # also keeps two threads' redraws in order
             self._models = self._scan_models() if models is None else models
-            self._findings = current_findings(self.session.runs(), self.session.warn_once)
-            data = figure_data(self.session.runs(), self._memo)
+            runs = self.session.runs()  # a list made per call: once per redraw
+            self._findings = current_findings(runs, self.session.warn_once)
+            data = figure_data(runs, self._memo)
             if self.widget is not None:
-                self._draw_widget(data)
+                self._draw_widget(data, runs)
             elif self._display_id is not None and getattr(self._shell, "kernel", None):
                 from IPython.display import update_display
 
@@ -263,8 +264,8 @@ class Dashboard:
             self._chart.children = (self.figure,)
         self.refresh()
 
-    def _draw_widget(self, data: dict[str, Any]) -> None:
-        self._head = header_html(data, len(self.session.runs()), "{live}")
+    def _draw_widget(self, data: dict[str, Any], runs: list[RunRecord]) -> None:
+        self._head = header_html(data, len(runs), "{live}")
         if self.figure is None:
             self._chart.children[0].value = static_charts(data)
             self._top.value = self._head.replace("{live}", html.escape(self._live_title))
@@ -273,8 +274,8 @@ class Dashboard:
             self._push_live()
             keep_for_reload(self.figure)
         if self.picker is not None:
-            self.picker.update(self.session.runs())
-        self._bottom.value = findings_html(self._findings, len(self.session.runs())) + lists_html(
+            self.picker.update(runs)
+        self._bottom.value = findings_html(self._findings, len(runs)) + lists_html(
             self._reports, self._models)
 
     def _push_live(self) -> None:
