@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+from .call_records import FitRecord, InferenceRecord
 from .notices import NbguardWarning
-from .records import CleanReport, FitRecord, GpuReading, RunRecord
+from .records import CleanReport, GpuReading, RunRecord
 from .session import Session, get_session
 
 if TYPE_CHECKING:  # loaded with the first run or call, to keep %load_ext cheap
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # loaded with the first run or call, to keep %load_ext cheap
     from .widget import Dashboard
 
 __all__ = [
-    "CleanReport", "FitRecord", "FreeReport", "GpuReading", "Leak", "LeakReport",
+    "CleanReport", "FitRecord", "FreeReport", "GpuReading", "InferenceRecord", "Leak", "LeakReport",
     "NbguardWarning", "RunRecord", "Session", "__version__", "configure", "dashboard", "diagnose",
     "export",
     "free", "get_session", "leaks", "runs", "runs_frame", "track",

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import gc
-import sys
 from dataclasses import dataclass
 from typing import Any
 
 from .formatting import fmt_bytes
-from .prepare import clear_keeping_policy
+from .prepare import clear_every_keras
 
 
 @dataclass(frozen=True)
@@ -32,11 +31,10 @@ class ActionReport:
 
 
 def clear_keras_session() -> str:
-    keras = sys.modules.get("keras")
-    if keras is None:
+    cleared, problems = clear_every_keras()  # mixed precision survives the button too
+    if not cleared:
         gc.collect()
         return "Keras is not imported; ran gc"
-    problems = clear_keeping_policy(keras)  # mixed precision survives the button too
     return "cleared the Keras session and ran gc" + "".join(f"; {p}" for p in problems)
 
 

@@ -107,7 +107,7 @@ def _bookkeeping(chain: Chain, shell: Any, user_ns: Any) -> tuple[int, str, Rele
     holder = chain.objs[-2] if len(chain.objs) >= 2 else None
     callback = callback_class()
     last = chain.edges[-1] if chain.edges else None
-    if (callback is not None and isinstance(holder, callback) and last is not None
+    if (isinstance(holder, callback) and last is not None
             and last.kind == "attr" and last.key in _MODEL_LINKS):
         text = chain.text()
         text = text[: -len(last.text)] if text.endswith(last.text) else text

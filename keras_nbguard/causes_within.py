@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 
+from .call_records import CallbackTime, FitRecord
 from .findings import (
     CALLBACK_SHARE,
     CHECKPOINT_SHARE,
@@ -19,7 +20,7 @@ from .findings import (
     name_of,
 )
 from .formatting import fmt_bytes, fmt_seconds, fmt_stale
-from .records import CallbackTime, FitRecord, RunRecord
+from .records import RunRecord
 
 
 def within_run(run: RunRecord) -> list[Finding]:
@@ -154,19 +155,32 @@ def _input_share(fit: FitRecord) -> float:
 
 
 def _retracing(run: RunRecord) -> Finding | None:
-    fits = max(1, len(run.fits))
-    if run.traces is None or run.traces <= TRACES_PER_FIT * fits:
+    calls = max(1, len(run.fits) + len(run.inference))  # evaluate and predict trace their own
+    if run.traces is None:
+        return None
+    counted = run.traces
+    if run.trace_kind != "tf.function":
+        # JAX also compiles each eager op once per shape on a kernel's first run: only Keras'
+        # steps compiled again (a new shape, a last partial batch) are retracing there
+        counted = sum(count for name, count in run.traced if "step" in name)
+    if counted <= TRACES_PER_FIT * calls:
         return None
     most = ", ".join(f"{name} {count}×" for name, count in run.traced) or "functions"
+    what = "tf.function traces" if run.trace_kind == "tf.function" else run.trace_kind
+    per = "per fit" if not run.inference else "per fit, evaluate or predict"
     return Finding(
         "retracing",
-        f"{run.traces} tf.function traces in {name_of(run)} ({run.traces / fits:.0f} per fit): "
+        f"{counted} {what} in {name_of(run)} ({counted / calls:.0f} {per}): "
         f"{most} traced again and again",
         "pass tensors, not Python numbers, to your tf.function (or give it an input_signature), "
         "and keep shapes fixed (drop_remainder=True)",
-        (("tf.function traces", str(run.traces)), ("fits", str(len(run.fits)))),
+        (
+            (what, str(counted)),
+            ("fits", str(len(run.fits))),
+            ("evaluate/predict", str(len(run.inference))),
+        ),
         (name_of(run),),
-        min(1.0, run.traces / (10 * fits)),
+        min(1.0, counted / (10 * calls)),
     )
 
 

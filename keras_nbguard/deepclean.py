@@ -31,7 +31,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import notices
+from . import backends, notices
+from .backends import BACKEND_NAMES
 from .collectors.process import RssReader, default_rss_reader
 from .records import CleanReport
 
@@ -118,10 +119,14 @@ class DeepClean:
 
         if not self.available:
             return report(reason=self.reason)
+        backend = backends.current_backend()
+        if backend != "tensorflow":  # what it purges is TensorFlow's alone
+            return CleanReport(available=False, reason=f"{BACKEND_NAMES.get(backend, backend)} "
+                                                       f"backend")
         try:
             registry = self._registry()
             if registry is None:
-                return report(reason="TensorFlow is not imported")
+                return CleanReport(available=False, reason="TensorFlow is not imported")
             if not any(run.dead() for run in self._runs):  # the usual case: nothing to purge
                 # and nothing released by us, so no census of the eager functions is needed
                 return report(entries=0, runs=0, kept=self.held, functions=0)

@@ -34,22 +34,40 @@ def fmt_seconds(s: float | None, signed: bool = False) -> str:
 
 def fmt_fit(record: RunRecord) -> str:
     if not record.fits:
-        return "no fit in this run"
+        return f"{NA}: {record.fit_reason}" if record.fit_reason else "no fit in this run"
     parts = [fmt_seconds(record.fit_seconds)]
     for i, fit in enumerate(record.fits, 1):
-        epochs = ", ".join(fmt_seconds(s) for s in fit.epoch_seconds) or NA
         prefix = f"fit {i}: " if len(record.fits) > 1 else ""
+        if not fit.reached_training:
+            parts.append(
+                f"{prefix}failed before its first epoch ended ({fmt_seconds(fit.seconds)} spent)"
+            )
+            continue
+        epochs = ", ".join(fmt_seconds(s) for s in fit.epoch_seconds) or NA
         bs = NA if fit.batch_size is None else str(fit.batch_size)
         cb = fmt_seconds(fit.callback_seconds)
         parts.append(f"{prefix}epochs [{epochs}], batch {bs}, your callbacks {cb}")
     return "; ".join(parts)
 
 
+def fmt_inference(record: RunRecord) -> str:
+    """One line for a run's evaluate and predict calls, beside fit's peak RSS: training needs
+    more memory than inference, and this shows by how much."""
+    calls = ", ".join(
+        f"{call.kind} {fmt_seconds(call.seconds)}" + ("" if call.completed else " (raised)")
+        for call in record.inference
+    )
+    peaks = [c.rss_peak for c in record.inference if c.rss_peak is not None]
+    fit_peaks = [f.rss_peak for f in record.fits if f.rss_peak is not None]
+    fit = f" vs fit {fmt_bytes(max(fit_peaks))}" if fit_peaks else ""
+    return f"{calls} (peak RSS {fmt_bytes(max(peaks) if peaks else None)}{fit})"
+
+
 def fmt_gpu(gpu: GpuReading) -> str:
     if not gpu.known:
         return f"{NA} ({gpu.reason or 'unknown'})"
     text = (
-        f"TF current {fmt_bytes(gpu.tf_current)}, peak {fmt_bytes(gpu.tf_peak)}; "
+        f"{gpu.allocator} current {fmt_bytes(gpu.tf_current)}, peak {fmt_bytes(gpu.tf_peak)}; "
         f"NVML process {fmt_bytes(gpu.nvml_process_used)}, device "
         f"{fmt_bytes(gpu.nvml_used)} / {fmt_bytes(gpu.nvml_total)}"
     )
@@ -104,9 +122,14 @@ def fmt_released(held: HeldModels) -> str:
 
 def fmt_traces(record: RunRecord) -> str:
     if record.traces is None:
-        return NA
-    data = NA if record.dataset_traces is None else str(record.dataset_traces)
-    return f"{record.traces} tf.function, {data} tf.data of yours"
+        return f"{NA} ({record.trace_reason})" if record.trace_reason else NA
+    text = f"{record.traces} {record.trace_kind}"
+    if record.trace_kind == "tf.function":
+        data = NA if record.dataset_traces is None else str(record.dataset_traces)
+        text += f", {data} tf.data of yours"
+    if record.traced:  # what was traced: a strategy's many steady traces don't read as retracing
+        text += "; most: " + ", ".join(f"{name} {count}×" for name, count in record.traced)
+    return text
 
 
 def fmt_deltas(record: RunRecord) -> str:

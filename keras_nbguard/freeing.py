@@ -14,7 +14,6 @@ report says exactly what keeps each one. Nothing that is not a model or a holder
 from __future__ import annotations
 
 import gc
-import sys
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -29,7 +28,7 @@ from .caches import (
     pop_entry,
     reset_cache_name,
 )
-from .prepare import clear_keeping_policy
+from .prepare import clear_every_keras
 from .probes import Chain, Leak, ModelRegistry, Probe, current_shell, leaks_of
 from .records import CleanReport
 
@@ -223,13 +222,11 @@ def _empty_slot(chain: Chain, done: dict[str, None]) -> None:
 
 # -- after ---------------------------------------------------------------------------------------
 def _clear_session(notes: list[str]) -> bool:
-    """keras.utils.clear_session(), keeping the global dtype policy (it resets it to float32)."""
-    keras = sys.modules.get("keras")
-    if keras is None:
-        return False
+    """clear_session() of each Keras imported, keeping the global dtype policy."""
     try:
-        notes.extend(clear_keeping_policy(keras))
-        return True
+        cleared, problems = clear_every_keras()
+        notes.extend(problems)
+        return cleared
     except Exception as exc:  # freeing went through; only the session clear failed
         notes.append(f"clear_session failed: {type(exc).__name__}: {exc}")
         return False

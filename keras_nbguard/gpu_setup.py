@@ -1,4 +1,5 @@
-"""GPU configuration that must happen before TensorFlow touches the GPU: growth and a hard cap.
+"""GPU configuration that must happen before the framework touches the GPU: growth and a hard
+cap, for the backend the user's Keras computes with (TensorFlow, JAX, torch).
 
 Every function returns the problems it met as sentences for the user; none raises.
 """
@@ -6,22 +7,144 @@ Every function returns the problems it met as sentences for the user; none raise
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import MutableMapping
+from typing import TYPE_CHECKING, Any
 
 from .collectors.gpu import TfGpu
 
+if TYPE_CHECKING:
+    from .collectors.gpu import NvmlReader
+    from .prepare import RunOptions
+
 GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"
+JAX_PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"  # read once, as JAX starts its backend
+JAX_FRACTION = "XLA_PYTHON_CLIENT_MEM_FRACTION"
+MB = 2**20
 RESTART_HINT = ("Restart the kernel and run `%load_ext keras_nbguard` (with the options you want) "
                 "before anything imports TensorFlow.")
+JAX_RESTART_HINT = ("Restart the kernel and run `%load_ext keras_nbguard` (with the options you "
+                    "want) before JAX computes anything.")
 
 
 def configure_at_load(tf: TfGpu | None,
                       environ: MutableMapping[str, str] = os.environ) -> list[str]:
-    """Turn on memory growth as early as we are loaded, without importing TensorFlow."""
+    """Turn on memory growth as early as we are loaded, without importing any framework: JAX
+    would otherwise take 75% of the GPU at its first computation, TensorFlow nearly all of it.
+    torch grows on demand by itself. The user's own settings win."""
+    environ.setdefault(JAX_PREALLOCATE, "false")  # read by JAX only, whatever the backend
     if tf is None:
-        environ.setdefault(GROWTH_ENV, "true")  # the user's own setting wins
+        environ.setdefault(GROWTH_ENV, "true")
         return []
     return set_growth(tf, True, environ)
+
+
+def configure(options: RunOptions, backend: str, tf_gpu: TfGpu | None,
+              nvml: NvmlReader | None) -> list[str]:
+    """A run's ``--gpu-growth`` / ``--gpu-limit`` on the backend in use."""
+    if options.gpu_limit_mb is None and options.gpu_growth is None:
+        return []
+    if backend == "jax":
+        if options.gpu_limit_mb is not None:
+            return jax_memory_limit(options.gpu_limit_mb, nvml)
+        return jax_growth(bool(options.gpu_growth))
+    if backend == "torch":
+        if options.gpu_limit_mb is not None:
+            return torch_memory_limit(options.gpu_limit_mb)
+        return [] if options.gpu_growth else [
+            "--no-gpu-growth has no effect on the torch backend: torch always grows on demand."]
+    if options.gpu_limit_mb is not None:
+        if tf_gpu is None:
+            try:
+                import tensorflow  # noqa: F401  a hard cap can only be set through tf.config
+            except ImportError as exc:
+                return [f"--gpu-limit {options.gpu_limit_mb} ignored: Keras computes with "
+                        f"TensorFlow here, which failed to import ({exc})."]
+            tf_gpu = TfGpu.if_imported()
+        if tf_gpu is None:
+            return [f"--gpu-limit {options.gpu_limit_mb} ignored: TensorFlow has no tf.config."]
+        return set_memory_limit(tf_gpu, options.gpu_limit_mb)
+    return set_growth(tf_gpu, bool(options.gpu_growth))
+
+
+# -- JAX: environment variables, read once as JAX starts its backend -----------------------------
+def jax_started() -> bool:
+    """Whether JAX has started its backend (and so read its memory settings)."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return False
+    try:
+        from jax._src import xla_bridge  # private; reached only once the user imported JAX
+
+        return bool(xla_bridge.backends_are_initialized())
+    except Exception:  # another layout: assume the worst, so we never claim "in time"
+        return True
+
+
+def jax_growth(enabled: bool, environ: MutableMapping[str, str] = os.environ,
+               started: bool | None = None) -> list[str]:
+    wanted = "false" if enabled else "true"
+    if started if started is not None else jax_started():
+        if environ.get(JAX_PREALLOCATE, "true").lower() == wanted:
+            return []
+        return [f"GPU memory growth can't be turned {'on' if enabled else 'off'}: JAX already "
+                f"started its backend. {JAX_RESTART_HINT}"]
+    environ[JAX_PREALLOCATE] = wanted
+    return []
+
+
+def jax_memory_limit(limit_mb: int, nvml: NvmlReader | None,
+                     environ: MutableMapping[str, str] = os.environ,
+                     started: bool | None = None) -> list[str]:
+    """JAX takes its cap as a fraction of the GPU: ``limit_mb`` over the smallest visible GPU's
+    size from NVML."""
+    total, why = nvml.smallest_total() if nvml is not None else (None, "NVML not available")
+    if total is None:
+        return [f"--gpu-limit {limit_mb} ignored: the GPU's size is unknown ({why}); set "
+                f"{JAX_FRACTION} yourself before JAX starts."]
+    fraction = f"{min(1.0, limit_mb * MB / total):.3f}"
+    if started if started is not None else jax_started():
+        if environ.get(JAX_FRACTION) == fraction:
+            return []
+        return [f"GPU memory limit of {limit_mb} MiB can't be applied: JAX already started its "
+                f"backend ({JAX_FRACTION}={environ.get(JAX_FRACTION, 'unset')}). "
+                f"{JAX_RESTART_HINT}"]
+    environ[JAX_FRACTION] = fraction
+    return []
+
+
+# -- torch: a per-process fraction, settable at any time ----------------------------------------
+def torch_memory_limit(limit_mb: int, torch: Any = None) -> list[str]:
+    if torch is None:
+        try:
+            import torch  # the backend the user's Keras computes with: it imports torch anyway
+        except ImportError as exc:
+            return [f"--gpu-limit {limit_mb} ignored: torch failed to import ({exc})."]
+    cuda = torch.cuda
+    if not cuda.is_available():
+        return [f"--gpu-limit {limit_mb} ignored: torch sees no CUDA GPU."]
+    problems = []
+    for i in range(cuda.device_count()):
+        try:
+            total = cuda.get_device_properties(i).total_memory
+            cuda.set_per_process_memory_fraction(min(1.0, limit_mb * MB / total), i)
+        except (RuntimeError, ValueError) as exc:
+            problems.append(f"GPU memory limit not set on cuda:{i}: {exc}")
+    return problems
+
+
+def empty_torch_cache(torch: Any = None) -> list[str]:
+    """Hand torch's cached, unused GPU blocks back to the device (only where CUDA is in use)."""
+    torch = torch if torch is not None else sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+    except Exception as exc:
+        return [f"torch.cuda.empty_cache failed: {exc}"]
+    return []
+
+
+# -- TensorFlow: tf.config, before TensorFlow starts its GPU runtime ----------------------------
 
 
 def set_growth(tf: TfGpu | None, enabled: bool,

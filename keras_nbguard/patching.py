@@ -11,6 +11,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from .backends import PACKAGES, unsupported
 from .collectors.imports import ImportWatch, when_imported
 
 _MISSING = object()
@@ -32,16 +33,30 @@ class AttributePatch:
             setattr(self.owner, self.name, self._saved)
 
 
+class PatchGroup:
+    """Several patches restored together, the last made first."""
+
+    def __init__(self, patches: list[AttributePatch]) -> None:
+        self.patches = patches
+
+    def restore(self) -> None:
+        for patch in reversed(self.patches):
+            patch.restore()
+
+
+Patch = AttributePatch | PatchGroup
+
+
 class PatchOnImport:
     """A patch applied to a module as soon as it is imported (at once if it already is) and undone
     by ``uninstall()``; ``apply(module)`` makes it and returns it, or None when it cannot."""
 
     def __init__(self, module_name: str) -> None:
         self.module_name = module_name
-        self._patch: AttributePatch | None = None
+        self._patch: Patch | None = None
         self._watch: ImportWatch | None = None
 
-    def install(self, apply: Callable[[ModuleType], AttributePatch | None]) -> None:
+    def install(self, apply: Callable[[ModuleType], Patch | None]) -> None:
         # ``apply`` is held only by the import watch, so nothing outlives uninstall().
         def on_import(module: ModuleType) -> None:
             self._patch = apply(module)
@@ -55,3 +70,28 @@ class PatchOnImport:
         if self._patch is not None:
             self._patch.restore()
             self._patch = None
+
+
+class PatchEveryKeras:
+    """``apply(package)`` on every Keras package (``keras``, ``tf_keras``) imported now or later
+    in the run, each undone by ``uninstall()``. A Keras we can't handle is not patched: its
+    reason goes to ``reasons``, so a figure says why it is missing instead of reading "no fit"."""
+
+    def __init__(self) -> None:
+        self._scopes = [PatchOnImport(package) for package in PACKAGES]
+        self.reasons: list[str] = []
+
+    def install(self, apply: Callable[[ModuleType], Patch | None]) -> None:
+        def checked(module: ModuleType) -> Patch | None:
+            why = unsupported(module, module.__name__)
+            if why:
+                self.reasons.append(why)
+                return None
+            return apply(module)
+
+        for scope in self._scopes:
+            scope.install(checked)
+
+    def uninstall(self) -> None:
+        for scope in self._scopes:
+            scope.uninstall()

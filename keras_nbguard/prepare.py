@@ -6,14 +6,15 @@ import argparse
 import dataclasses
 import gc
 import importlib
-import sys
+import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import gpu_setup
-from .collectors.gpu import TfGpu
+from . import backends, gpu_setup
+from .backends import DEFAULT_POLICY
 
-DEFAULT_POLICY = "float32"
+if TYPE_CHECKING:
+    from .collectors.gpu import NvmlReader, TfGpu
 
 
 @dataclass(frozen=True)
@@ -37,72 +38,76 @@ class Prepared:
     warnings: list[str] = field(default_factory=list)
 
 
-def prepare(options: RunOptions, tf_gpu: TfGpu | None = None) -> Prepared:
+def prepare(
+    options: RunOptions, tf_gpu: TfGpu | None = None, nvml: NvmlReader | None = None
+) -> Prepared:
+    """Everything before a run, for the Keras the user has (and the backend it computes with).
+    Nothing here raises: what could not be done comes back as sentences in ``warnings``."""
     result = Prepared()
-    _configure_gpu(options, tf_gpu, result)
-    keras = sys.modules.get("keras")
-    if options.mixed_precision and keras is None:
-        # the user asked for a Keras policy: importing Keras is the price
-        keras = importlib.import_module("keras")
-    if options.clear:
-        result.cleared = _clear(keras, options, result)
-        if not result.cleared:
-            gc.collect()  # no Keras yet: gc is all the cleaning there is
+    try:
+        result.warnings += gpu_setup.configure(options, backends.current_backend(), tf_gpu, nvml)
+    except Exception as exc:  # the GPU set-up never keeps the session from being cleared
+        result.warnings.append(f"GPU set-up failed ({type(exc).__name__}: {exc})")
+    kerases = backends.loaded()
+    if options.mixed_precision and not kerases:
+        kerases = _import_for_policy(result)  # the user asked for a Keras policy: the price
+    if options.clear and kerases:
+        for keras in kerases:
+            result.warnings += clear_keeping_policy(keras, options.mixed_precision)
+        result.cleared = True
+    elif options.clear:
+        gc.collect()  # no Keras yet: gc is all the cleaning there is
     elif options.mixed_precision:
-        _set_policy(keras, options.mixed_precision, result)
+        for keras in kerases:
+            _set_policy(keras, options.mixed_precision, result)
+    result.warnings += backends.unsupported_loaded()
     return result
 
 
-def _configure_gpu(options: RunOptions, tf_gpu: TfGpu | None, result: Prepared) -> None:
-    if options.gpu_limit_mb is not None:
-        if tf_gpu is None:
-            import tensorflow  # noqa: F401  a hard cap can only be set through tf.config
-
-            tf_gpu = TfGpu.if_imported()
-        assert tf_gpu is not None
-        result.warnings += gpu_setup.set_memory_limit(tf_gpu, options.gpu_limit_mb)
-    elif options.gpu_growth is not None:
-        result.warnings += gpu_setup.set_growth(tf_gpu, options.gpu_growth)
+def _import_for_policy(result: Prepared) -> list[backends.Keras]:
+    """Keras 2 when ``TF_USE_LEGACY_KERAS`` asks for it (as TensorFlow reads it), else Keras 3."""
+    legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes")
+    try:
+        importlib.import_module("tf_keras" if legacy else "keras")
+    except ImportError as exc:
+        result.warnings.append(f"--mixed-precision needs Keras, which failed to import: {exc}")
+    return backends.loaded()
 
 
-def _clear(keras: object | None, options: RunOptions, result: Prepared) -> bool:
-    """clear_session (which also runs gc) when Keras is imported; keep the dtype policy.
+def clear_keeping_policy(keras: backends.Keras, policy: str | None = None) -> list[str]:
+    """``clear_session()``, then the dtype policy it reset put back (``policy`` instead, when
+    given); on torch, the CUDA cache emptied. Every clear of ours goes through here: runs, free,
+    the button. Returns what could not be done, in words.
 
-    ``clear_session`` silently resets the global dtype policy to float32: a user's own mixed
-    precision would be lost between runs, so it is put back (or ours applied).
+    Keras 3's ``clear_session`` silently resets the global dtype policy to float32: a user's own
+    mixed precision would be lost between runs.
     """
-    if keras is None:
-        return False
-    result.warnings += clear_keeping_policy(keras, options.mixed_precision)
-    return True
-
-
-def clear_keeping_policy(keras: object, policy: str | None = None) -> list[str]:
-    """``keras.utils.clear_session()``, then the dtype policy it reset put back (``policy``
-    instead, when given). Every clear of ours goes through here: runs, free, the button.
-    Returns what could not be done, in words."""
-    policy_before = _policy_name(keras)
-    keras.utils.clear_session()  # type: ignore[attr-defined]
+    policy_before = keras.policy_name()
+    keras.clear_session()
     wanted = policy or policy_before
     problems: list[str] = []
-    if wanted and wanted != DEFAULT_POLICY and _policy_name(keras) != wanted:
+    if wanted and wanted != DEFAULT_POLICY and keras.policy_name() != wanted:
         try:
-            keras.config.set_dtype_policy(wanted)  # type: ignore[attr-defined]
+            keras.set_policy(wanted)
         except Exception as exc:
             problems.append(f"dtype policy {wanted!r} not applied: {exc}")
+    if keras.backend == "torch":
+        problems += gpu_setup.empty_torch_cache()
     return problems
 
 
-def _policy_name(keras: object) -> str | None:
-    try:
-        return keras.config.dtype_policy().name  # type: ignore[attr-defined]
-    except Exception:
-        return None
+def clear_every_keras() -> tuple[bool, list[str]]:
+    """Clear each Keras the user imported; (whether any was, what could not be done)."""
+    problems: list[str] = []
+    kerases = backends.loaded()
+    for keras in kerases:
+        problems += clear_keeping_policy(keras)
+    return bool(kerases), problems
 
 
-def _set_policy(keras: object, name: str, result: Prepared) -> None:
+def _set_policy(keras: backends.Keras, name: str, result: Prepared) -> None:
     try:
-        keras.config.set_dtype_policy(name)  # type: ignore[attr-defined]
+        keras.set_policy(name)
     except Exception as exc:
         result.warnings.append(f"dtype policy {name!r} not applied: {exc}")
 

@@ -7,12 +7,14 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
+from .call_records import FitRecord, InferenceRecord
 from .formatting import (
     fmt_bytes,
     fmt_clean,
     fmt_deltas,
     fmt_fit,
     fmt_gpu,
+    fmt_inference,
     fmt_released,
     fmt_seconds,
     fmt_stale,
@@ -20,43 +22,6 @@ from .formatting import (
 )
 
 STATUSES = ("ok", "error", "interrupted", "oom", "died")  # died: the kernel was killed mid-run
-
-
-@dataclass(frozen=True)
-class CallbackTime:
-    """One method of the user's callbacks, over one fit: ``name`` is "Class.method"."""
-
-    name: str
-    seconds: float
-    calls: int
-    bytes_written: int | None = None  # by the fit's thread inside it; None: not readable here
-
-
-@dataclass(frozen=True)
-class FitRecord:
-    """One call to ``Model.fit`` inside a run."""
-
-    seconds: float
-    epochs: int | None
-    epoch_seconds: tuple[float, ...] = ()
-    callback_seconds: float | None = None
-    batch_size: int | None = None
-    steps: int | None = None
-    model_name: str | None = None
-    completed: bool = True
-    callbacks: tuple[CallbackTime, ...] = ()  # slowest first
-    # the user's Python input (a generator, a PyDataset): time making its batches; None: other
-    input_kind: str | None = None
-    input_seconds: float | None = None
-    input_batches: int | None = None
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> FitRecord:
-        return cls(**{
-            **data,
-            "epoch_seconds": tuple(data.get("epoch_seconds", ())),
-            "callbacks": tuple(CallbackTime(**c) for c in data.get("callbacks", ())),
-        })
 
 
 @dataclass(frozen=True)
@@ -69,6 +34,9 @@ class GpuReading:
     nvml_total: int | None = None
     nvml_process_used: int | None = None
     reason: str | None = None
+    # whose allocator ``tf_current`` / ``tf_peak`` are: "TF", "JAX" or "torch" (names kept from
+    # when TensorFlow was the only one, so stored records still read)
+    allocator: str = "TF"
 
     @property
     def known(self) -> bool:
@@ -166,6 +134,11 @@ class RunRecord:
     stale_models: HeldModels | None = None
     findings: tuple[str, ...] = ()  # the label's top causes after this run (diagnosis.py)
     growth: tuple[Growth, ...] = ()  # the user's names that grew most over this run, largest first
+    inference: tuple[InferenceRecord, ...] = ()  # evaluate and predict calls, in call order
+    keras: str | None = None  # which Keras ran, e.g. "Keras 3.15.1 (jax)"; None: none imported
+    fit_reason: str | None = None  # why fits could not be timed (a Keras we can't patch)
+    trace_kind: str = "tf.function"  # what ``traces`` counts ("XLA compilations" on JAX)
+    trace_reason: str | None = None  # why ``traces`` is None
 
     # -- derived figures ---------------------------------------------------------------------
     @property
@@ -199,6 +172,7 @@ class RunRecord:
             data[key] = tuple(data.get(key, ()))
         data["traced"] = tuple((name, count) for name, count in data.get("traced", ()))
         data["growth"] = tuple(Growth(**g) for g in data.get("growth", ()))
+        data["inference"] = tuple(InferenceRecord(**i) for i in data.get("inference", ()))
         data["rss_samples"] = tuple(tuple(s) for s in data.get("rss_samples", ()))
         if data.get("deep_clean"):
             data["deep_clean"] = CleanReport(**data["deep_clean"])
@@ -216,6 +190,7 @@ class RunRecord:
             ("status", self.status),
             ("wall", fmt_seconds(self.wall_seconds)),
             ("fit", fmt_fit(self)),
+            *([("inference", fmt_inference(self))] if self.inference else []),
             ("rss", f"{fmt_bytes(self.rss_before)} → {fmt_bytes(self.rss_after)} "
                     f"(peak {fmt_bytes(self.rss_peak)})"),
             ("gpu", fmt_gpu(self.gpu)),
@@ -230,7 +205,7 @@ class RunRecord:
             rows.append(("deep clean", fmt_clean(self.deep_clean)))
         rows.extend(("finding", f) for f in self.findings)
         if not self.cleared:
-            rows.append(("cleared", "no (--no-clear, or Keras not imported yet)"))
+            rows.append(("cleared", "no (--no-clear, or no Keras imported yet)"))
         if self.error:
             rows.append(("error", self.error))
         rows.extend(("advice", a) for a in self.advice)

@@ -16,12 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import outcome
+from . import backends, outcome
+from .collectors.call_peaks import CallPeaks
 from .collectors.fit import FitTimer
 from .collectors.gpu import GpuCollector
 from .collectors.host_limit import HostLimit
 from .collectors.process import PeakRss, RssSampler
-from .collectors.traces import TraceCounter
+from .collectors.traces import trace_counter_for
 from .prepare import RunOptions, prepare
 from .records import CleanReport, GpuReading, HeldModels, RunRecord
 
@@ -82,7 +83,7 @@ class Run:
         self.sampler = RssSampler(interval=services.sample_interval)
         self.sampler.listeners.append(lambda t, rss: services.events.emit("sample", t, rss))
         self.sampler.visit_listeners.append(lambda: services.events.emit("sampled"))
-        self.traces = TraceCounter()
+        self.traces = trace_counter_for(backends.current_backend())
         from .probes import CreationWatch  # the first run, not %load_ext, loads the leak finder
 
         self.creations = CreationWatch()  # models built in the run, for the leak finder
@@ -142,8 +143,9 @@ class Run:
             # what releasing them, then clear and deep clean, gave back
             self.released = dataclasses.replace(self.released, rss_freed=before_release - after)
         self._peak_reset = bool(self._attempt("resetting the peak RSS", self._peak.reset))
+        self.fit_timer.peaks = CallPeaks(self._peak if self._peak_reset else None, self._gpu)
         for step, action in (("starting the RSS sampler", self._start_sampler),
-                             ("patching Model.fit", self.fit_timer.install),
+                             ("patching fit, evaluate and predict", self.fit_timer.install),
                              ("watching model construction", self.creations.install),
                              ("counting tf.function traces", self.traces.install),
                              ("resetting GPU memory stats", self._gpu.begin)):
@@ -161,7 +163,7 @@ class Run:
         self.released = settled.released_note()
 
     def _prepare(self) -> None:
-        prepared = prepare(self.options, self.services.tf_gpu())
+        prepared = prepare(self.options, self.services.tf_gpu(), self.services.nvml)
         self._cleared = prepared.cleared
         for problem in prepared.warnings:
             self._warn(problem)
@@ -188,7 +190,7 @@ class Run:
         # the kernel's peak first, while our threads still sleep (see start)
         hwm = self._attempt("reading the peak RSS", self._peak.read) if self._peak_reset else None
         for step, action in (("stopping the RSS sampler", self.sampler.stop),
-                             ("restoring Model.fit", self.fit_timer.uninstall),
+                             ("restoring fit, evaluate and predict", self.fit_timer.uninstall),
                              ("restoring the trace hook", self.traces.uninstall),
                              ("restoring Model.__new__", self.creations.uninstall)):
             self._attempt(step, action)
@@ -198,29 +200,37 @@ class Run:
         gpu = (self._attempt("reading GPU memory", self._gpu.end)
                or GpuReading(reason="GPU reading failed"))
         fits = list(self.fit_timer.fits)
+        trained = [f for f in fits if f.reached_training]  # a fit that failed at once: no time
         status = outcome.status_of(exc)
-        rss_peak = max((p for p in (self.sampler.peak, hwm) if p), default=None)
+        rss_peak = max((p for p in (self.sampler.peak, hwm, self.fit_timer.peaks.run_rss) if p),
+                       default=None)
         advice: list[str] = []
         if status == "oom":
             advice = outcome.oom_advice(fits, self.options.mixed_precision,
                                         self.options.gpu_limit_mb, rss_peak, gpu.known)
         if self.sampler.error:
             self._warn(self.sampler.error)
-        if self.traces.reason:
+        if self.traces.reason and self.traces.warn:
             self._warn(f"trace count unavailable: {self.traces.reason}")
+        keras = ", ".join(k.name for k in backends.loaded()) or None
         self.record = RunRecord(
             label=self.label,
             status=status,
             started_at=self.started_at,
             wall_seconds=wall,
-            fit_seconds=sum(f.seconds for f in fits) if fits else None,
+            fit_seconds=sum(f.seconds for f in trained) if trained else None,
             fits=tuple(fits),
+            inference=tuple(self.fit_timer.inference),
+            keras=keras,
+            fit_reason="; ".join(self.fit_timer.reasons) or None,
             rss_before=self._rss_before,
             rss_after=self.sampler.samples[-1][1] if self.sampler.samples else None,
             rss_peak=rss_peak,
             gpu=gpu,
             cleared=self._cleared,
             traces=self.traces.count,
+            trace_kind=self.traces.kind,
+            trace_reason=self.traces.reason,
             traced=tuple(self.traces.names.most_common(3)),
             dataset_traces=self.traces.dataset_count,
             warnings=tuple(self.warnings),

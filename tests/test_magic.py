@@ -197,11 +197,15 @@ model.fit(x, y, epochs=3, batch_size=32, verbose=0, callbacks=[slow])
     assert 0.15 <= fit.callback_seconds < fit.seconds
     assert "on_epoch_end" not in vars(keras_shell.user_ns["slow"])  # our wrapper was removed
 
+    import keras
     from keras.src import utils
 
     from keras_nbguard.collectors.fit import _epoch_clock_class
-    ours = _epoch_clock_class()(None, lambda: 0.0, [])
-    for hook in ("on_train_batch_begin", "on_train_batch_end", "on_batch_end"):
+    ours = _epoch_clock_class(keras.callbacks.Callback)(None, lambda: 0.0, [])
+    # evaluate and predict too: ours is in their callbacks for their steps
+    for hook in ("on_train_batch_begin", "on_train_batch_end", "on_batch_end",
+                 "on_test_batch_begin", "on_test_batch_end", "on_predict_batch_begin",
+                 "on_predict_batch_end"):
         assert utils.is_default(getattr(ours, hook)), hook
 
 

@@ -1,4 +1,5 @@
-"""Times every ``Model.fit`` of a run through a scoped, reversible patch of ``keras.Model.fit``.
+"""Times every ``fit``, ``evaluate`` and ``predict`` of a run through a scoped, reversible patch of
+the public ``Model`` of each Keras the user has (``keras.Model``, ``tf_keras.Model``).
 
 The injected callback uses epoch and train hooks only: overriding a batch hook would make Keras turn
 off its asynchronous dispatch and slow down the very fit we measure. The user's own callbacks are
@@ -17,13 +18,14 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from ..patching import AttributePatch, PatchOnImport
-from ..records import FitRecord
+from ..call_records import FitRecord, InferenceRecord
+from ..patching import AttributePatch, PatchEveryKeras, PatchGroup
+from .call_peaks import CallPeaks
 from .callback_clock import CallbackClock
 from .input_clock import InputClock
 
-MODEL_MODULE = "keras.src.models.model"
 KERAS_DEFAULT_BATCH_SIZE = 32
+INFERENCE = ("evaluate", "predict")
 
 EpochListener = Callable[[int, float], None]
 
@@ -35,17 +37,27 @@ class _FitInProgress:
     epoch_seconds: list[float] = field(default_factory=list)
     epoch_started: float | None = None
     steps: int | None = None
+    kind: str = "fit"  # or "evaluate", "predict"
 
 
 class FitTimer:
-    """While installed, every fit is timed and appended to ``fits`` (also fits that raise)."""
+    """While installed, every fit is timed and appended to ``fits``, every evaluate and predict
+    to ``inference`` (also calls that raise). ``reasons`` says why a Keras could not be patched."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter,
+                 peaks: CallPeaks | None = None) -> None:
         self.clock = clock
+        self.peaks = peaks or CallPeaks()
         self.fits: list[FitRecord] = []
+        self.inference: list[InferenceRecord] = []
         self.models: list[weakref.ref[Any]] = []  # every model fit in this run, weakly
         self.epoch_listeners: list[EpochListener] = []
-        self._scope = PatchOnImport(MODEL_MODULE)
+        self._scope = PatchEveryKeras()
+        self._depth = 0  # inside one of our calls: fit's validation runs evaluate, not the user
+
+    @property
+    def reasons(self) -> list[str]:
+        return self._scope.reasons
 
     # -- the scoped patch ------------------------------------------------------------------------
     def install(self) -> None:
@@ -54,22 +66,70 @@ class FitTimer:
     def uninstall(self) -> None:
         self._scope.uninstall()
 
-    def _patch(self, module: ModuleType) -> AttributePatch:
-        model_class = module.Model
-        original = model_class.fit  # as looked up: Keras defines it on a base class
+    def _patch(self, package: ModuleType) -> PatchGroup:
+        model_class = package.Model
+        callback_base = package.callbacks.Callback
+        patches = []
+        for name in ("fit", *INFERENCE):
+            original = getattr(model_class, name, None)  # as looked up: may live on a base class
+            if original is None:
+                self.reasons.append(f"{package.__name__}.Model has no {name}(): not timed")
+                continue
+            patches.append(AttributePatch(model_class, name,
+                                          self._wrapper(name, original, callback_base)))
+        return PatchGroup(patches)
+
+    def _wrapper(self, name: str, original: Callable[..., Any], base: type) -> Callable[..., Any]:
         signature = _signature(original)
         timer = self
 
         @functools.wraps(original)
-        def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
+        def timed(model: Any, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
-            return timer._timed_fit(original, signature, model, args, kwargs)
+            if timer._depth:  # fit's own evaluate, or a predict in a callback: part of the fit
+                return original(model, *args, **kwargs)
+            timer._depth += 1
+            try:
+                if name == "fit":
+                    return timer._timed_fit(original, signature, base, model, args, kwargs)
+                return timer._timed_inference(name, original, signature, base, model, args,
+                                              kwargs)
+            finally:
+                timer._depth -= 1
 
-        return AttributePatch(model_class, "fit", fit)
+        return timed
+
+    # -- one evaluate or predict -----------------------------------------------------------------
+    def _timed_inference(self, kind: str, original: Callable[..., Any],
+                         signature: inspect.Signature, base: type, model: Any,
+                         args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        __tracebackhide__ = True
+        try:
+            bound = signature.bind(model, *args, **kwargs)
+        except TypeError:  # let Keras report the user's bad call in its own words
+            return original(model, *args, **kwargs)
+        progress = _FitInProgress(_batch_size(bound.arguments), getattr(model, "name", None),
+                                  kind=kind)
+        bound.arguments["callbacks"] = self._with_our_callback(
+            bound.arguments.get("callbacks"), progress, base)
+        completed = False
+        self.peaks.begin()
+        start = self.clock()
+        try:
+            result = original(*bound.args, **bound.kwargs)
+            completed = True
+            return result
+        finally:
+            seconds = self.clock() - start
+            rss_peak, gpu_peak = self.peaks.end()
+            self.inference.append(InferenceRecord(
+                kind=kind, seconds=seconds, batch_size=progress.batch_size,
+                steps=progress.steps, rss_peak=rss_peak, gpu_peak=gpu_peak,
+                completed=completed))
 
     # -- one fit ---------------------------------------------------------------------------------
-    def _timed_fit(self, original: Callable[..., Any], signature: inspect.Signature, model: Any,
-                   args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _timed_fit(self, original: Callable[..., Any], signature: inspect.Signature, base: type,
+                   model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         __tracebackhide__ = True
         try:
             bound = signature.bind(model, *args, **kwargs)
@@ -80,11 +140,12 @@ class FitTimer:
             self.models.append(weakref.ref(model))
         user_callbacks = bound.arguments.get("callbacks")
         callbacks = CallbackClock(user_callbacks, self.clock)
-        bound.arguments["callbacks"] = self._with_our_callback(user_callbacks, progress)
+        bound.arguments["callbacks"] = self._with_our_callback(user_callbacks, progress, base)
         inputs = InputClock(self.clock)
         if "x" in bound.arguments:
             bound.arguments["x"] = inputs.wrap(bound.arguments["x"])
         completed = False
+        self.peaks.begin()
         start = self.clock()
         try:
             result = original(*bound.args, **bound.kwargs)
@@ -92,6 +153,7 @@ class FitTimer:
             return result
         finally:
             seconds = self.clock() - start
+            rss_peak, gpu_peak = self.peaks.end()
             breakdown = callbacks.breakdown()
             callbacks.restore()
             inputs.restore()
@@ -108,15 +170,15 @@ class FitTimer:
                 input_kind=inputs.kind,
                 input_seconds=inputs.seconds,
                 input_batches=inputs.batches if inputs.kind else None,
+                rss_peak=rss_peak,
+                gpu_peak=gpu_peak,
             ))
 
-    def _with_our_callback(self, callbacks: Any, progress: _FitInProgress) -> Any:
+    def _with_our_callback(self, callbacks: Any, progress: _FitInProgress, base: type) -> Any:
         if callbacks is not None and not isinstance(callbacks, (list, tuple)):
             return callbacks  # a CallbackList of the user's: leave it alone, epochs stay unknown
-        return [*(callbacks or ()), self._make_callback(progress)]
-
-    def _make_callback(self, progress: _FitInProgress) -> Any:
-        return _epoch_clock_class()(progress, self.clock, self.epoch_listeners)
+        return [*(callbacks or ()), _epoch_clock_class(base)(progress, self.clock,
+                                                             self.epoch_listeners)]
 
 
 @functools.lru_cache(maxsize=8)
@@ -136,11 +198,11 @@ def _batch_size(arguments: dict[str, Any]) -> int | None:
 
 
 @functools.cache
-def _epoch_clock_class() -> type:
-    """Our callback class, built on first use so that keras is only imported by the user."""
-    from keras.callbacks import Callback
+def _epoch_clock_class(callback_base: type) -> type:
+    """Our callback class for one Keras (its own Callback base: Keras 2 and 3 each check theirs),
+    built on first use so that Keras is only imported by the user."""
 
-    class EpochClock(Callback):
+    class EpochClock(callback_base):
         def __init__(self, progress: _FitInProgress, clock: Callable[[], float],
                      listeners: list[EpochListener]) -> None:
             super().__init__()
@@ -150,6 +212,15 @@ def _epoch_clock_class() -> type:
 
         def on_train_begin(self, logs: Any = None) -> None:
             self._progress.steps = (self.params or {}).get("steps")
+
+        # evaluate's and predict's steps (not fit's validation: it calls on_test_begin too)
+        def on_test_begin(self, logs: Any = None) -> None:
+            if self._progress.kind == "evaluate":
+                self.on_train_begin(logs)
+
+        def on_predict_begin(self, logs: Any = None) -> None:
+            if self._progress.kind == "predict":
+                self.on_train_begin(logs)
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self._progress.epoch_started = self._clock()

@@ -6,12 +6,15 @@ tests without a GPU can stand in at exactly the pynvml / tf.config boundary.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
+from .. import backends
 from ..records import GpuReading
+from .allocators import Allocator, allocator_for
 
 
 class TfGpu:
@@ -143,6 +146,21 @@ class NvmlReader:
         return (sum(int(i.used) for i in infos), sum(int(i.total) for i in infos), used,
                 reason)
 
+    def smallest_total(self) -> tuple[int | None, str | None]:
+        """The size of the smallest visible GPU (a cap as a fraction must fit each), or None and
+        why."""
+        if self._failed:
+            return None, self._failed
+        try:
+            nvml = self._load()
+            handles = self._handles(nvml)
+            totals = [int(nvml.nvmlDeviceGetMemoryInfo(h).total) for h in handles]
+        except ImportError:
+            return None, "NVML: nvidia-ml-py is not installed"
+        except Exception as exc:
+            return None, nvml_reason(exc)
+        return (min(totals), None) if totals else (None, "NVML: no visible GPU")
+
     @staticmethod
     def _process_used(nvml: Any, handle: Any, pid: int) -> tuple[int | None, str | None]:
         try:
@@ -162,38 +180,70 @@ class NvmlReader:
 
 
 class GpuCollector:
-    """GPU figures for one run: allocator stats reset before, read after; NVML read after."""
+    """GPU figures for one run: the backend allocator's peak reset before (where it can be), read
+    after, and per call of the user's (``call_began`` / ``call_ended``); NVML read after."""
 
     def __init__(self, tf_gpu: Callable[[], TfGpu | None] = TfGpu.if_imported,
-                 nvml: NvmlReader | None = None) -> None:
-        self._tf_gpu = tf_gpu
+                 nvml: NvmlReader | None = None,
+                 allocator: Callable[[], Allocator] | None = None) -> None:
+        self._allocator = allocator or (lambda: allocator_for(backends.current_backend(), tf_gpu))
         self._nvml = nvml or NvmlReader()
+        self._peak = 0  # the run's peak so far, folded in before each reset
+        # what the allocator's peak held before the run: None when it was reset (or not yet up),
+        # so all it reports is the run's; JAX can't reset, so only a new high is the run's
+        self._peak_before: int | None = None
+        self._call_reset = False
 
     def begin(self) -> None:
-        tf = self._tf_gpu()
-        if tf is not None and tf.runtime_initialized() and tf.gpus():
-            # Peak since this reset is the run's peak. A run that initializes the GPU itself needs
-            # no reset: the allocator's peak then starts with the run.
-            tf.reset_memory_stats()
+        allocator = self._allocator()
+        if not allocator.unavailable() and not allocator.reset_peak():
+            self._peak_before = allocator.read()[1]
+
+    def call_began(self) -> None:
+        """Before a fit, evaluate or predict: fold the run's peak so far, then reset."""
+        self._call_reset = False
+        with contextlib.suppress(Exception):  # a missing per-call figure, never a failed call
+            allocator = self._allocator()
+            if not allocator.unavailable():
+                self._peak = max(self._peak, allocator.read()[1])
+                self._call_reset = allocator.reset_peak()
+
+    def call_ended(self) -> int | None:
+        """The allocator's peak during the call (None: unknown, or it can't be reset)."""
+        if not self._call_reset:
+            return None
+        try:
+            peak = self._allocator().read()[1]
+        except Exception:
+            return None
+        self._peak = max(self._peak, peak)
+        return peak
 
     def end(self) -> GpuReading:
-        tf = self._tf_gpu()
-        if tf is None:
-            return GpuReading(reason="no GPU reading: TensorFlow is not imported")
-        if not tf.gpus():
-            return GpuReading(reason="no GPU: TensorFlow sees none")
-        if not tf.runtime_initialized():
-            return GpuReading(reason="TensorFlow has not initialized its GPU yet")
-        reasons = []
+        allocator = self._allocator()
+        why = allocator.unavailable()
+        if why:
+            return GpuReading(reason=why, allocator=allocator.name)
+        reasons: list[str] = []
         current: int | None
         peak: int | None
         try:
-            info = tf.memory_info()
-            current, peak = int(info["current"]), int(info["peak"])
+            current, peak = allocator.read()
+            peak = self._run_peak(peak, reasons, allocator.name)
         except Exception as exc:
             current = peak = None
-            reasons.append(f"TF allocator: {exc}")
+            reasons.append(f"{allocator.name} allocator: {exc}")
         used, total, process_used, nvml_why = self._nvml.read()
         if nvml_why:
             reasons.append(nvml_why)
-        return GpuReading(current, peak, used, total, process_used, "; ".join(reasons) or None)
+        return GpuReading(current, peak, used, total, process_used, "; ".join(reasons) or None,
+                          allocator.name)
+
+    def _run_peak(self, peak: int, reasons: list[str], name: str) -> int | None:
+        if self._peak_before is None:  # reset at the start: the peak is this run's
+            return max(peak, self._peak)
+        if peak > self._peak_before:  # no reset (JAX): a new high is this run's peak
+            return peak
+        reasons.append(f"{name} peak n/a: {name} keeps one peak per process, and this run "
+                       f"stayed under an earlier one")
+        return None

@@ -13,6 +13,7 @@ from types import FrameType, ModuleType
 from typing import Any
 
 from ..patching import AttributePatch, PatchOnImport
+from .jax_compiles import JaxCompileCounter, NoTraces
 
 TRACING_MODULE = "tensorflow.python.eager.polymorphic_function.tracing_compilation"
 TRACE_FUNCTION = "_create_concrete_function"
@@ -21,14 +22,31 @@ TRACE_FUNCTION = "_create_concrete_function"
 DATASET_PREFIX = "Dataset_"  # tf.data names the functions of a pipeline's map/filter/... so
 # Keras turns arrays and generators into a tf.data pipeline of its own at every fit: those traces
 # are not the user's to fix, and counting them would name a rebuilt dataset in every clean run
-KERAS_ADAPTERS = f"{os.sep}trainers{os.sep}data_adapters{os.sep}"
+KERAS_ADAPTERS = (
+    f"{os.sep}trainers{os.sep}data_adapters{os.sep}",  # Keras 3
+    f"{os.sep}tf_keras{os.sep}src{os.sep}engine{os.sep}data_adapter",
+)  # Keras 2
 FRAMES_LOOKED_AT = 60
+
+
+def trace_counter_for(backend: str) -> TraceCounter | JaxCompileCounter | NoTraces:
+    """What stands for "traces" on the backend the user's Keras computes with."""
+    if backend == "jax":
+        return JaxCompileCounter()
+    if backend == "torch":
+        return NoTraces("the torch backend runs eagerly: nothing is traced")
+    if backend != "tensorflow":
+        return NoTraces(f"nothing is traced on the {backend} backend")
+    return TraceCounter()
 
 
 class TraceCounter:
     """Top-level traces while installed: ``count`` of tf.functions (a new model or a recompile
     retraces its train step), ``dataset_count`` of the functions of tf.data pipelines the user
     built (a rebuilt dataset retraces its maps). Both None when they can't be read."""
+
+    kind = "tf.function"
+    warn = True  # a reason here means TensorFlow changed: worth one warning
 
     def __init__(self) -> None:
         self.count: int | None = 0
@@ -83,7 +101,7 @@ def _inside_keras_adapter() -> bool:
     for _ in range(FRAMES_LOOKED_AT):
         if frame is None:
             return False
-        if KERAS_ADAPTERS in frame.f_code.co_filename:
+        if any(part in frame.f_code.co_filename for part in KERAS_ADAPTERS):
             return True
         frame = frame.f_back
     return False

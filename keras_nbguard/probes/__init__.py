@@ -19,7 +19,7 @@ Which run made a model comes from registry.py; the results are records.py's, bui
 from __future__ import annotations
 
 # The names ``keras_nbguard.probes`` offered when it was one module, so every import keeps working.
-from .frameworks import CALLBACK_MODULE, FRAMEWORKS, MODEL_MODULE, current_shell, model_class
+from .frameworks import FRAMEWORKS, current_shell, model_classes
 from .naming import Chain, Edge, Root
 from .records import UNREACHABLE_HINT, Leak, LeakReport
 from .registry import CreationWatch, ModelRegistry, RunRef
@@ -27,7 +27,7 @@ from .report import build_report, find_leaks, leaks_of, sizes
 from .walk import Probe
 
 __all__ = [
-    "CALLBACK_MODULE", "FRAMEWORKS", "MODEL_MODULE", "UNREACHABLE_HINT", "Chain", "CreationWatch",
+    "FRAMEWORKS", "UNREACHABLE_HINT", "Chain", "CreationWatch",
     "Edge", "Leak", "LeakReport", "ModelRegistry", "Probe", "Root", "RunRef", "build_report",
-    "current_shell", "find_leaks", "leaks_of", "model_class", "sizes",
+    "current_shell", "find_leaks", "leaks_of", "model_classes", "sizes",
 ]

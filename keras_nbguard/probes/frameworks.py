@@ -7,8 +7,8 @@ import sys
 import types
 from typing import Any
 
-MODEL_MODULE = "keras.src.models.model"
-CALLBACK_MODULE = "keras.src.callbacks.callback"
+from .. import backends
+
 # Objects of these packages are framework internals: chains through them are not followed (it
 # keeps the walk short). Keras callbacks (History included) are the exception: users hold those.
 FRAMEWORKS = frozenset({
@@ -20,14 +20,15 @@ CONTAINERS = (dict, list, tuple, set, frozenset)
 _FOLLOWED = frozenset({"ExecutionResult"})  # framework objects that hold user results
 
 
-def model_class() -> type | None:
-    """Keras' Model class if Keras is imported (never imports it)."""
-    return getattr(sys.modules.get(MODEL_MODULE), "Model", None)
+def model_classes() -> tuple[type, ...]:
+    """The public Model class of each Keras imported, Keras 3's and Keras 2's (never imports
+    one); empty when none is."""
+    return tuple(c for c in (k.model_class for k in backends.loaded()) if c is not None)
 
 
-def callback_class() -> type | None:
-    """Keras' Callback class if Keras is imported (never imports it)."""
-    return getattr(sys.modules.get(CALLBACK_MODULE), "Callback", None)
+def callback_class() -> tuple[type, ...]:
+    """The Callback class of each Keras imported: a tuple for ``isinstance`` (empty: none)."""
+    return tuple(c for c in (k.callback_class for k in backends.loaded()) if c is not None)
 
 
 def current_shell() -> Any:
@@ -36,7 +37,7 @@ def current_shell() -> Any:
     return get() if get is not None else None
 
 
-def worth_following(obj: Any, callback: type | None) -> bool:
+def worth_following(obj: Any, callback: tuple[type, ...]) -> bool:
     """Whether to keep walking up from ``obj`` (no: framework internals, modules)."""
     if issubclass(type(obj), (*CONTAINERS, types.CellType, types.MethodType, types.FrameType,
                               types.TracebackType, BaseException)):
@@ -45,7 +46,7 @@ def worth_following(obj: Any, callback: type | None) -> bool:
         return False
     if isinstance(obj, types.FunctionType):
         return package_of(obj) not in FRAMEWORKS
-    if (callback is not None and isinstance(obj, callback)) or type(obj).__name__ in _FOLLOWED:
+    if isinstance(obj, callback) or type(obj).__name__ in _FOLLOWED:
         return True
     return package_of(obj if isinstance(obj, type) else type(obj)) not in FRAMEWORKS
 

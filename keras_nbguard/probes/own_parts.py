@@ -12,7 +12,7 @@ from .frameworks import CONTAINERS, FRAMEWORKS, instance_dict, is_keras_nesting,
 
 
 def mark_own_parts(model: Any, owner: dict[int, int], held: dict[int, int],
-                   class_ids: set[int], internal: set[int], callback: type | None) -> None:
+                   class_ids: set[int], internal: set[int], callback: tuple[type, ...]) -> None:
     """Mark what a model keeps on itself as the model's own: its ``__dict__``, attribute
     containers, the functions Keras stores on it (closures over the model) with their cells and
     wrapped methods, and the containers inside framework attributes (TF's dict wrappers). Count
@@ -25,7 +25,11 @@ def mark_own_parts(model: Any, owner: dict[int, int], held: dict[int, int],
     owner[id(attrs)] = mine
     functions: list[Any] = []
     boxes: list[Any] = []  # containers and framework helpers: entered for containers only
-    for name, value in list(attrs.items()):
+    items = list(attrs.items())
+    modules = attrs.get("_modules")  # on torch, a Layer is a Module: sub-layers live in here
+    if isinstance(modules, dict):
+        items += list(modules.items())
+    for name, value in items:
         held[id(value)] = held.get(id(value), 0) + 1
         if id(type(value)) in class_ids:
             if is_keras_nesting(model, name):
@@ -36,7 +40,7 @@ def mark_own_parts(model: Any, owner: dict[int, int], held: dict[int, int],
             owner[id(value)] = mine
         elif issubclass(type(value), CONTAINERS) or (
                 package_of(type(value)) in FRAMEWORKS
-                and not (callback is not None and isinstance(value, callback))):
+                and not isinstance(value, callback)):
             boxes.append(value)  # e.g. TF's _DictWrapper, which poses as a dict
     for _ in range(3):
         inner_boxes: list[Any] = []

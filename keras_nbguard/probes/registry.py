@@ -8,8 +8,7 @@ import weakref
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from ..patching import AttributePatch, PatchOnImport
-from .frameworks import MODEL_MODULE
+from ..patching import AttributePatch, PatchEveryKeras
 
 
 class RunRef(NamedTuple):
@@ -109,7 +108,7 @@ class CreationWatch:
 
     def __init__(self) -> None:
         self.models: list[weakref.ref[Any]] = []
-        self._scope = PatchOnImport(MODEL_MODULE)
+        self._scope = PatchEveryKeras()
 
     def install(self) -> None:
         self._scope.install(self._patch)
@@ -117,9 +116,11 @@ class CreationWatch:
     def uninstall(self) -> None:
         self._scope.uninstall()
 
-    def _patch(self, module: types.ModuleType) -> AttributePatch:
-        cls = module.Model
-        original = cls.__dict__["__new__"]
+    def _patch(self, package: types.ModuleType) -> AttributePatch | None:
+        cls = package.Model
+        original = cls.__dict__.get("__new__")
+        if original is None:  # a Keras without its own __new__: models it builds but never
+            return None  # fits are not attributed to the run (fitted ones still are)
         make = original.__func__ if isinstance(original, staticmethod) else original
         seen = self.models
 

@@ -73,7 +73,7 @@ def module_root(name: str, aliases: Mapping[int, str]) -> Root:
     return Root("module", alias or f"sys.modules[{name!r}]", alias is not None, namespace=True)
 
 
-def name_map(roots: Roots, class_ids: set[int], callback: type | None, max_depth: int = 3,
+def name_map(roots: Roots, class_ids: set[int], callback: tuple[type, ...], max_depth: int = 3,
              max_size: int = 5000, max_nodes: int = 50_000) -> tuple[dict[int, list[int]],
                                                                      dict[int, Any]]:
     """Who holds the objects near the user's namespaces, one entry per reference: a bounded walk

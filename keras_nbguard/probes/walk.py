@@ -21,7 +21,7 @@ from .frameworks import (
     all_subclasses,
     callback_class,
     is_keras_nesting,
-    model_class,
+    model_classes,
     package_of,
     worth_following,
 )
@@ -51,9 +51,9 @@ class Probe:
 
     def run(self) -> Probe:
         t0 = time.perf_counter()
-        base = model_class()
-        if base is not None:
-            self._walk(base, t0)
+        bases = model_classes()
+        if bases:
+            self._walk(bases, t0)
         self.seconds = time.perf_counter() - t0
         return self
 
@@ -62,8 +62,8 @@ class Probe:
         self.models, self.chains = [], {}
 
     # -- the walk ------------------------------------------------------------------------------
-    def _walk(self, base: type, t0: float) -> None:
-        classes = all_subclasses(base)
+    def _walk(self, bases: tuple[type, ...], t0: float) -> None:
+        classes = [c for base in bases for c in all_subclasses(base)]
         class_ids = {id(c) for c in classes}
         self.models = models = self.registry.live() if self.registry is not None else []
         roots, self._aliases = find_roots(self.user_ns, self.shell)

@@ -1,0 +1,66 @@
+"""Pure data: what one call of the user's to ``fit``, ``evaluate`` or ``predict`` measured."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CallbackTime:
+    """One method of the user's callbacks, over one fit: ``name`` is "Class.method"."""
+
+    name: str
+    seconds: float
+    calls: int
+    bytes_written: int | None = None  # by the fit's thread inside it; None: not readable here
+
+
+@dataclass(frozen=True)
+class FitRecord:
+    """One call to ``Model.fit`` inside a run."""
+
+    seconds: float
+    epochs: int | None
+    epoch_seconds: tuple[float, ...] = ()
+    callback_seconds: float | None = None
+    batch_size: int | None = None
+    steps: int | None = None
+    model_name: str | None = None
+    completed: bool = True
+    callbacks: tuple[CallbackTime, ...] = ()  # slowest first
+    # the user's Python input (a generator, a PyDataset): time making its batches; None: other
+    input_kind: str | None = None
+    input_seconds: float | None = None
+    input_batches: int | None = None
+    # the kernel's peak RSS and the GPU allocator's peak during this fit (None: unknown)
+    rss_peak: int | None = None
+    gpu_peak: int | None = None
+
+    @property
+    def reached_training(self) -> bool:
+        """False for a fit that failed before its first epoch ended: its time is no fit time."""
+        return self.completed or bool(self.epoch_seconds)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FitRecord:
+        return cls(
+            **{
+                **data,
+                "epoch_seconds": tuple(data.get("epoch_seconds", ())),
+                "callbacks": tuple(CallbackTime(**c) for c in data.get("callbacks", ())),
+            }
+        )
+
+
+@dataclass(frozen=True)
+class InferenceRecord:
+    """One ``evaluate`` or ``predict`` of the user's in a run (not those ``fit`` makes itself)."""
+
+    kind: str  # "evaluate" or "predict"
+    seconds: float
+    batch_size: int | None = None
+    steps: int | None = None
+    rss_peak: int | None = None  # the kernel's peak RSS during the call
+    gpu_peak: int | None = None  # the GPU allocator's peak during it
+    completed: bool = True
