@@ -11,6 +11,7 @@ import sys
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from .collectors.allocators import jax_started
 from .collectors.gpu import TfGpu
 
 if TYPE_CHECKING:
@@ -68,19 +69,6 @@ def configure(options: RunOptions, backend: str, tf_gpu: TfGpu | None,
 
 
 # -- JAX: environment variables, read once as JAX starts its backend -----------------------------
-def jax_started() -> bool:
-    """Whether JAX has started its backend (and so read its memory settings)."""
-    jax = sys.modules.get("jax")
-    if jax is None:
-        return False
-    try:
-        from jax._src import xla_bridge  # private; reached only once the user imported JAX
-
-        return bool(xla_bridge.backends_are_initialized())
-    except Exception:  # another layout: assume the worst, so we never claim "in time"
-        return True
-
-
 def jax_growth(enabled: bool, environ: MutableMapping[str, str] = os.environ,
                started: bool | None = None) -> list[str]:
     wanted = "false" if enabled else "true"

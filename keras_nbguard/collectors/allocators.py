@@ -56,13 +56,14 @@ class TfAllocator:
 class JaxAllocator:
     name = "JAX"
 
-    def __init__(self, jax: Any = None) -> None:
+    def __init__(self, jax: Any = None, started: Callable[[], bool] | None = None) -> None:
         self._jax = jax if jax is not None else sys.modules.get("jax")
+        self._started = started or jax_started
 
     def unavailable(self) -> str | None:
         if self._jax is None:
             return "no GPU reading: JAX is not imported"
-        if not _jax_initialized(self._jax):
+        if not self._started():  # asking for devices would start it: not our call to make
             return "JAX has not initialized its backend yet"
         if not self._gpus():
             return f"no GPU: JAX computes on {self._jax.default_backend()}"
@@ -116,12 +117,15 @@ class TorchAllocator:
         return True
 
 
-def _jax_initialized(jax: Any) -> bool:
+def jax_started() -> bool:
+    """Whether JAX has started its backend (and so read its memory settings)."""
+    if "jax" not in sys.modules:
+        return False
     try:
-        from jax._src import xla_bridge  # private; only reached once the user imported JAX
+        from jax._src import xla_bridge  # private; reached only once the user imported JAX
 
         return bool(xla_bridge.backends_are_initialized())
-    except Exception:  # another JAX layout: Keras on JAX initializes it at import anyway
+    except Exception:  # another layout: assume it has (Keras on JAX starts it at import)
         return True
 
 

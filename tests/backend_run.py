@@ -1,0 +1,72 @@
+"""Run in a fresh process by tests/test_backends.py, once per Keras (the backend is chosen at
+import): a real IPython shell, the extension, two runs of one cell that fits, evaluates and
+predicts, then the leak finder. Prints what the test checks, as one JSON line."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+
+FLAVOUR = sys.argv[1]  # "tf_keras", "jax" or "torch"
+if FLAVOUR == "tf_keras":
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"  # `from tensorflow import keras` is Keras 2
+else:
+    os.environ["KERAS_BACKEND"] = FLAVOUR
+
+from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
+
+shell = InteractiveShell.instance()
+IMPORT = "from tensorflow import keras" if FLAVOUR == "tf_keras" else "import keras"
+CELL = """%%kerasrun -l mlp {options}
+m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                      keras.layers.Dense(1)])
+m.compile("adam", "mse")
+m.fit(x, y, epochs=2, verbose=0, validation_split=0.25)
+m.evaluate(x, y, verbose=0)
+m.predict(x, verbose=0)
+keep.append(m)
+names.append(m.layers[0].name)
+"""
+
+
+def main() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert shell.run_cell("%load_ext keras_nbguard").success
+        after_load = sorted(k for k in ("tensorflow", "jax", "torch") if k in sys.modules)
+        assert shell.run_cell(f"""
+import numpy as np
+{IMPORT}
+x = np.random.default_rng(0).random((512, 8), dtype="float32")
+y = np.random.default_rng(1).random((512, 1), dtype="float32")
+keep, names = [], []
+""").success
+        for options in ("", "", "--gpu-limit 100"):
+            assert shell.run_cell(CELL.format(options=options)).success
+    import keras_nbguard
+
+    runs = keras_nbguard.runs()
+    report = keras_nbguard.leaks()
+    print(
+        json.dumps(
+            {
+                "records": [r.to_dict() for r in runs[-3:]],
+                "names": shell.user_ns["names"],
+                "leaks": [
+                    {"stale": leak.stale, "paths": list(leak.paths)} for leak in report.leaks
+                ],
+                "modules": sorted(
+                    k
+                    for k in ("tensorflow", "jax", "torch", "keras", "tf_keras")
+                    if k in sys.modules
+                ),
+                "after_load": after_load,
+                "warnings": [str(w.message) for w in caught],
+            }
+        )
+    )
+
+
+main()

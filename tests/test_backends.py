@@ -1,0 +1,136 @@
+"""Every Keras a user has, each in its own process with the real framework (the backend is
+chosen at import): Keras 2 (tf_keras), Keras 3 on JAX and on torch. Keras 3 on TensorFlow is what
+every other test module runs.
+
+Each process runs the same cell three times (fit with validation, evaluate, predict, a model kept
+in a list), the third with ``--gpu-limit 100`` on a machine without a GPU, then the leak finder.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+HERE = Path(__file__).parent
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+@pytest.fixture(scope="module", params=["tf_keras", "jax", "torch"])
+def flavour(request, tmp_path_factory):
+    name = request.param
+    if not _installed(name):
+        pytest.skip(f"{name} is not installed (the README's test set-up installs it)")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(HERE.parent),
+        "KERAS_NBGUARD_DB": str(tmp_path_factory.mktemp(name) / "history.db"),
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+    }
+    for key in ("KERAS_BACKEND", "TF_USE_LEGACY_KERAS"):
+        env.pop(key, None)
+    done = subprocess.run(
+        [sys.executable, str(HERE / "backend_run.py"), name],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return name, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_every_run_is_cleared_layer_names_repeat(flavour):
+    name, seen = flavour
+    assert seen["names"] == ["dense", "dense", "dense"]  # without clear_session: dense_2, dense_4
+    assert all(r["cleared"] for r in seen["records"])
+
+
+def test_fit_evaluate_and_predict_are_timed(flavour):
+    name, seen = flavour
+    for record in seen["records"]:
+        (fit,) = record["fits"]  # fit's own validation is part of the fit, not an evaluate
+        assert fit["epochs"] == 2 and fit["steps"] == 12 and fit["batch_size"] == 32
+        assert 0 < record["fit_seconds"] < record["wall_seconds"]
+        assert [i["kind"] for i in record["inference"]] == ["evaluate", "predict"]
+        for call in record["inference"]:
+            assert 0 < call["seconds"] < record["wall_seconds"]
+            assert call["batch_size"] == 32 and call["steps"] == 16  # 512 rows
+            assert call["rss_peak"] > 0 and call["completed"]
+        assert fit["rss_peak"] > 0
+    assert seen["records"][0]["keras"].startswith("Keras ")
+    assert ("tf_keras" if name == "tf_keras" else f"({name})") in seen["records"][0]["keras"]
+
+
+def test_traces_are_a_count_or_na_with_the_reason(flavour):
+    name, seen = flavour
+    steady = seen["records"][1]
+    if name == "torch":
+        assert steady["traces"] is None
+        assert "eagerly" in steady["trace_reason"]
+    elif name == "jax":
+        assert steady["trace_kind"] == "XLA compilations"
+        # a new model compiles its train, test and predict steps again, once each
+        assert steady["traces"] >= 3
+        assert {"jit(train_step)", "jit(test_step)", "jit(predict_step)"} <= {
+            n for n, _ in steady["traced"]
+        }
+    else:
+        assert steady["trace_kind"] == "tf.function" and steady["traces"] >= 3
+        assert steady["dataset_traces"] == 0  # tf_keras' own adapters are not the user's
+
+
+def test_the_deep_clean_says_na_off_tensorflow(flavour):
+    name, seen = flavour
+    clean = seen["records"][1]["deep_clean"]
+    if name == "tf_keras":
+        assert clean["available"]
+    else:
+        backend = {"jax": "JAX", "torch": "torch"}[name]
+        assert not clean["available"] and clean["reason"] == f"{backend} backend"  # "n/a (...)"
+
+
+def test_models_kept_in_a_list_are_found(flavour):
+    name, seen = flavour
+    stale = [leak for leak in seen["leaks"] if leak["stale"]]
+    # two earlier runs' models in ``keep``; the Sequential's inner Functional is not listed
+    assert sorted(leak["paths"][0] for leak in stale) == ["keep[0]", "keep[1]"], seen["leaks"]
+    assert len(seen["leaks"]) == 3
+
+
+def test_no_framework_the_user_does_not_use_is_imported(flavour):
+    name, seen = flavour
+    assert seen["after_load"] == []  # %load_ext imports no framework at all
+    if name in ("jax", "torch"):
+        assert "tensorflow" not in seen["modules"]  # --gpu-limit included
+    if name == "jax":
+        assert "torch" not in seen["modules"]
+    if name == "tf_keras":
+        assert "keras" not in seen["modules"]  # Keras 3 stays out of a Keras 2 notebook
+
+
+def test_gpu_limit_without_a_gpu_warns_and_the_run_is_still_cleared(flavour):
+    name, seen = flavour
+    limited = seen["records"][2]
+    assert limited["cleared"] and limited["status"] == "ok"
+    words = {
+        "tf_keras": "TensorFlow sees no GPU",
+        "jax": "the GPU's size is unknown",
+        "torch": "torch sees no CUDA GPU",
+    }[name]
+    assert any(words in w and "--gpu-limit 100 ignored" in w for w in limited["warnings"]), limited[
+        "warnings"
+    ]
+    assert (
+        limited["gpu"]["reason"]
+        and limited["gpu"]["allocator"] == {"tf_keras": "TF", "jax": "JAX", "torch": "torch"}[name]
+    )
