@@ -4,10 +4,10 @@ so far, RSS now and where the history is kept, as (name, value) rows."""
 from __future__ import annotations
 
 import os
-import sys
 from typing import TYPE_CHECKING
 
-from . import __version__, gpu_setup
+from . import __version__, backends, gpu_setup
+from .collectors.allocators import JaxAllocator, TorchAllocator, jax_started
 from .collectors.gpu import TfGpu
 from .formatting import fmt_bytes
 from .prepare import RunOptions
@@ -26,32 +26,50 @@ def history_db_row(store: Store | None) -> tuple[str, str]:
 def status_rows(session: Session) -> list[tuple[str, str]]:
     import psutil
 
-    tf = TfGpu.if_imported()
-    if tf is None:
-        gpu = (
-            f"TensorFlow not imported yet; {gpu_setup.GROWTH_ENV}="
-            f"{os.environ.get(gpu_setup.GROWTH_ENV, 'unset')}"
-        )
-    else:
-        try:
-            gpus = tf.gpus()
-            gpu = (
-                f"{len(gpus)} GPU(s); initialized: {tf.runtime_initialized()}"
-                if gpus
-                else "TensorFlow sees no GPU"
-            )
-        except Exception as exc:
-            gpu = f"n/a ({exc})"
+    kerases = backends.loaded()
+    keras = ", ".join(k.name for k in kerases) or (
+        f"not imported yet (backend: {backends.planned_backend()})"
+    )
     return [
         ("version", __version__),
         ("runs", str(len(session.history))),
         ("running", session.current.label if session.current else "nothing"),
         ("rss now", fmt_bytes(psutil.Process().memory_info().rss)),
-        ("keras imported", str("keras" in sys.modules)),
-        ("gpu", gpu),
+        ("keras", keras),
+        *(("keras unsupported", why) for why in backends.unsupported_loaded()),
+        ("gpu", gpu_status(backends.current_backend())),
         *option_rows(session.options),
         history_db_row(session.store),
     ]
+
+
+def gpu_status(backend: str) -> str:
+    """The GPU as the backend in use sees it, asking nothing that would start its GPU."""
+    if backend == "jax":
+        if not jax_started():
+            return (
+                f"JAX not started yet; {gpu_setup.JAX_PREALLOCATE}="
+                f"{os.environ.get(gpu_setup.JAX_PREALLOCATE, 'unset')}, "
+                f"{gpu_setup.JAX_FRACTION}={os.environ.get(gpu_setup.JAX_FRACTION, 'unset')}"
+            )
+        return JaxAllocator().unavailable() or "JAX computes on its GPU(s)"
+    if backend == "torch":
+        return TorchAllocator().unavailable() or "torch uses CUDA"
+    tf = TfGpu.if_imported()
+    if tf is None:
+        return (
+            f"TensorFlow not imported yet; {gpu_setup.GROWTH_ENV}="
+            f"{os.environ.get(gpu_setup.GROWTH_ENV, 'unset')}"
+        )
+    try:
+        gpus = tf.gpus()
+        return (
+            f"{len(gpus)} GPU(s); initialized: {tf.runtime_initialized()}"
+            if gpus
+            else "TensorFlow sees no GPU"
+        )
+    except Exception as exc:
+        return f"n/a ({exc})"
 
 
 def option_rows(options: RunOptions) -> list[tuple[str, str]]:

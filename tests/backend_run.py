@@ -19,6 +19,8 @@ from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 
 shell = InteractiveShell.instance()
 IMPORT = "from tensorflow import keras" if FLAVOUR == "tf_keras" else "import keras"
+POLICY = ("keras.mixed_precision.global_policy().name" if FLAVOUR == "tf_keras"
+          else "keras.config.dtype_policy().name")
 CELL = """%%kerasrun -l mlp {options}
 m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
                       keras.layers.Dense(1)])
@@ -41,19 +43,28 @@ import numpy as np
 {IMPORT}
 x = np.random.default_rng(0).random((512, 8), dtype="float32")
 y = np.random.default_rng(1).random((512, 1), dtype="float32")
-keep, names = [], []
+keep, names, policies = [], [], []
 """).success
         for options in ("", "", "--gpu-limit 100"):
             assert shell.run_cell(CELL.format(options=options)).success
+        # a dtype policy survives the clear of the next runs
+        for options in ("--mixed-precision bfloat16", ""):
+            assert shell.run_cell(f"%%kerasrun -l policy {options}\npolicies.append({POLICY})\n"
+                                  ).success
     import keras_nbguard
 
-    runs = keras_nbguard.runs()
+    runs = keras_nbguard.runs("mlp")
     report = keras_nbguard.leaks()
+    freed = keras_nbguard.free(containers=True)
     print(
         json.dumps(
             {
                 "records": [r.to_dict() for r in runs[-3:]],
                 "names": shell.user_ns["names"],
+        "policies": shell.user_ns["policies"],
+        "kept_after_free": [m is not None for m in shell.user_ns["keep"]],
+        "stale_after_free": len(keras_nbguard.leaks().stale),
+        "freed": repr(freed),
                 "leaks": [
                     {"stale": leak.stale, "paths": list(leak.paths)} for leak in report.leaks
                 ],
@@ -64,6 +75,7 @@ keep, names = [], []
                 ),
                 "after_load": after_load,
                 "warnings": [str(w.message) for w in caught],
+        "status": shell.run_line_magic("nbguard", "status").text(),
             }
         )
     )

@@ -134,3 +134,20 @@ def test_gpu_limit_without_a_gpu_warns_and_the_run_is_still_cleared(flavour):
         limited["gpu"]["reason"]
         and limited["gpu"]["allocator"] == {"tf_keras": "TF", "jax": "JAX", "torch": "torch"}[name]
     )
+
+
+def test_status_names_the_keras_and_its_gpu(flavour):
+    name, seen = flavour
+    keras_row = next(line for line in seen["status"].splitlines() if line.split()[:1] == ["keras"])
+    assert ("(tf_keras)" if name == "tf_keras" else f"({name})") in keras_row
+    gpu_row = next(line for line in seen["status"].splitlines() if line.split()[:1] == ["gpu"])
+    assert {"tf_keras": "TensorFlow sees no GPU", "jax": "no GPU: JAX computes on cpu",
+            "torch": "no GPU: torch sees no CUDA device"}[name] in gpu_row
+
+
+def test_a_dtype_policy_survives_the_clear_and_free_lets_go(flavour):
+    name, seen = flavour
+    assert seen["policies"] == ["mixed_bfloat16", "mixed_bfloat16"]
+    # free --containers lets go of the stale models in ``keep`` (keep[i] = None), not the current
+    assert seen["kept_after_free"] == [False, False, True], seen["freed"]
+    assert seen["stale_after_free"] == 0
