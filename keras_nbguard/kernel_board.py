@@ -68,5 +68,6 @@ def show(session: Session, *, side: bool = False, compact: bool = False) -> None
                          "then reload the JupyterLab page") from None
     if board.widget is None:
         raise UsageError(f"--side needs a widget frontend (JupyterLab); here: {board.reason}")
-    with Sidecar(title="keras_nbguard"):
+    # beside the notebook, half the main area: the right sidebar (250 px) is too narrow to plot
+    with Sidecar(title="keras_nbguard", anchor="split-right"):
         display(board.widget)

@@ -14,6 +14,13 @@ TITLES = ("fit time per run [s]", "RSS per run [MiB]: after ─ peak ··· befo
           "GPU memory per run [MiB]", "seconds per epoch (current run)",
           "RSS over time (current run) [MiB]")
 
+CHART_CLASS = "keras-nbguard-chart"
+# A flex item is as wide as its content by default: plotly's first paint (700 px when the panel
+# was still hidden) would then fix the figure's width for good. Let it take the area's width
+# instead, so plotly's autosize (at paint, and on window and panel resizes) follows the area.
+CHART_STYLE = (f"<style>.{CHART_CLASS} > .js-plotly-plot {{min-width: 0; width: 100%; "
+               f"flex: 1 1 auto}}</style>")
+
 
 def make_figure() -> Any:
     import plotly.graph_objects as go
@@ -28,8 +35,11 @@ def make_figure() -> Any:
                              showlegend=False,
                              hovertemplate="%{x:.2f} s: %{y:.1f} MiB<extra></extra>"),
                   row=3, col=1)
-    fig.update_layout(height=760, margin={"l": 50, "r": 20, "t": 60, "b": 40},
-                      template="plotly_white", legend_title_text="label", hovermode="closest",
+    fig.update_layout(autosize=True, height=760, margin={"l": 50, "r": 20, "t": 60, "b": 80},
+                      template="plotly_white", hovermode="closest",
+                      # under the panels, in rows: a legend at the side takes a narrow area's width
+                      legend={"orientation": "h", "yanchor": "top", "y": -0.08, "x": 0,
+                              "title_text": "label"},
                       title={"text": "runs: ✕ error  ★ out of memory  ◆ interrupted  ┆ restart",
                              "font": {"size": 12}},
                       xaxis2_matches="x", xaxis3_title_text="run",
@@ -37,7 +47,11 @@ def make_figure() -> Any:
     # no axis from -1 while a panel waits for its first point: runs, seconds, MiB are >= 0
     fig.update_xaxes(rangemode="nonnegative")
     fig.update_yaxes(rangemode="nonnegative")
-    return go.FigureWidget(fig)
+    widget = go.FigureWidget(fig)
+    # the width follows the output area or side panel (window and panel resizes included):
+    # without it plotly keeps the width it found at first paint, 700 px in a hidden panel
+    widget._config = {"responsive": True}
+    return widget
 
 
 def draw(fig: Any, data: dict[str, Any], sent: dict[str, Any]) -> None:

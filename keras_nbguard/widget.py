@@ -24,7 +24,7 @@ from .figures import figure_data, header_html, lists_html, model_lines, static_c
 from .findings_view import current_findings, findings_html
 from .formatting import fmt_bytes
 from .frontend import current_shell, widget_frontend
-from .plotting import draw, keep_for_reload, make_figure
+from .plotting import CHART_CLASS, CHART_STYLE, draw, keep_for_reload, make_figure
 from .records import RunRecord
 
 if TYPE_CHECKING:
@@ -69,6 +69,9 @@ class Dashboard:
         if widget:
             self._build_widget(shell)
         self.attach(session)
+        done = session.runs(this_kernel=True)
+        if done:  # made after runs: the live panel shows the last one, as if it had watched it
+            self._on_record(done[-1])
 
     def _subscriptions(self) -> tuple[tuple[str, Any], ...]:
         return (("start", self._on_start), ("sample", self._on_sample),
@@ -241,7 +244,8 @@ class Dashboard:
         self.buttons = make_buttons(self._out, self.click)
         self.picker = ComparePicker()
         self._chart = w.Box([w.HTML()])  # the static charts until the figure is made
-        self.widget = w.VBox([self._top, self._chart, w.HBox(list(self.buttons.values())),
+        self._chart.add_class(CHART_CLASS)
+        self.widget = w.VBox([w.HTML(CHART_STYLE), self._top, self._chart, w.HBox(list(self.buttons.values())),
                               self._bottom, self.picker.widget, self._out])
         events = getattr(shell, "events", None)
         if events is None or not inside_a_cell(shell):
@@ -289,4 +293,6 @@ class Dashboard:
         with self.figure.batch_update():
             self.figure.data[0].x, self.figure.data[0].y = list(range(1, len(epochs) + 1)), epochs
             self.figure.data[1].x, self.figure.data[1].y = ts, ys
+            # whole epochs only, about ten ticks (plotly would put ticks at 0.5)
+            self.figure.layout.xaxis4.update(tick0=1, dtick=max(1, -(-len(epochs) // 10)))
         self._top.value = self._head.replace("{live}", html.escape(live))

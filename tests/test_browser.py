@@ -190,6 +190,9 @@ def test_first_chart_at_once_and_the_figure_after_a_reload(tmp_path):
         assert [e for e in page.errors] == []
 
 
+PANEL_FIGURE = ".jp-LinkedOutputView .js-plotly-plot .main-svg"
+
+
 def test_side_panel_opens_with_the_dashboard(tmp_path):
     cells = ("%load_ext keras_nbguard", "%%kerasrun --label mlp --quiet\nx = sum(range(10**6))",
              "%nbguard dashboard --side")
@@ -204,4 +207,12 @@ def test_side_panel_opens_with_the_dashboard(tmp_path):
                                f".querySelectorAll('{panel}')].some(p => p.innerText"
                                ".includes('keras_nbguard'))", timeout=60_000)
         assert not page.query_selector(".jp-Notebook .keras-nbguard-static")  # not in the cell
+        # the figure, once made, is as wide as the panel: not plotly's 700 px, cut off
+        page.wait_for_function(f"() => !!document.querySelector('{PANEL_FIGURE}')",
+                               timeout=120_000)
+        widths = page.evaluate(f"""() => {{
+            const svg = document.querySelector('{PANEL_FIGURE}');
+            const panel = svg.closest('.jp-LinkedOutputView, .jupyter-widgets-sidecar');
+            return [svg.getBoundingClientRect().width, panel.clientWidth]; }}""")
+        assert 0.8 * widths[1] <= widths[0] <= widths[1], widths
         assert [e for e in page.errors] == []

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import gc
 import html
+import json
+import os
 import re
 import subprocess
 import sys
@@ -163,6 +165,12 @@ def test_the_cell_showing_the_dashboard_ends_before_plotly_is_made(keras_shell):
     assert figure_in_the_cell is None  # the static charts first: plotly takes seconds to make
     assert board.figure is not None and board._chart.children == (board.figure,)
     assert list(figure_points(board, "fit:fit:mlp").x) == [1]  # drawn once made
+    # made after a run: its live panel shows that run, not "no run yet"
+    assert "last run: mlp #1 (ok)" in board._top.value
+    assert len(board.figure.data[1].x) > 0
+    # the figure's width follows the area it is shown in (window and panel resizes included)
+    assert board.figure.layout.autosize and board.figure.layout.width is None
+    assert board.figure._config.get("responsive") is True
     board.detach()
 
 
@@ -180,6 +188,7 @@ def test_a_run_updates_the_plot_live_panels_and_models(keras_shell, board):
                      "model.fit(x, y, epochs=2, verbose=0)\n")
     assert list(figure_points(board, "fit:fit:mlp").x) == [1]
     assert len(board.figure.data[0].y) == 2  # seconds per epoch of the last run
+    assert (board.figure.layout.xaxis4.tick0, board.figure.layout.xaxis4.dtick) == (1, 1)  # whole
     assert len(board.figure.data[1].x) > 0  # its RSS over time
     assert "last run: mlp #1 (ok)" in board._top.value
     n = max(keras_shell.user_ns["Out"])  # the History the cell ended with is Out[n]
@@ -418,3 +427,39 @@ def test_nbclient_execution_shows_the_static_view_updated_by_display_id(tmp_path
     assert "current sequential (" in text and "mlp #3): model, history.model" in text
     assert "Loading widget" not in markup + text
     assert Session  # the notebook ran in its own kernel: nothing leaks into this process
+
+
+KERNEL = """
+import json, sys, keras_nbguard
+from keras_nbguard.figures import figure_data, trend_text
+keep = []
+for _ in range(int(sys.argv[1])):
+    with keras_nbguard.track("mlp", quiet=True):
+        keep.append(b"x" * (int(sys.argv[2]) * 2**20))  # touched: RSS grows by that much
+runs = keras_nbguard.runs("mlp")
+print(json.dumps({"trend": trend_text(runs, "mlp"), "numbers": [r.run_number for r in runs],
+                  "restarts": figure_data(runs)["restarts"]}))
+"""
+
+
+def test_trend_is_the_current_kernels_over_two_real_processes(tmp_path):
+    """Two kernel processes of one notebook, one history: the first grew 60 MiB a run and its
+    RSS ended far above the second's start; the second's trend is its own +8 MiB a run."""
+    env = {**os.environ, "KERAS_NBGUARD_DB": str(tmp_path / "h.db"),
+           "KERAS_NBGUARD_NOTEBOOK": str(tmp_path / "same.ipynb"),
+           "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+
+    def kernel(runs: int, mb: int) -> dict:
+        done = subprocess.run([sys.executable, "-c", KERNEL, str(runs), str(mb)], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.splitlines()[-1])
+
+    kernel(3, 60)
+    second = kernel(6, 8)
+    assert second["numbers"] == list(range(1, 10))  # numbering goes on across the restart
+    assert second["restarts"] == [4]  # the earlier kernel: shown, marked by a line
+    words = second["trend"]
+    assert "per run over 6 runs" in words, words  # not 9: the first kernel is not mixed in
+    per_run = float(words.split("RSS ")[1].split(" MiB")[0])
+    assert 6 <= per_run <= 10, words  # mixed in, the restart's drop would make it negative

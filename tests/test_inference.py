@@ -3,6 +3,7 @@ once reading n/a, and a Keras we can't handle named instead of a false "no fit".
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 
@@ -40,6 +41,8 @@ def test_every_evaluate_and_predict_is_timed_in_call_order(keras_shell):
     line = next(line for line in summary if line.strip().startswith("inference"))
     assert "evaluate" in line and line.count("predict") == 2 and "peak RSS" in line
     assert "vs fit" in line
+    traces = next(line for line in summary if line.strip().startswith("traces"))
+    assert re.search(r"most: \w+ \d+×", traces)  # what was traced: steady traces read right
     # and it survives the history store
     assert keras_nbguard.runs("infer")[0].inference == record.inference
 
