@@ -9,13 +9,12 @@ from types import SimpleNamespace
 
 import pynvml
 import pytest
+from test_gpu import FakeNvml
 
 from keras_nbguard import gpu_setup
 from keras_nbguard.collectors.allocators import JaxAllocator, TorchAllocator
 from keras_nbguard.collectors.gpu import GpuCollector, NvmlReader
 from keras_nbguard.formatting import fmt_gpu
-
-from test_gpu import FakeNvml
 
 MB = 2**20
 

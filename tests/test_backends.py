@@ -50,7 +50,7 @@ def flavour(request, tmp_path_factory):
 
 
 def test_every_run_is_cleared_layer_names_repeat(flavour):
-    name, seen = flavour
+    _, seen = flavour
     assert seen["names"] == ["dense", "dense", "dense"]  # without clear_session: dense_2, dense_4
     assert all(r["cleared"] for r in seen["records"])
 
@@ -100,7 +100,7 @@ def test_the_deep_clean_says_na_off_tensorflow(flavour):
 
 
 def test_models_kept_in_a_list_are_found(flavour):
-    name, seen = flavour
+    _, seen = flavour
     stale = [leak for leak in seen["leaks"] if leak["stale"]]
     # two earlier runs' models in ``keep``; the Sequential's inner Functional is not listed
     assert sorted(leak["paths"][0] for leak in stale) == ["keep[0]", "keep[1]"], seen["leaks"]
@@ -146,7 +146,7 @@ def test_status_names_the_keras_and_its_gpu(flavour):
 
 
 def test_a_dtype_policy_survives_the_clear_and_free_lets_go(flavour):
-    name, seen = flavour
+    _, seen = flavour
     assert seen["policies"] == ["mixed_bfloat16", "mixed_bfloat16"]
     # free --containers lets go of the stale models in ``keep`` (keep[i] = None), not the current
     assert seen["kept_after_free"] == [False, False, True], seen["freed"]
