@@ -23,6 +23,7 @@ from . import gpu_setup
 from .cell import KerasrunCells, inside_a_cell, run_cell_body, run_cell_body_async
 from .collectors.gpu import TfGpu
 from .labels import CellLabels
+from .magic_options import isolation_arguments, run_option_arguments
 from .prepare import RunOptions, options_from
 from .report import key_values, runs_table
 from .session import Session, set_session
@@ -30,39 +31,6 @@ from .status import history_db_row, option_rows, status_rows
 
 SUBCOMMANDS = ("status", "runs", "config", "leaks", "free", "dashboard", "export", "reset",
                "diagnose", "compare")
-
-
-def _run_option_arguments(func: Any) -> Any:
-    """The options shared by ``%%kerasrun`` and ``%nbguard config``."""
-    for decorator in reversed((
-        argument("--no-clear", dest="clear", action="store_const", const=False, default=None,
-                 help="Don't run gc + keras.utils.clear_session() before the cell."),
-        argument("--no-deep-clean", dest="deep_clean", action="store_const", const=False,
-                 default=None, help="Don't purge what clear_session leaves behind (TensorFlow's "
-                                    "gradient entries of earlier runs whose models are gone)."),
-        argument("--gpu-growth", dest="gpu_growth", action="store_const", const=True,
-                 default=None, help="Let TensorFlow grow GPU memory as needed (default on)."),
-        argument("--no-gpu-growth", dest="gpu_growth", action="store_const", const=False,
-                 help="Let TensorFlow reserve the whole GPU up front."),
-        argument("--gpu-limit", type=int, metavar="MiB", default=None,
-                 help="Hard cap on GPU memory, through a logical device. Needs to run before "
-                      "TensorFlow initializes the GPU (imports TensorFlow if needed)."),
-        argument("--host-limit", type=int, metavar="MiB", default=None,
-                 help="Cap on the memory the run adds to the kernel's RSS: past it, the run is "
-                      "stopped as out of memory at its next Python line (checked 4 times a "
-                      "second)."),
-        argument("--mixed-precision", nargs="?", const="mixed_float16", metavar="POLICY",
-                 default=None, help="Keras dtype policy, re-applied after each clear_session "
-                                    "(default mixed_float16; or mixed_bfloat16)."),
-        argument("--keep-stale", dest="keep_stale", action="store_const", const=True,
-                 default=None, help="Keep earlier runs' models that only IPython's output cache "
-                                    "(Out[n], _) or a Keras History's .model still hold; by "
-                                    "default they are released."),
-        argument("--quiet", action="store_const", const=True, default=None,
-                 help="Don't show the run summary under the cell."),
-    )):
-        func = decorator(func)
-    return func
 
 
 def _options_from(args: argparse.Namespace, base: RunOptions) -> RunOptions:
@@ -124,7 +92,8 @@ class KerasMagics(Magics):
     @argument("--label", "-l", metavar="NAME", default=None,
               help="Name runs of this cell are compared under (default: the cell's first line, "
                    "kept across re-runs and edits of the same cell).")
-    @_run_option_arguments
+    @isolation_arguments
+    @run_option_arguments
     @cell_magic
     def kerasrun(self, line: str, cell: str) -> Any:
         """Run the cell with Keras session clearing and GPU setup, and measure it.
@@ -134,14 +103,30 @@ class KerasMagics(Magics):
         same label. ``keras_nbguard.runs()`` returns the records.
         """
         __tracebackhide__ = True
+        if _parse_kerasrun(line).isolate or _parse_kerasrun(line).sweep:
+            return self._isolated(line, cell)
         with self._measured(line, cell):
             return run_cell_body(self.shell, f"%%kerasrun {line}".rstrip(), cell)
 
     async def kerasrun_async(self, line: str, cell: str) -> Any:
         """``%%kerasrun`` for a cell with top-level ``await`` (see ``cell.KerasrunCells``)."""
         __tracebackhide__ = True
+        if _parse_kerasrun(line).isolate or _parse_kerasrun(line).sweep:
+            return self._isolated(line, cell)  # the child process awaits it
         with self._measured(line, cell):
             return await run_cell_body_async(self.shell, f"%%kerasrun {line}".rstrip(), cell)
+
+    def _isolated(self, line: str, cell: str) -> Any:
+        """``--isolate`` / ``--sweep``: the cell runs in fresh processes (isolation/)."""
+        from .isolation import run_isolated  # not at %load_ext: cloudpickle, subprocess
+
+        args = _parse_kerasrun(line)
+        label = args.label or self.labels.label_for(cell, self._cell_id)
+        try:
+            return run_isolated(self.session, self._shell, label, cell, args,
+                                _options_from(args, self.session.options), self._cell_id)
+        except ValueError as exc:  # what can't be sent, a bad --sweep: before anything starts
+            raise UsageError(str(exc)) from None
 
     @contextlib.contextmanager
     def _measured(self, line: str, cell: str) -> Iterator[None]:
@@ -187,7 +172,7 @@ class KerasMagics(Magics):
               help="config: deep-clean before each run (the default).")
     @argument("--release-stale", dest="keep_stale", action="store_const", const=False,
               help="config: release earlier runs' models held only by caches (the default).")
-    @_run_option_arguments
+    @run_option_arguments
     @line_magic
     def nbguard(self, line: str) -> Any:
         """keras_nbguard commands.

@@ -139,6 +139,8 @@ class RunRecord:
     fit_reason: str | None = None  # why fits could not be timed (a Keras we can't patch)
     trace_kind: str = "tf.function"  # what ``traces`` counts ("XLA compilations" on JAX)
     trace_reason: str | None = None  # why ``traces`` is None
+    isolated: str | None = None  # run in a fresh process (--isolate): how it went, in words
+    params: dict[str, Any] | None = None  # the --sweep point this run is
 
     # -- derived figures ---------------------------------------------------------------------
     @property
@@ -203,6 +205,10 @@ class RunRecord:
             rows.append(("released", fmt_released(self.released_models)))
         if self.deep_clean is not None:
             rows.append(("deep clean", fmt_clean(self.deep_clean)))
+        if self.params:
+            rows.append(("params", ", ".join(f"{k}={v!r}" for k, v in self.params.items())))
+        if self.isolated:
+            rows.append(("isolated", self.isolated))
         rows.extend(("finding", f) for f in self.findings)
         if not self.cleared:
             rows.append(("cleared", "no (--no-clear, or no Keras imported yet)"))

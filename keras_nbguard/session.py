@@ -81,8 +81,7 @@ class Session:
             self.died = store.mark_dead_runs(process_alive, self.notebook)
         except Exception as exc:  # a broken store never stops a kernel
             self.warn_once(f"run history could not be read: {type(exc).__name__}: {exc}")
-        # Earlier runs are read when first asked for, not at %load_ext: a notebook's history
-        # can hold thousands of runs, and loading must stay cheap.
+        # Earlier runs are read when first asked for: loading must stay cheap (1000s of runs).
         self.past.attach(store)
 
     @property
@@ -159,15 +158,16 @@ class Session:
             models_tracked=lambda: self.live.tracked,
             release_earlier=lambda label: self.live.settle(label, release=True, report=False))
 
-    def begin(self, label: str, options: RunOptions, cell_id: str | None = None) -> Run:
+    def begin(self, label: str, options: RunOptions, cell_id: str | None = None,
+              run_class: type[Run] = Run) -> Run:
         with self._lock:  # check and claim at once: two threads must not both start a run
             if self.current is not None:
                 raise RuntimeError(f"keras_nbguard: run {self.current.label!r} is still going; "
                                    f"tracked runs can't be nested or run from two threads")
             previous = self.last_run(label)
             key = RunKey(self.notebook, cell_id, self.kernel_id, os.getpid(), process_started())
-            run = Run(self.services(), label, self.past.next_number(label), options, key,
-                      previous)
+            run = run_class(self.services(), label, self.past.next_number(label), options,
+                            key, previous)  # an IsolatedRun (isolation/) measures no kernel
             self.current = run
         if isinstance(self.store, Store):
             self.store.try_disk(then=self.past.reread)  # after a fallback to memory: now and then

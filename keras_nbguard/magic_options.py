@@ -1,0 +1,135 @@
+"""The options of ``%%kerasrun`` (and those ``%nbguard config`` shares), as magic_arguments
+decorators: what each does, in the words ``%%kerasrun?`` shows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.magic_arguments import argument
+
+
+def run_option_arguments(func: Any) -> Any:
+    """The options shared by ``%%kerasrun`` and ``%nbguard config``."""
+    for decorator in reversed(
+        (
+            argument(
+                "--no-clear",
+                dest="clear",
+                action="store_const",
+                const=False,
+                default=None,
+                help="Don't run gc + keras.utils.clear_session() before the cell.",
+            ),
+            argument(
+                "--no-deep-clean",
+                dest="deep_clean",
+                action="store_const",
+                const=False,
+                default=None,
+                help="Don't purge what clear_session leaves behind (TensorFlow's "
+                "gradient entries of earlier runs whose models are gone).",
+            ),
+            argument(
+                "--gpu-growth",
+                dest="gpu_growth",
+                action="store_const",
+                const=True,
+                default=None,
+                help="Let TensorFlow grow GPU memory as needed (default on).",
+            ),
+            argument(
+                "--no-gpu-growth",
+                dest="gpu_growth",
+                action="store_const",
+                const=False,
+                help="Let TensorFlow reserve the whole GPU up front.",
+            ),
+            argument(
+                "--gpu-limit",
+                type=int,
+                metavar="MiB",
+                default=None,
+                help="Hard cap on GPU memory, through a logical device. Needs to run before "
+                "TensorFlow initializes the GPU (imports TensorFlow if needed).",
+            ),
+            argument(
+                "--host-limit",
+                type=int,
+                metavar="MiB",
+                default=None,
+                help="Cap on the memory the run adds to the kernel's RSS: past it, the run is "
+                "stopped as out of memory at its next Python line (checked 4 times a "
+                "second).",
+            ),
+            argument(
+                "--mixed-precision",
+                nargs="?",
+                const="mixed_float16",
+                metavar="POLICY",
+                default=None,
+                help="Keras dtype policy, re-applied after each clear_session "
+                "(default mixed_float16; or mixed_bfloat16).",
+            ),
+            argument(
+                "--keep-stale",
+                dest="keep_stale",
+                action="store_const",
+                const=True,
+                default=None,
+                help="Keep earlier runs' models that only IPython's output cache "
+                "(Out[n], _) or a Keras History's .model still hold; by "
+                "default they are released.",
+            ),
+            argument(
+                "--quiet",
+                action="store_const",
+                const=True,
+                default=None,
+                help="Don't show the run summary under the cell.",
+            ),
+        )
+    ):
+        func = decorator(func)
+    return func
+
+
+def isolation_arguments(func: Any) -> Any:
+    """``%%kerasrun --isolate`` and sweeps (isolation/): a fresh process per run."""
+    for decorator in reversed(
+        (
+            argument(
+                "--isolate",
+                action="store_true",
+                help="Run the cell in a fresh Python process: the names it reads go in, the "
+                "names it binds come back; the kernel keeps nothing of the run.",
+            ),
+            argument(
+                "--inputs",
+                metavar="A,B",
+                default=None,
+                help="--isolate: the names to send (default: those the cell reads).",
+            ),
+            argument(
+                "--outputs",
+                metavar="A,B",
+                default=None,
+                help="--isolate: the names to bring back (default: those the cell binds).",
+            ),
+            argument(
+                "--sweep",
+                metavar="SPEC",
+                default=None,
+                help="Run the cell isolated once per combination, e.g. "
+                '"units=32,64; lr=1e-3,1e-4" (4 runs); the names are set in each.',
+            ),
+            argument(
+                "--parallel",
+                type=int,
+                metavar="N",
+                default=1,
+                help="--sweep: processes at once (default 1: a GPU is usually shared).",
+            ),
+        )
+    ):
+        func = decorator(func)
+    return func

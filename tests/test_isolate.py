@@ -1,0 +1,141 @@
+"""``%%kerasrun --isolate`` and ``--sweep`` with real processes, a real shell, real TensorFlow in
+the children: names in and out, the last value, streamed prints, a child killed, an interrupt,
+what can't be sent, a sweep run two at a time, and a kernel that imports no TensorFlow for it."""
+
+from __future__ import annotations
+
+import _thread
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from helpers import run
+from IPython.utils.capture import capture_output
+
+import keras_nbguard
+
+pytestmark = pytest.mark.slow
+
+FIT = """%%kerasrun --isolate --label iso
+import keras
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+model.compile("adam", "mse")
+model.fit(scale(x), y, epochs=2, verbose=0)
+print("hello from", "the child")
+scores = {"loss": float(model.evaluate(x, y, verbose=0))}
+scores["loss"] >= 0
+"""
+
+
+@pytest.fixture
+def iso_shell(shell):
+    assert run(shell, "import numpy as np\nx = np.ones((64, 8), 'float32')\n"
+                      "y = np.zeros((64, 1), 'float32')\ndef scale(a):\n    return a * 2\n"
+               ).success
+    return shell
+
+
+def test_names_go_in_and_come_back_with_the_value_and_prints(iso_shell):
+    with capture_output() as seen:
+        result = run(iso_shell, FIT)
+    assert result.success, result.error_in_exec
+    assert result.result is True  # the last expression, as in a plain cell
+    assert "hello from the child" in seen.stdout  # streamed from the child
+    ns = iso_shell.user_ns
+    assert isinstance(ns["scores"], dict) and ns["scores"]["loss"] >= 0
+    assert ns["model"].predict(ns["x"][:2], verbose=0).shape == (2, 1)  # a model that predicts
+    (record,) = keras_nbguard.runs("iso")
+    assert record.status == "ok" and record.cleared and record.isolated
+    assert "fresh process" in record.isolated and "keras: a module" in record.isolated
+    (fit,) = record.fits  # the child's own measurements
+    assert fit.epochs == 2 and record.inference[0].kind == "evaluate"
+    assert record.pid == os.getpid()  # the kernel's run: its history, its numbering
+    assert record.rss_samples  # and the child's RSS, as it went
+
+
+def test_unsendable_input_is_a_usage_error_before_anything_runs(iso_shell):
+    assert run(iso_shell, "import threading\nlock = threading.Lock()").success
+    with capture_output() as seen:
+        result = run(iso_shell, "%%kerasrun --isolate --label locked\nwith lock:\n    pass\n")
+    assert not result.success
+    assert "can't send 'lock' (lock)" in seen.stderr + seen.stdout
+    assert keras_nbguard.runs("locked") == []  # nothing started, nothing recorded
+
+
+def test_a_child_killed_is_recorded_died_and_the_kernel_goes_on(iso_shell):
+    cell = ("%%kerasrun --isolate --label killed\nimport os, signal\nprint('going')\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    with capture_output():
+        result = run(iso_shell, cell)
+    assert not result.success  # the cell fails, so Run All stops
+    (record,) = keras_nbguard.runs("killed")
+    assert record.status == "died" and "SIGKILL" in record.error
+    assert record.rss_samples and record.rss_peak  # its last samples, taken by the kernel
+    assert run(iso_shell, "1 + 1").success
+
+
+def test_interrupting_the_kernel_stops_the_child(iso_shell):
+    cell = "%%kerasrun --isolate --label stopme\nimport time\nprint('started')\ntime.sleep(60)\n"
+    threading.Timer(3.0, _thread.interrupt_main).start()
+    start = time.perf_counter()
+    with capture_output():
+        result = run(iso_shell, cell)
+    assert time.perf_counter() - start < 20
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    (record,) = keras_nbguard.runs("stopme")
+    assert record.status == "interrupted"
+
+
+def test_a_sweep_runs_every_point_two_at_a_time(iso_shell):
+    cell = ('%%kerasrun --sweep "units=2,4; scale_by=1.0,2.0" --parallel 2 --label sweep --quiet\n'
+            "import os\nwidth = units * scale_by\npid = os.getpid()\n")
+    with capture_output():
+        result = run(iso_shell, cell)
+    assert result.success, result.error_in_exec
+    points = result.result
+    assert sorted(points) == [(("units", u), ("scale_by", s)) for u in (2, 4) for s in (1.0, 2.0)]
+    assert points[(("units", 4), ("scale_by", 2.0))]["width"] == 8.0
+    assert len({p["pid"] for p in points.values()}) == 4  # a fresh process each
+    records = keras_nbguard.runs("sweep")
+    assert sorted((r.params["units"], r.params["scale_by"]) for r in records) == [
+        (2, 1.0), (2, 2.0), (4, 1.0), (4, 2.0)]
+    assert [r.run_number for r in records] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(("spec", "words"), [
+    ("units", "is not name=value"), ("units=", "has no values"), ("a=1; a=2", "given twice")])
+def test_a_bad_sweep_is_a_usage_error(iso_shell, spec, words):
+    with capture_output() as seen:
+        assert not run(iso_shell, f'%%kerasrun --sweep "{spec}"\nx\n').success
+    assert words in seen.stderr + seen.stdout
+
+
+KERNEL = """
+import sys
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+shell.run_cell("%load_ext keras_nbguard")
+shell.run_cell("import numpy as np\\nx = np.ones((32, 4), 'float32')")
+result = shell.run_cell('''%%kerasrun --isolate --label no_tf --quiet
+import keras
+m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+m.compile("adam", "mse")
+loss = float(m.fit(x, x[:, :1], verbose=0).history["loss"][0])
+del m
+''')
+assert result.success, result.error_in_exec
+print("LOSS", shell.user_ns["loss"], "tensorflow" in sys.modules, "keras" in sys.modules)
+"""
+
+
+def test_the_kernel_imports_no_tensorflow_for_an_isolated_run(tmp_path):
+    env = {**os.environ, "KERAS_NBGUARD_DB": str(tmp_path / "h.db"),
+           "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    done = subprocess.run([sys.executable, "-c", KERNEL], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(line for line in done.stdout.splitlines() if line.startswith("LOSS"))
+    assert line.endswith("False False"), line  # the fit happened in the child only
