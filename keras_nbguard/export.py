@@ -19,8 +19,9 @@ COLUMNS = (
     "wall_seconds", "prepare_seconds", "fit_seconds", "fits", "epochs", "epoch_seconds",
     "rss_before", "rss_after", "rss_peak", "rss_delta", "delta_fit_seconds", "delta_rss_after",
     "gpu_tf_peak", "gpu_tf_current", "gpu_nvml_used", "gpu_nvml_process_used", "gpu_note",
-    "traces", "dataset_traces", "cleared", "deep_clean_entries", "error",
-)
+    "traces", "dataset_traces", "cleared", "deep_clean_entries", "error", "keras",
+    "inference_seconds", "isolated",
+)  # then a ``param_<name>`` column for each name a --sweep set (grouping by them is one call)
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -60,7 +61,17 @@ def run_row(record: RunRecord) -> dict[str, Any]:
         "cleared": record.cleared,
         "deep_clean_entries": clean.entries if clean is not None and clean.available else None,
         "error": record.error,
+        "keras": record.keras,
+        "inference_seconds": sum(c.seconds for c in record.inference) if record.inference else None,
+        "isolated": bool(record.isolated),
+        **{f"param_{name}": value for name, value in (record.params or {}).items()},
     }
+
+
+def columns(records: Sequence[RunRecord]) -> list[str]:
+    """``COLUMNS``, then the sweep parameters' columns in the order first seen."""
+    params = dict.fromkeys(f"param_{n}" for r in records for n in (r.params or {}))
+    return [*COLUMNS, *params]
 
 
 def write_csv(records: Sequence[RunRecord], path: str | os.PathLike[str]) -> int:
@@ -76,7 +87,7 @@ def write_csv(records: Sequence[RunRecord], path: str | os.PathLike[str]) -> int
                          f"{os.path.join(target, 'runs.csv')}")
     try:
         with open(target, "w", newline="", encoding="utf-8") as out:
-            writer = csv.DictWriter(out, fieldnames=COLUMNS)
+            writer = csv.DictWriter(out, fieldnames=columns(records))
             writer.writeheader()
             for record in records:
                 writer.writerow({k: _cell(v) for k, v in run_row(record).items()})
@@ -103,6 +114,6 @@ def runs_frame(records: Sequence[RunRecord]) -> Any:
     except ImportError:
         raise ImportError("runs_frame() needs pandas, which is not installed here: "
                           "pip install pandas (or use %nbguard export runs.csv)") from None
-    frame = pd.DataFrame([run_row(r) for r in records], columns=list(COLUMNS))
+    frame = pd.DataFrame([run_row(r) for r in records], columns=columns(records))
     frame["started_at"] = pd.to_datetime(frame["started_at"], utc=True)
     return frame

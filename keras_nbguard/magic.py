@@ -47,6 +47,11 @@ def _parse_kerasrun(line: str) -> argparse.Namespace:
     return KerasMagics.kerasrun.parser.parse_args(_shell_words(line))
 
 
+def _isolated_line(line: str) -> bool:
+    args = _parse_kerasrun(line)
+    return bool(args.isolate or args.sweep or args.cluster)
+
+
 def _shell_words(line: str) -> list[str]:
     try:
         return shlex.split(line)
@@ -103,7 +108,7 @@ class KerasMagics(Magics):
         same label. ``keras_nbguard.runs()`` returns the records.
         """
         __tracebackhide__ = True
-        if _parse_kerasrun(line).isolate or _parse_kerasrun(line).sweep:
+        if _isolated_line(line):
             return self._isolated(line, cell)
         with self._measured(line, cell):
             return run_cell_body(self.shell, f"%%kerasrun {line}".rstrip(), cell)
@@ -111,7 +116,7 @@ class KerasMagics(Magics):
     async def kerasrun_async(self, line: str, cell: str) -> Any:
         """``%%kerasrun`` for a cell with top-level ``await`` (see ``cell.KerasrunCells``)."""
         __tracebackhide__ = True
-        if _parse_kerasrun(line).isolate or _parse_kerasrun(line).sweep:
+        if _isolated_line(line):
             return self._isolated(line, cell)  # the child process awaits it
         with self._measured(line, cell):
             return await run_cell_body_async(self.shell, f"%%kerasrun {line}".rstrip(), cell)

@@ -129,6 +129,20 @@ def isolation_arguments(func: Any) -> Any:
                 default=1,
                 help="--sweep: processes at once (default 1: a GPU is usually shared).",
             ),
+            argument(
+                "--cluster",
+                choices=("ray",),
+                default=None,
+                help="Run each isolated run as a Ray task in a fresh worker process (a local "
+                "Ray, or the cluster at RAY_ADDRESS); needs keras_nbguard[ray].",
+            ),
+            argument(
+                "--gpus",
+                type=float,
+                metavar="N",
+                default=None,
+                help="--cluster ray: GPUs each run asks Ray for (default 0).",
+            ),
         )
     ):
         func = decorator(func)

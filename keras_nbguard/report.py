@@ -58,7 +58,14 @@ class Table:
 
 
 def runs_table(records: Sequence[RunRecord], title: str = "keras_nbguard runs") -> Table:
-    return Table(title, COLUMNS, [run_row(r) for r in records])
+    if not any(r.params for r in records):
+        return Table(title, COLUMNS, [run_row(r) for r in records])
+    # a sweep's runs: which point each was
+    return Table(title, (*COLUMNS, "params"), [(*run_row(r), _params(r)) for r in records])
+
+
+def _params(r: RunRecord) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in (r.params or {}).items())
 
 
 def key_values(title: str, pairs: Sequence[tuple[str, str]]) -> Table:

@@ -103,6 +103,11 @@ def test_a_sweep_runs_every_point_two_at_a_time(iso_shell):
     assert sorted((r.params["units"], r.params["scale_by"]) for r in records) == [
         (2, 1.0), (2, 2.0), (4, 1.0), (4, 2.0)]
     assert [r.run_number for r in records] == [1, 2, 3, 4]
+    table = iso_shell.run_line_magic("nbguard", "runs --label sweep").text()
+    assert "units=4, scale_by=2.0" in table  # which point each run was
+    frame = keras_nbguard.runs_frame("sweep")
+    assert frame.groupby("param_units").size().to_dict() == {2: 2, 4: 2}
+    assert frame["isolated"].all()
 
 
 @pytest.mark.parametrize(("spec", "words"), [
@@ -139,3 +144,35 @@ def test_the_kernel_imports_no_tensorflow_for_an_isolated_run(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     line = next(line for line in done.stdout.splitlines() if line.startswith("LOSS"))
     assert line.endswith("False False"), line  # the fit happened in the child only
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray = pytest.importorskip("ray", reason="Ray is not installed (the test extra installs it)")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_a_sweep_on_a_real_local_ray_cluster(iso_shell, local_ray):
+    cell = ('%%kerasrun --cluster ray --sweep "units=2,4" --label on_ray --quiet\n'
+            "import os\nprint('from the worker')\nwidth = units * 2\npid = os.getpid()\n")
+    with capture_output() as seen:
+        result = run(iso_shell, cell)
+    assert result.success, result.error_in_exec
+    assert seen.stdout.count("from the worker") == 2  # what each task printed
+    points = result.result
+    assert {k: v["width"] for k, v in points.items()} == {(("units", 2),): 4, (("units", 4),): 8}
+    assert os.getpid() not in {v["pid"] for v in points.values()}
+    assert len({v["pid"] for v in points.values()}) == 2  # max_calls=1: a fresh worker each
+    records = keras_nbguard.runs("on_ray")
+    assert sorted(r.params["units"] for r in records) == [2, 4]
+    assert all(r.status == "ok" and r.isolated.startswith("Ray task") for r in records)
+
+
+def test_cluster_ray_without_ray_says_which_extra(iso_shell, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    with capture_output() as seen:
+        assert not run(iso_shell, "%%kerasrun --cluster ray\nx = 1\n").success
+    assert "pip install 'keras_nbguard[ray]'" in seen.stderr + seen.stdout

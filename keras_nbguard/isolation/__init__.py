@@ -2,14 +2,20 @@
 cell reads go in (cloudpickle), the names it binds come back (Keras models through the Keras
 format), its prints and displays stream into the cell, and the child's own measurements become
 the run's record, kept by the kernel's history like any other. The kernel imports no framework
-for it: what TensorFlow keeps (graphs, its GPU pool) ends with the child."""
+for it: what TensorFlow keeps (graphs, its GPU pool) ends with the child.
+
+Where the children run: one at a time, watched live (``_watched``); side by side on this machine
+(``--parallel N``) or as Ray tasks (``--cluster ray``), each recorded as it ends (``_recorded``).
+"""
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import shutil
+import os
 import sys
+import tempfile
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..prepare import RunOptions
@@ -34,37 +40,51 @@ def run_isolated(
     options: RunOptions,
     cell_id: str | None,
 ) -> Any:
+    """Run ``cell`` isolated (once, or once per ``--sweep`` point). Bad input raises
+    ``ValueError`` in the user's terms before any process starts."""
+    if args.cluster is not None:
+        from . import ray_cluster
+
+        ray_cluster.check()
+    if args.parallel < 1:
+        raise ValueError(f"--parallel takes a number of processes, 1 or more, not {args.parallel}")
     reads, binds = names.read_and_bound(cell)
-    inputs = names.chosen(args.inputs, reads)
-    outputs = names.chosen(args.outputs, binds)
-    packed = names.pack_inputs(inputs, shell.user_ns, explicit=args.inputs is not None)
+    packed = names.pack_inputs(
+        names.chosen(args.inputs, reads), shell.user_ns, explicit=args.inputs is not None
+    )
     job = {
         "source": cell,
         "label": label,
         "options": child_options(options),
         "inputs": packed,
-        "outputs": outputs,
+        "outputs": names.chosen(args.outputs, binds),
         "params": {},
     }
-    if args.sweep:
-        if args.parallel < 1:
-            raise ValueError(
-                f"--parallel takes a number of processes, 1 or more, not {args.parallel}"
-            )
-        return run_sweep(
-            session, shell, job, sweep.points(args.sweep), args.parallel, options, cell_id
+    points = sweep.points(args.sweep) if args.sweep else [{}]
+    jobs = [{**job, "params": params} for params in points]
+    if args.cluster is None and args.parallel == 1:
+        finished = (_watched(session, point, options, cell_id) for point in jobs)
+    else:
+        finished = (
+            _recorded(session, point, done, options, cell_id)
+            for point, done in _side_by_side(session, jobs, args)
         )
-    run, done = _tracked(session, job, options, cell_id)
-    bound = _received(done)
-    value = bound.pop("__value__")
-    shell.user_ns.update(bound)
-    _raise_if_failed(run)
-    return value
+    results: dict[Any, Any] = {}
+    for point, run, done in finished:
+        bound = _received(done)
+        if not args.sweep:
+            value = bound.pop("__value__")
+            shell.user_ns.update(bound)
+            _raise_if_failed(run)
+            return value
+        bound.pop("__value__")  # a point's names stay in the mapping: in the namespace the
+        results[sweep.key(point["params"])] = bound  # points would overwrite each other
+    return results
 
 
-def _tracked(
+def _watched(
     session: Session, job: dict[str, Any], options: RunOptions, cell_id: str | None
-) -> tuple[IsolatedRun, ChildResult]:
+) -> tuple[dict[str, Any], IsolatedRun, ChildResult]:
     """One child, watched live: its prints and displays into the cell, its epochs and RSS to the
     dashboard and the store; recorded however it ends."""
     run = session.begin(job["label"], options, cell_id, run_class=IsolatedRun)
@@ -80,14 +100,61 @@ def _tracked(
             lambda t, rss: session.events.emit("sample", t, rss),
         )
         run.not_sent = (child.done.result or {}).get("not_sent") or None
-        return run, child.done
+        return job, run, child.done
     except BaseException as exc:
         error = exc
         raise
     finally:
         _finish(session, run, error, options)
-        if child is not None and error is not None:
+        if child is not None:
             child.close()
+
+
+def _side_by_side(
+    session: Session, jobs: list[dict[str, Any]], args: argparse.Namespace
+) -> Iterator[tuple[dict[str, Any], ChildResult]]:
+    """Several children at once, yielded as each ends: on this machine, or as Ray tasks."""
+    if args.cluster is not None:
+        from . import ray_cluster
+
+        for job, done in ray_cluster.run_all(jobs, args.gpus):
+            for message in done.messages:  # what the task printed and displayed
+                _show(session, message)
+            yield job, done
+        return
+    with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
+        futures = {pool.submit(_run_unwatched, session, job): job for job in jobs}
+        for future in concurrent.futures.as_completed(futures):
+            yield futures[future], future.result()
+
+
+def _recorded(
+    session: Session,
+    job: dict[str, Any],
+    done: ChildResult,
+    options: RunOptions,
+    cell_id: str | None,
+) -> tuple[dict[str, Any], IsolatedRun, ChildResult]:
+    """A child that ran beside others, recorded as it ends (the kernel tracks one run at a
+    time), without live samples."""
+    run = session.begin(job["label"], options, cell_id, run_class=IsolatedRun)
+    assert isinstance(run, IsolatedRun)
+    run.params, run.child = job["params"] or None, done
+    run.not_sent = (done.result or {}).get("not_sent") or None
+    _finish(session, run, None, options)
+    return job, run, done
+
+
+def _run_unwatched(session: Session, job: dict[str, Any]) -> ChildResult:
+    def show(message: tuple[Any, ...]) -> None:
+        if message[0] != "epoch":  # epochs of runs side by side would mix in the live panel
+            _show(session, message)
+
+    child = Child(job)
+    try:
+        return child.wait(show, lambda t, rss: None)
+    finally:
+        child.close()
 
 
 def _finish(
@@ -119,39 +186,41 @@ def _received(done: ChildResult) -> dict[str, Any]:
 
     result = done.result or {}
     bound: dict[str, Any] = {"__value__": None}
-    try:
-        for name, sent in result.get("outputs", {}).items():
-            bound[name] = (
-                _load_model(sent[1], sent[2]) if sent[0] == "keras" else cloudpickle.loads(sent[1])
-            )
-        if result.get("value") is not None:
-            bound["__value__"] = cloudpickle.loads(result["value"])
-        elif result.get("bundle"):
-            from IPython.display import publish_display_data
+    for name, sent in result.get("outputs", {}).items():
+        bound[name] = (
+            _load_model(sent[1], sent[2]) if sent[0] == "keras" else cloudpickle.loads(sent[1])
+        )
+    if result.get("value") is not None:
+        bound["__value__"] = cloudpickle.loads(result["value"])
+    elif result.get("bundle"):
+        from IPython.display import publish_display_data
 
-            publish_display_data(result["bundle"])
-    finally:
-        shutil.rmtree(done.folder, ignore_errors=True)  # the saved models, once loaded
+        publish_display_data(result["bundle"])
+    done.result = None  # the pickles: let them go once loaded
     return bound
 
 
-def _load_model(package: str, path: str) -> Any:
-    if package == "tf_keras":
-        import tf_keras
+def _load_model(package: str, data: bytes) -> Any:
+    """A model the child saved in the Keras format (bytes: the child may be on another machine)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.keras")
+        with open(path, "wb") as out:
+            out.write(data)
+        if package == "tf_keras":
+            import tf_keras
 
-        return tf_keras.models.load_model(path)
-    import keras
+            return tf_keras.models.load_model(path)
+        import keras
 
-    return keras.saving.load_model(path)
+        return keras.saving.load_model(path)
 
 
 def _raise_if_failed(run: IsolatedRun) -> None:
     record = run.record
-    if record is not None and record.status not in ("ok",):
-        detail = record.error or record.status
+    if record is not None and record.status != "ok":
         raise IsolatedRunFailed(
             f"the isolated run {record.label!r} #{record.run_number} ended "
-            f"{record.status}: {detail}"
+            f"{record.status}: {record.error or record.status}"
         )
 
 
@@ -171,54 +240,3 @@ def child_options(options: RunOptions) -> str:
     if options.mixed_precision:
         words.append(f"--mixed-precision {options.mixed_precision}")
     return " ".join(words)
-
-
-def run_sweep(
-    session: Session,
-    shell: Any,
-    job: dict[str, Any],
-    points: list[dict[str, Any]],
-    parallel: int,
-    options: RunOptions,
-    cell_id: str | None,
-) -> dict[Any, Any]:
-    """Every point in its own child; returns ``{(("units", 32), ...): {names bound}}``."""
-    results: dict[Any, Any] = {}
-    jobs = [{**job, "params": params} for params in points]
-    if parallel == 1:
-        for point in jobs:
-            _run, done = _tracked(session, point, options, cell_id)
-            results[sweep.key(point["params"])] = _point_outputs(done)
-        return results
-    # several children at once: each is recorded as it ends, one after another (the kernel
-    # tracks one run at a time), without live samples
-    with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
-        futures = {pool.submit(_run_unwatched, session, point): point for point in jobs}
-        for future in concurrent.futures.as_completed(futures):
-            point = futures[future]
-            done = future.result()
-            run = session.begin(point["label"], options, cell_id, run_class=IsolatedRun)
-            assert isinstance(run, IsolatedRun)
-            run.params, run.child = point["params"], done
-            run.not_sent = (done.result or {}).get("not_sent") or None
-            _finish(session, run, None, options)
-            results[sweep.key(point["params"])] = _point_outputs(done)
-    return results
-
-
-def _run_unwatched(session: Session, job: dict[str, Any]) -> ChildResult:
-    """A child beside others: its prints and displays still reach the cell; no live samples."""
-
-    def show(message: tuple[Any, ...]) -> None:
-        if message[0] != "epoch":  # epochs of runs side by side would mix in the live panel
-            _show(session, message)
-
-    return Child(job).wait(show, lambda t, rss: None)
-
-
-def _point_outputs(done: ChildResult) -> dict[str, Any]:
-    """A sweep point's names, kept in the sweep's mapping: bound in the namespace, the points
-    would overwrite each other."""
-    bound = _received(done)
-    bound.pop("__value__")
-    return bound

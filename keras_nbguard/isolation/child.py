@@ -39,6 +39,9 @@ class Forward(io.TextIOBase):
 
 
 def main() -> None:
+    """A child of the kernel: the job from fd R, every message to fd W as it comes."""
+    import cloudpickle
+
     inbox = Connection(int(sys.argv[1]), writable=False)
     outbox = Connection(int(sys.argv[2]), readable=False)
     lock = threading.Lock()
@@ -47,43 +50,50 @@ def main() -> None:
         with lock:  # the sampler's thread and the cell's may both print
             outbox.send_bytes(pickle.dumps(message))
 
-    os.environ["KERAS_NBGUARD_DB"] = ":memory:"  # the kernel keeps the record, not the child
-    sys.stdout, sys.stderr = Forward("stdout", send), Forward("stderr", send)
+    job = cloudpickle.loads(inbox.recv_bytes())
+    send("result", run_job(job, send))
+
+
+def run_job(job: dict[str, Any], send: Send) -> dict[str, Any]:
+    """Run the cell of ``job`` under ``%%kerasrun`` in a fresh shell of this process; what it
+    prints and displays goes to ``send`` as it comes; returns the result (also in a Ray task)."""
     import cloudpickle
     from IPython.core.interactiveshell import InteractiveShell
 
-    job = cloudpickle.loads(inbox.recv_bytes())
-    shell = InteractiveShell.instance()
-    _forward_displays(shell, send)
-    shell.run_line_magic("load_ext", "keras_nbguard")
-    import keras_nbguard
+    os.environ["KERAS_NBGUARD_DB"] = ":memory:"  # the kernel keeps the record, not the child
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = Forward("stdout", send), Forward("stderr", send)
+    try:
+        shell = InteractiveShell.instance()
+        _forward_displays(shell, send)
+        shell.run_line_magic("load_ext", "keras_nbguard")
+        import keras_nbguard
 
-    keras_nbguard.get_session().events.subscribe(
-        "epoch", lambda epoch, seconds: send("epoch", epoch, seconds)
-    )
-    send("ready", time.time())
-    for name, blob in job["inputs"].items():
-        shell.user_ns[name] = cloudpickle.loads(blob)
-    shell.user_ns.update(job["params"])
-    head = f"%%kerasrun --label {shlex.quote(job['label'])} --quiet {job['options']}".rstrip()
-    result = shell.run_cell(f"{head}\n{job['source']}", store_history=True)
-    records = keras_nbguard.runs()
-    outputs, not_sent = _collect(shell.user_ns, job["outputs"], job["folder"])
-    value, bundle = _value(shell, result.result)
-    send(
-        "result",
-        {
-            "record": records[-1].to_dict() if records else None,
-            "success": result.success,
-            "error": None
-            if result.success
-            else repr(result.error_in_exec or result.error_before_exec),
-            "outputs": outputs,
-            "not_sent": not_sent,
-            "value": value,
-            "bundle": bundle,
-        },
-    )
+        keras_nbguard.get_session().events.subscribe(
+            "epoch", lambda epoch, seconds: send("epoch", epoch, seconds)
+        )
+        send("ready", time.time())
+        for name, blob in job["inputs"].items():
+            shell.user_ns[name] = cloudpickle.loads(blob)
+        shell.user_ns.update(job["params"])
+        head = f"%%kerasrun --label {shlex.quote(job['label'])} --quiet {job['options']}"
+        result = shell.run_cell(f"{head.rstrip()}\n{job['source']}", store_history=True)
+        records = keras_nbguard.runs()
+        outputs, not_sent = _collect(shell.user_ns, job["outputs"])
+        value, bundle = _value(shell, result.result)
+    finally:
+        sys.stdout, sys.stderr = streams
+    error = None if result.success else repr(result.error_in_exec or result.error_before_exec)
+    return {
+        "record": records[-1].to_dict() if records else None,
+        "success": result.success,
+        "error": error,
+        "outputs": outputs,
+        "not_sent": not_sent,
+        "value": value,
+        "bundle": bundle,
+        "pid": os.getpid(),
+    }
 
 
 def _forward_displays(shell: Any, send: Send) -> None:
@@ -97,11 +107,10 @@ def _forward_displays(shell: Any, send: Send) -> None:
     hook.finish_displayhook = lambda: None
 
 
-def _collect(
-    namespace: dict[str, Any], names: list[str], folder: str
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """The names to bring back: Keras models saved in the Keras format (the kernel loads them),
-    everything else pickled; what can't travel is named with why."""
+def _collect(namespace: dict[str, Any], names: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The names to bring back: Keras models as the bytes of their Keras-format file (the kernel
+    may be on another machine: a Ray cluster), everything else pickled; what can't travel is
+    named with why."""
     import cloudpickle
 
     from keras_nbguard import backends
@@ -117,12 +126,18 @@ def _collect(
         if isinstance(value, types.ModuleType):
             not_sent[name] = describe(value)
         elif models and isinstance(value, models):
-            path = tempfile.mktemp(suffix=".keras", prefix=f"{name}-", dir=folder)
-            try:
-                cast(Any, value).save(path)  # isinstance of a tuple of types: object to mypy
-                outputs[name] = ("keras", type(value).__module__.split(".")[0], path)
-            except Exception as exc:
-                not_sent[name] = f"a Keras model that could not be saved: {exc}"
+            with tempfile.TemporaryDirectory() as folder:
+                path = os.path.join(folder, f"{name}.keras")
+                try:
+                    cast(Any, value).save(path)  # isinstance of a tuple: object to mypy
+                    with open(path, "rb") as saved:
+                        outputs[name] = (
+                            "keras",
+                            type(value).__module__.split(".")[0],
+                            saved.read(),
+                        )
+                except Exception as exc:
+                    not_sent[name] = f"a Keras model that could not be saved: {exc}"
         else:
             try:
                 outputs[name] = ("value", cloudpickle.dumps(value))

@@ -8,11 +8,9 @@ import contextlib
 import dataclasses
 import os
 import pickle
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -35,7 +33,8 @@ class ChildResult:
     startup: float | None = None  # seconds from spawn to the child's "ready"
     wall: float = 0.0
     exit: str | None = None  # how it ended, in words, when it did not give a result
-    folder: str = ""
+    where: str = "fresh process"  # or "Ray task" (a fresh worker process on a Ray cluster)
+    messages: list[tuple[Any, ...]] = field(default_factory=list)  # a Ray task's, shown after
 
 
 class Child:
@@ -44,8 +43,6 @@ class Child:
     def __init__(self, job: dict[str, Any], cwd: str | None = None) -> None:
         import cloudpickle
 
-        self.folder = tempfile.mkdtemp(prefix="keras-nbguard-isolated-")
-        job = {**job, "folder": self.folder}
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         self.started = time.perf_counter()
@@ -66,7 +63,7 @@ class Child:
         self.inbox = Connection(from_child_r, writable=False)
         with Connection(to_child_w, readable=False) as outbox:
             outbox.send_bytes(cloudpickle.dumps(job))
-        self.done = ChildResult(pid=self.popen.pid, folder=self.folder)
+        self.done = ChildResult(pid=self.popen.pid)
 
     def wait(self, on_message: Any, on_sample: Any) -> ChildResult:
         """Pass each message on as it comes, sample the child's RSS, until it gives its result
@@ -123,7 +120,6 @@ class Child:
 
     def close(self) -> None:
         self.inbox.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def describe_exit(code: int | None) -> str:
@@ -196,7 +192,7 @@ class IsolatedRun(Run):
 
     def _note(self, child: ChildResult) -> str:
         start = "n/a" if child.startup is None else f"{child.startup:.2f} s"
-        words = f"fresh process (pid {child.pid}), start-up {start}"
+        words = f"{child.where} (pid {child.pid}), start-up {start}"
         if self.not_sent:
             words += "; not sent back: " + ", ".join(
                 f"{name}: {why}" for name, why in self.not_sent.items()
