@@ -5,6 +5,7 @@ what can't be sent, a sweep run two at a time, and a kernel that imports no Tens
 from __future__ import annotations
 
 import _thread
+import glob
 import os
 import subprocess
 import sys
@@ -176,3 +177,16 @@ def test_cluster_ray_without_ray_says_which_extra(iso_shell, monkeypatch):
     with capture_output() as seen:
         assert not run(iso_shell, "%%kerasrun --cluster ray\nx = 1\n").success
     assert "pip install 'keras_nbguard[ray]'" in seen.stderr + seen.stdout
+
+
+def test_a_large_array_goes_through_shared_memory_read_only(iso_shell):
+    assert run(iso_shell, "import numpy as np\nbig = np.arange(2**19, dtype='float64')").success
+    segments = set(glob.glob("/dev/shm/psm_*"))
+    cell = ("%%kerasrun --isolate --label shm --quiet\n"
+            "total = float(big.sum())\nshared = not big.flags.owndata\n"
+            "writable = big.flags.writeable\n")
+    assert run(iso_shell, cell).success
+    ns = iso_shell.user_ns
+    assert ns["total"] == float(ns["big"].sum())
+    assert ns["shared"] and not ns["writable"]  # mapped, not unpickled: the kernel's copy
+    assert set(glob.glob("/dev/shm/psm_*")) <= segments  # unlinked once the run is over

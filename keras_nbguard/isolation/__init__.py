@@ -49,21 +49,43 @@ def run_isolated(
     if args.parallel < 1:
         raise ValueError(f"--parallel takes a number of processes, 1 or more, not {args.parallel}")
     reads, binds = names.read_and_bound(cell)
-    packed = names.pack_inputs(
-        names.chosen(args.inputs, reads), shell.user_ns, explicit=args.inputs is not None
-    )
-    job = {
-        "source": cell,
-        "label": label,
-        "options": child_options(options),
-        "inputs": packed,
-        "outputs": names.chosen(args.outputs, binds),
-        "params": {},
-    }
+    shared: list[Any] = []  # shared-memory segments of the inputs: ours to unlink at the end
+    try:
+        packed = names.pack_inputs(
+            names.chosen(args.inputs, reads),
+            shell.user_ns,
+            explicit=args.inputs is not None,
+            shared=shared if args.cluster is None else None,
+        )
+        job = {
+            "source": cell,
+            "label": label,
+            "options": child_options(options),
+            "inputs": packed,
+            "outputs": names.chosen(args.outputs, binds),
+            "params": {},
+        }
+        return _run_jobs(session, shell, job, args, options, cell_id)
+    finally:
+        for segment in shared:
+            segment.close()
+            segment.unlink()
+
+
+def _run_jobs(
+    session: Session,
+    shell: Any,
+    job: dict[str, Any],
+    args: argparse.Namespace,
+    options: RunOptions,
+    cell_id: str | None,
+) -> Any:
     points = sweep.points(args.sweep) if args.sweep else [{}]
     jobs = [{**job, "params": params} for params in points]
     if args.cluster is None and args.parallel == 1:
-        finished = (_watched(session, point, options, cell_id) for point in jobs)
+        finished: Iterator[tuple[dict[str, Any], IsolatedRun, ChildResult]] = (
+            _watched(session, point, options, cell_id) for point in jobs
+        )
     else:
         finished = (
             _recorded(session, point, done, options, cell_id)

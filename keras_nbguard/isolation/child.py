@@ -20,6 +20,7 @@ from multiprocessing.connection import Connection
 from typing import Any, cast
 
 Send = Any  # (kind, *payload) -> None
+_ATTACHED: list[Any] = []  # the kernel's shared-memory arrays, mapped for as long as we live
 
 
 class Forward(io.TextIOBase):
@@ -57,8 +58,9 @@ def main() -> None:
 def run_job(job: dict[str, Any], send: Send) -> dict[str, Any]:
     """Run the cell of ``job`` under ``%%kerasrun`` in a fresh shell of this process; what it
     prints and displays goes to ``send`` as it comes; returns the result (also in a Ray task)."""
-    import cloudpickle
     from IPython.core.interactiveshell import InteractiveShell
+
+    from keras_nbguard.isolation.names import unpack_input
 
     os.environ["KERAS_NBGUARD_DB"] = ":memory:"  # the kernel keeps the record, not the child
     streams = sys.stdout, sys.stderr
@@ -73,8 +75,8 @@ def run_job(job: dict[str, Any], send: Send) -> dict[str, Any]:
             "epoch", lambda epoch, seconds: send("epoch", epoch, seconds)
         )
         send("ready", time.time())
-        for name, blob in job["inputs"].items():
-            shell.user_ns[name] = cloudpickle.loads(blob)
+        for name, sent in job["inputs"].items():
+            shell.user_ns[name] = unpack_input(sent, _ATTACHED)
         shell.user_ns.update(job["params"])
         head = f"%%kerasrun --label {shlex.quote(job['label'])} --quiet {job['options']}"
         result = shell.run_cell(f"{head.rstrip()}\n{job['source']}", store_history=True)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
+import sys
 import types
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -61,15 +63,21 @@ def chosen(given: str | None, default: Iterable[str]) -> list[str]:
     return [name.strip() for name in given.split(",") if name.strip()]
 
 
+SHARED_BYTES = 1 << 20  # numpy arrays from this size travel through shared memory
+
+
 def pack_inputs(
-    names: Iterable[str], namespace: Mapping[str, Any], explicit: bool
-) -> dict[str, bytes]:
-    """Each name the user's namespace has, pickled on its own so that a failure names it.
-    ``ValueError`` (a UsageError for the magic) for one that can't travel: before anything
-    starts. A name given with ``--inputs`` that does not exist is an error too."""
+    names: Iterable[str], namespace: Mapping[str, Any], explicit: bool, shared: list[Any]
+) -> dict[str, Any]:
+    """Each name the user's namespace has, pickled on its own so that a failure names it; a
+    large numpy array is copied once into shared memory instead (the child maps it, no pickle
+    and no pipe), its segment appended to ``shared`` for the caller to unlink after the run
+    (``shared`` None: children elsewhere, a Ray cluster; everything is pickled).
+    ``ValueError`` (a UsageError for the magic) for one that can't travel, before anything
+    starts; so is a name given with ``--inputs`` that does not exist."""
     import cloudpickle
 
-    packed = {}
+    packed: dict[str, Any] = {}
     for name in names:
         if name not in namespace:
             if explicit:
@@ -78,6 +86,9 @@ def pack_inputs(
         value = namespace[name]
         if name.startswith("_") and not explicit:
             continue  # IPython's _, __, _i3: not the user's
+        if shared is not None and _shareable(value):
+            packed[name] = _to_shared_memory(value, shared)
+            continue
         try:
             packed[name] = cloudpickle.dumps(value)
         except Exception as exc:
@@ -86,6 +97,49 @@ def pack_inputs(
                 f"{exc}. Make it inside the cell, or leave it out with --inputs"
             ) from None
     return packed
+
+
+def _shareable(value: Any) -> bool:
+    numpy = sys.modules.get("numpy")
+    return (
+        numpy is not None
+        and type(value) is numpy.ndarray
+        and value.nbytes >= SHARED_BYTES
+        and not value.dtype.hasobject
+    )
+
+
+def _to_shared_memory(array: Any, shared: list[Any]) -> tuple[str, str, tuple[int, ...], str]:
+    from multiprocessing import shared_memory
+
+    import numpy
+
+    segment = shared_memory.SharedMemory(create=True, size=array.nbytes)
+    shared.append(segment)
+    numpy.ndarray(array.shape, array.dtype, buffer=segment.buf)[...] = array
+    return ("shm", segment.name, array.shape, array.dtype.str)
+
+
+def unpack_input(sent: Any, attached: list[Any]) -> Any:
+    """In the child: a pickled value, or an array mapped from the kernel's shared memory
+    (read-only: it is the kernel's copy for this run)."""
+    if isinstance(sent, tuple) and sent[0] == "shm":
+        from multiprocessing import resource_tracker, shared_memory
+
+        import numpy
+
+        segment = shared_memory.SharedMemory(name=sent[1])
+        # before Python 3.13 attaching registers the segment too, and this process's exit would
+        # unlink it under the kernel (and warn of a leak): the kernel owns it
+        with contextlib.suppress(Exception):
+            resource_tracker.unregister(segment._name, "shared_memory")  # type: ignore[attr-defined]
+        attached.append(segment)
+        array = numpy.ndarray(sent[2], numpy.dtype(sent[3]), buffer=segment.buf)
+        array.flags.writeable = False
+        return array
+    import cloudpickle
+
+    return cloudpickle.loads(sent)
 
 
 def describe(value: Any) -> str:
