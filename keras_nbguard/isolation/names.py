@@ -67,7 +67,10 @@ SHARED_BYTES = 1 << 20  # numpy arrays from this size travel through shared memo
 
 
 def pack_inputs(
-    names: Iterable[str], namespace: Mapping[str, Any], explicit: bool, shared: list[Any]
+    names: Iterable[str],
+    namespace: Mapping[str, Any],
+    explicit: bool,
+    shared: list[Any] | None,
 ) -> dict[str, Any]:
     """Each name the user's namespace has, pickled on its own so that a failure names it; a
     large numpy array is copied once into shared memory instead (the child maps it, no pickle
