@@ -130,6 +130,13 @@ def isolation_arguments(func: Any) -> Any:
                 help="--sweep: processes at once (default 1: a GPU is usually shared).",
             ),
             argument(
+                "--prestart",
+                action="store_true",
+                help="--isolate: after the run, start the next run's process with the cell's "
+                "imports loaded, so the next run skips that start-up (it holds their memory "
+                "meanwhile).",
+            ),
+            argument(
                 "--cluster",
                 choices=("ray",),
                 default=None,

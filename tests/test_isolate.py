@@ -190,3 +190,24 @@ def test_a_large_array_goes_through_shared_memory_read_only(iso_shell):
     assert ns["total"] == float(ns["big"].sum())
     assert ns["shared"] and not ns["writable"]  # mapped, not unpickled: the kernel's copy
     assert set(glob.glob("/dev/shm/psm_*")) <= segments  # unlinked once the run is over
+
+
+def test_prestart_hands_the_next_run_a_process_with_the_imports_loaded(iso_shell):
+    cell = ("%%kerasrun --isolate --prestart --label warm --quiet\n"
+            "import sys\nwas_loaded = 'keras' in sys.modules\nimport keras\nimport os\n"
+            "pid = os.getpid()\n")
+    assert run(iso_shell, cell).success
+    assert iso_shell.user_ns["was_loaded"] is False  # a fresh process: nothing imported yet
+    first_pid = iso_shell.user_ns["pid"]
+    from keras_nbguard.isolation import _SPARES
+
+    spares = _SPARES[keras_nbguard.get_session()]
+    spare = spares.child
+    assert spare is not None and spare.alive()
+    assert run(iso_shell, cell).success
+    assert iso_shell.user_ns["pid"] == spare.popen.pid != first_pid
+    assert iso_shell.user_ns["was_loaded"] is True  # the cell's imports, loaded beforehand
+    first, second = keras_nbguard.runs("warm")
+    assert second.wall_seconds < first.wall_seconds  # no framework import inside the run
+    spares.close()
+    assert spares.child is None and spare.popen.poll() is not None

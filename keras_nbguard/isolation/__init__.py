@@ -15,15 +15,20 @@ import concurrent.futures
 import os
 import sys
 import tempfile
+import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..prepare import RunOptions
 from . import names, sweep
-from .parent import Child, ChildResult, IsolatedRun
+from .parent import Child, ChildResult, IsolatedRun, Spare
 
 if TYPE_CHECKING:
     from ..session import Session
+
+
+# each kernel's next process, pre-started (--prestart); gone with the kernel's Session
+_SPARES: weakref.WeakKeyDictionary[Any, Spare] = weakref.WeakKeyDictionary()
 
 
 class IsolatedRunFailed(Exception):
@@ -84,7 +89,7 @@ def _run_jobs(
     jobs = [{**job, "params": params} for params in points]
     if args.cluster is None and args.parallel == 1:
         finished: Iterator[tuple[dict[str, Any], IsolatedRun, ChildResult]] = (
-            _watched(session, point, options, cell_id) for point in jobs
+            _watched(session, point, options, cell_id, _spare_of(session)) for point in jobs
         )
     else:
         finished = (
@@ -92,6 +97,8 @@ def _run_jobs(
             for point, done in _side_by_side(session, jobs, args)
         )
     results: dict[Any, Any] = {}
+    if args.prestart and args.cluster is None:  # for the run after this one, as this one goes
+        finished = _then_prestart(finished, _spare_of(session), names.imports_of(job["source"]))
     for point, run, done in finished:
         bound = _received(done)
         if not args.sweep:
@@ -105,7 +112,11 @@ def _run_jobs(
 
 
 def _watched(
-    session: Session, job: dict[str, Any], options: RunOptions, cell_id: str | None
+    session: Session,
+    job: dict[str, Any],
+    options: RunOptions,
+    cell_id: str | None,
+    spare: Spare | None,
 ) -> tuple[dict[str, Any], IsolatedRun, ChildResult]:
     """One child, watched live: its prints and displays into the cell, its epochs and RSS to the
     dashboard and the store; recorded however it ends."""
@@ -115,7 +126,8 @@ def _watched(
     error: BaseException | None = None
     child = None
     try:
-        child = Child(job)
+        child = (spare.take() if spare is not None else None) or Child()
+        child.start(job)
         run.child = child.done
         child.wait(
             lambda message: _show(session, message),
@@ -130,6 +142,21 @@ def _watched(
         _finish(session, run, error, options)
         if child is not None:
             child.close()
+
+
+def _spare_of(session: Session) -> Spare:
+    spare = _SPARES.get(session)
+    if spare is None:
+        spare = _SPARES[session] = Spare()
+    return spare
+
+
+def _then_prestart(finished: Iterator[Any], spare: Spare, preload: list[str]) -> Iterator[Any]:
+    """Each run as it ends, the next run's process started right after it (while the user
+    reads the result, or while the run's outputs are loaded)."""
+    for item in finished:
+        spare.make(preload)
+        yield item
 
 
 def _side_by_side(
@@ -172,7 +199,7 @@ def _run_unwatched(session: Session, job: dict[str, Any]) -> ChildResult:
         if message[0] != "epoch":  # epochs of runs side by side would mix in the live panel
             _show(session, message)
 
-    child = Child(job)
+    child = Child().start(job)
     try:
         return child.wait(show, lambda t, rss: None)
     finally:

@@ -7,6 +7,8 @@ keeps the record."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import io
 import os
 import pickle
@@ -40,7 +42,8 @@ class Forward(io.TextIOBase):
 
 
 def main() -> None:
-    """A child of the kernel: the job from fd R, every message to fd W as it comes."""
+    """A child of the kernel: the modules to load while it waits, then the job, from fd R;
+    every message to fd W as it comes."""
     import cloudpickle
 
     inbox = Connection(int(sys.argv[1]), writable=False)
@@ -51,29 +54,44 @@ def main() -> None:
         with lock:  # the sampler's thread and the cell's may both print
             outbox.send_bytes(pickle.dumps(message))
 
-    job = cloudpickle.loads(inbox.recv_bytes())
-    send("result", run_job(job, send))
+    preload = cloudpickle.loads(inbox.recv_bytes())
+    shell = make_shell(send)
+    for module in preload:  # a pre-started child: the cell's imports, before it is needed
+        with contextlib.suppress(Exception):
+            importlib.import_module(module)
+    try:
+        job = cloudpickle.loads(inbox.recv_bytes())
+    except EOFError:  # a spare the kernel never used: it went away
+        return
+    send("result", run_job(job, send, shell))
 
 
-def run_job(job: dict[str, Any], send: Send) -> dict[str, Any]:
-    """Run the cell of ``job`` under ``%%kerasrun`` in a fresh shell of this process; what it
-    prints and displays goes to ``send`` as it comes; returns the result (also in a Ray task)."""
+def make_shell(send: Send) -> Any:
+    """A real IPython shell with keras_nbguard loaded; prints and displays go to ``send``."""
     from IPython.core.interactiveshell import InteractiveShell
 
+    os.environ["KERAS_NBGUARD_DB"] = ":memory:"  # the kernel keeps the record, not the child
+    sys.stdout, sys.stderr = Forward("stdout", send), Forward("stderr", send)
+    shell = InteractiveShell.instance()
+    _forward_displays(shell, send)
+    shell.run_line_magic("load_ext", "keras_nbguard")
+    import keras_nbguard
+
+    keras_nbguard.get_session().events.subscribe(
+        "epoch", lambda epoch, seconds: send("epoch", epoch, seconds)
+    )
+    return shell
+
+
+def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any]:
+    """Run the cell of ``job`` under ``%%kerasrun`` in this process's shell (made now when not
+    given: a Ray task); what it prints and displays goes to ``send`` as it comes."""
+    import keras_nbguard
     from keras_nbguard.isolation.names import unpack_input
 
-    os.environ["KERAS_NBGUARD_DB"] = ":memory:"  # the kernel keeps the record, not the child
     streams = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = Forward("stdout", send), Forward("stderr", send)
     try:
-        shell = InteractiveShell.instance()
-        _forward_displays(shell, send)
-        shell.run_line_magic("load_ext", "keras_nbguard")
-        import keras_nbguard
-
-        keras_nbguard.get_session().events.subscribe(
-            "epoch", lambda epoch, seconds: send("epoch", epoch, seconds)
-        )
+        shell = shell or make_shell(send)
         send("ready", time.time())
         for name, sent in job["inputs"].items():
             shell.user_ns[name] = unpack_input(sent, _ATTACHED)

@@ -56,6 +56,21 @@ def _top_level_bound(tree: ast.Module) -> set[str]:
     return bound
 
 
+def imports_of(source: str) -> list[str]:
+    """The modules a cell imports at its top level (what a pre-started process loads)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found: dict[str, None] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            found.update(dict.fromkeys(alias.name for alias in node.names))
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found[node.module] = None
+    return list(found)
+
+
 def chosen(given: str | None, default: Iterable[str]) -> list[str]:
     """``--inputs a,b`` / ``--outputs a,b`` when given, else ``default``."""
     if given is None:

@@ -4,6 +4,7 @@ the names bound and the cell's value. A child that dies or is interrupted is rec
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import os
@@ -12,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -38,14 +40,15 @@ class ChildResult:
 
 
 class Child:
-    """One fresh interpreter running ``isolation/child.py`` on one job."""
+    """One fresh interpreter running ``isolation/child.py``: spawned with the modules to load
+    while it waits (``preload``), then given one job (``start``)."""
 
-    def __init__(self, job: dict[str, Any], cwd: str | None = None) -> None:
+    def __init__(self, preload: Sequence[str] = (), cwd: str | None = None) -> None:
         import cloudpickle
 
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        self.started = time.perf_counter()
+        self.spawned = self.started = time.perf_counter()
         self.popen = subprocess.Popen(
             [
                 sys.executable,
@@ -61,9 +64,22 @@ class Child:
         os.close(to_child_r)
         os.close(from_child_w)
         self.inbox = Connection(from_child_r, writable=False)
-        with Connection(to_child_w, readable=False) as outbox:
-            outbox.send_bytes(cloudpickle.dumps(job))
+        self.outbox = Connection(to_child_w, readable=False)
+        self.outbox.send_bytes(cloudpickle.dumps(list(preload)))
         self.done = ChildResult(pid=self.popen.pid)
+        self.prestarted = False  # a spare: its start-up is counted from the job, not the spawn
+
+    def start(self, job: dict[str, Any]) -> Child:
+        import cloudpickle
+
+        if self.prestarted:
+            self.started = time.perf_counter()
+        self.outbox.send_bytes(cloudpickle.dumps(job))
+        self.outbox.close()
+        return self
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
 
     def wait(self, on_message: Any, on_sample: Any) -> ChildResult:
         """Pass each message on as it comes, sample the child's RSS, until it gives its result
@@ -120,6 +136,37 @@ class Child:
 
     def close(self) -> None:
         self.inbox.close()
+        if not self.outbox.closed:
+            self.outbox.close()
+
+
+class Spare:
+    """The next run's process, started while the user reads this run's result (``--prestart``)
+    with the cell's imports loaded, so that the next run skips the interpreter's and the
+    framework's start-up. One per kernel; it holds the memory of what it imported meanwhile."""
+
+    def __init__(self) -> None:
+        self.child: Child | None = None
+        atexit.register(self.close)
+
+    def take(self) -> Child | None:
+        child, self.child = self.child, None
+        if child is not None and child.alive():
+            child.prestarted = True
+            return child
+        if child is not None:
+            child.close()
+        return None
+
+    def make(self, preload: Sequence[str]) -> None:
+        self.close()
+        self.child = Child(preload)
+
+    def close(self) -> None:
+        if self.child is not None:
+            self.child.kill()  # waiting for a job, or still importing: nothing to lose
+            self.child.close()
+            self.child = None
 
 
 def describe_exit(code: int | None) -> str:
