@@ -19,6 +19,7 @@ from .findings_view import findings_html, findings_text
 from .formatting import fmt_bytes, fmt_gpu, fmt_seconds, fmt_size
 from .records import RunRecord
 from .report import runs_table
+from .svg_charts import static_charts
 
 MB = 2**20
 # label colours (red is for failed runs)
@@ -64,7 +65,9 @@ def _mb(n: int | None) -> float | None:
 def hover_text(r: RunRecord) -> str:
     """The run's label, status, time and figures, for a point's hover box."""
     when = time.strftime("%H:%M:%S", time.localtime(r.started_at))
-    lines = [f"<b>{html.escape(r.label)} #{r.run_number}</b> · {html.escape(r.status)} · {when}",
+    point = html.escape(", ".join(f"{k}={v!r}" for k, v in (r.params or {}).items()))
+    lines = [f"<b>{html.escape(r.label)} #{r.run_number}</b> {point} · {html.escape(r.status)} · "
+             f"{when}",
              f"wall {fmt_seconds(r.wall_seconds)}, fit {fmt_seconds(r.fit_seconds)}",
              f"RSS {fmt_bytes(r.rss_before)} → {fmt_bytes(r.rss_after)} "
              f"(peak {fmt_bytes(r.rss_peak)})",
@@ -219,39 +222,6 @@ def gpu_note(record: RunRecord) -> str:
     return reason if reason.startswith("no GPU") else f"no GPU: {reason}"
 
 
-def svg_chart(data: dict[str, Any], panel: str, series: str, title: str,
-              width: int = 420, height: int = 130) -> str:
-    """A small static line chart of one series (the no-widget fallback): inline SVG."""
-    lines = [t for t in data["traces"] if t["panel"] == panel and t["series"] == series]
-    pts = [(x, y) for t in lines for x, y in zip(t["x"], t["y"], strict=True) if y is not None]
-    head = f"<div style='font-size:85%'><b>{html.escape(title)}</b></div>"
-    if not pts:
-        return head + "<div style='color:#777'>n/a</div>"
-    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
-    y0, y1 = min(p[1] for p in pts), max(p[1] for p in pts)
-    pad = 28
-
-    def sx(x: float) -> float:
-        return pad + (x - x0) / ((x1 - x0) or 1) * (width - 2 * pad)
-
-    def sy(y: float) -> float:
-        return height - 14 - (y - y0) / ((y1 - y0) or 1) * (height - 28)
-
-    body = []
-    for t in lines:
-        xy = [(sx(x), sy(y)) for x, y in zip(t["x"], t["y"], strict=True) if y is not None]
-        body.append(f"<polyline fill='none' stroke='{t['color']}' stroke-width='1.5' points='"
-                    + " ".join(f"{a:.1f},{b:.1f}" for a, b in xy) + "'/>")
-    for t in data["traces"]:
-        if t["uid"] == f"{panel}:not ok":  # failed runs: big red dots
-            body.extend(f"<circle cx='{sx(x):.1f}' cy='{sy(y):.1f}' r='4' fill='#d62728'/>"
-                        for x, y in zip(t["x"], t["y"], strict=True))
-    body.append(f"<text x='2' y='12' font-size='10'>{y1:,.3g}</text>"
-                f"<text x='2' y='{height - 4}' font-size='10'>{y0:,.3g}</text>")
-    return (head + f"<svg width='{width}' height='{height}' style='background:#fafafa'>"
-            + "".join(body) + "</svg>")
-
-
 def model_lines(report: Any) -> list[str]:
     """The leak finder's live models (a ``LeakReport``), one line each, stale ones first and
     flagged: the ones "Free flagged models" frees."""
@@ -281,13 +251,6 @@ def lists_html(reports: Sequence[str], models: Sequence[str]) -> str:
     items = "".join(f"<li>{html.escape(m)}</li>" for m in models) or "<li>none</li>"
     return (f"<div class='nbguard-reports'>{''.join(reports)}</div><div class='nbguard-models'>"
             f"<b>Models still referenced</b><ul>{items}</ul></div>")
-
-
-def static_charts(data: dict[str, Any]) -> str:
-    """The two across-runs charts as inline SVG: the static view's, and the widget's until its
-    interactive figure is made."""
-    return (svg_chart(data, "fit", "fit", "fit time per run [s]")
-            + svg_chart(data, "rss", "after", "RSS after each run [MiB]"))
 
 
 def static_view(records: Sequence[RunRecord], data: dict[str, Any], reports: Sequence[str],

@@ -20,12 +20,13 @@ from .buttons import make_buttons
 from .cell import inside_a_cell
 from .compare_picker import ComparePicker
 from .downsample import halve
-from .figures import figure_data, header_html, lists_html, model_lines, static_charts, static_view
+from .figures import figure_data, header_html, lists_html, model_lines, static_view
 from .findings_view import current_findings, findings_html
 from .formatting import fmt_bytes
 from .frontend import current_shell, widget_frontend
 from .plotting import CHART_CLASS, CHART_STYLE, draw, keep_for_reload, make_figure
 from .records import RunRecord
+from .svg_charts import static_charts
 
 if TYPE_CHECKING:
     from .actions import ActionReport

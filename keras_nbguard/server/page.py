@@ -15,9 +15,10 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
-from ..figures import figure_data, svg_chart
+from ..figures import figure_data
 from ..formatting import NA, fmt_bytes, fmt_seconds
 from ..records import STATUSES
+from ..svg_charts import svg_chart
 from .history import StoredRun, notebook_summary
 
 HEADER = ("#", "started", "kernel", "label", "run", "status", "wall", "fit", "RSS before",
