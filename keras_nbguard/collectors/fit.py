@@ -9,11 +9,12 @@ timed method by method (``callback_clock.py``), and a Python input's batches as 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -38,6 +39,14 @@ class _FitInProgress:
     epoch_started: float | None = None
     steps: int | None = None
     kind: str = "fit"  # or "evaluate", "predict"
+
+
+@dataclass
+class _Call:
+    seconds: float = 0.0
+    rss_peak: int | None = None
+    gpu_peak: int | None = None
+    completed: bool = False  # False: it raised (or was interrupted)
 
 
 class FitTimer:
@@ -112,20 +121,17 @@ class FitTimer:
                                   kind=kind)
         bound.arguments["callbacks"] = self._with_our_callback(
             bound.arguments.get("callbacks"), progress, base)
-        completed = False
-        self.peaks.begin()
-        start = self.clock()
-        try:
-            result = original(*bound.args, **bound.kwargs)
-            completed = True
-            return result
-        finally:
-            seconds = self.clock() - start
-            rss_peak, gpu_peak = self.peaks.end()
+
+        def record(call: _Call) -> None:
             self.inference.append(InferenceRecord(
-                kind=kind, seconds=seconds, batch_size=progress.batch_size,
-                steps=progress.steps, rss_peak=rss_peak, gpu_peak=gpu_peak,
-                completed=completed))
+                kind=kind, seconds=call.seconds, batch_size=progress.batch_size,
+                steps=progress.steps, rss_peak=call.rss_peak, gpu_peak=call.gpu_peak,
+                completed=call.completed))
+
+        with self._call(record) as call:
+            result = original(*bound.args, **bound.kwargs)
+            call.completed = True
+            return result
 
     # -- one fit ---------------------------------------------------------------------------------
     def _timed_fit(self, original: Callable[..., Any], signature: inspect.Signature, base: type,
@@ -144,35 +150,46 @@ class FitTimer:
         inputs = InputClock(self.clock)
         if "x" in bound.arguments:
             bound.arguments["x"] = inputs.wrap(bound.arguments["x"])
-        completed = False
-        self.peaks.begin()
-        start = self.clock()
-        try:
-            result = original(*bound.args, **bound.kwargs)
-            completed = True
-            return result
-        finally:
-            seconds = self.clock() - start
-            rss_peak, gpu_peak = self.peaks.end()
+
+        def record(call: _Call) -> None:
             breakdown = callbacks.breakdown()
             callbacks.restore()
             inputs.restore()
             self.fits.append(FitRecord(
-                seconds=seconds,
+                seconds=call.seconds,
                 epochs=len(progress.epoch_seconds),
                 epoch_seconds=tuple(progress.epoch_seconds),
                 callback_seconds=callbacks.seconds,
                 batch_size=progress.batch_size,
                 steps=progress.steps,
                 model_name=progress.model_name,
-                completed=completed,
+                completed=call.completed,
                 callbacks=breakdown,
                 input_kind=inputs.kind,
                 input_seconds=inputs.seconds,
                 input_batches=inputs.batches if inputs.kind else None,
-                rss_peak=rss_peak,
-                gpu_peak=gpu_peak,
+                rss_peak=call.rss_peak,
+                gpu_peak=call.gpu_peak,
             ))
+
+        with self._call(record) as call:
+            result = original(*bound.args, **bound.kwargs)
+            call.completed = True
+            return result
+
+    @contextlib.contextmanager
+    def _call(self, record: Callable[[_Call], None]) -> Iterator[_Call]:
+        """Time one call of the user's and its peaks; ``record`` it however it ends."""
+        __tracebackhide__ = True
+        call = _Call()
+        self.peaks.begin()
+        start = self.clock()
+        try:
+            yield call
+        finally:
+            call.seconds = self.clock() - start
+            call.rss_peak, call.gpu_peak = self.peaks.end()
+            record(call)
 
     def _with_our_callback(self, callbacks: Any, progress: _FitInProgress, base: type) -> Any:
         if callbacks is not None and not isinstance(callbacks, (list, tuple)):
