@@ -88,7 +88,7 @@ def main() -> None:
         mib = slope([r / 2**20 for r in got["rss"][1:]])
         per_run = statistics.median(got["seconds"][1:])
         print(f"{name:22} {mib:12.2f} {per_run:13.2f} {per_run - base:+13.2f}s "
-              f"{str(got['tf']):>13}")
+              f"{got['tf']!s:>13}")
 
 
 if __name__ == "__main__":
