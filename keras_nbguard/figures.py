@@ -111,7 +111,7 @@ def trend_text(records: Sequence[RunRecord], label: str) -> str:
     """RSS growth and fit-time slope over the label's last runs in this kernel, in words; RSS
     growth is flagged when the diagnosis names it (``state_growth``: beyond the noise, over
     enough runs after the first, which warms up)."""
-    runs = _latest_process([r for r in records if r.label == label])[-TREND_RUNS:]
+    runs = _latest_process([r for r in records if group_of(r) == label])[-TREND_RUNS:]
     rss = [r.rss_after for r in runs if r.rss_after is not None]
     fit = [r.fit_seconds for r in runs if r.fit_seconds is not None and r.status == "ok"]
     parts = []
@@ -140,6 +140,14 @@ def _latest_process(runs: list[RunRecord]) -> list[RunRecord]:
     return runs
 
 
+def group_of(r: RunRecord) -> str:
+    """A run's line on the charts: its label, and for a sweep's run its point too, so that each
+    point of a sweep run again and again is a line of its own ("mlp units=32")."""
+    if not r.params:
+        return r.label
+    return f"{r.label} " + ", ".join(f"{k}={v!r}" for k, v in r.params.items())
+
+
 def figure_data(records: Sequence[RunRecord],
                 memo: dict[int, tuple[RunRecord, str]] | None = None) -> dict[str, Any]:
     """Everything the across-runs panels show, computed from records alone.
@@ -158,10 +166,10 @@ def figure_data(records: Sequence[RunRecord],
     labels: list[str] = []
     by_label: dict[str, list[tuple[int, RunRecord]]] = {}
     for x, r in enumerate(records, 1):
-        if r.label not in by_label:
-            labels.append(r.label)
-            by_label[r.label] = []
-        by_label[r.label].append((x, r))
+        if group_of(r) not in by_label:
+            labels.append(group_of(r))
+            by_label[group_of(r)] = []
+        by_label[group_of(r)].append((x, r))
     texts = _hover_texts(records, memo)
     bad = [(x, r) for x, r in enumerate(records, 1) if r.status != "ok"]
     gpu_known = any(r.gpu.known for r in records)
@@ -191,7 +199,7 @@ def figure_data(records: Sequence[RunRecord],
                 "text": [texts[id(r)] for _, r in points],
                 "symbol": [SYMBOLS.get(r.status, "x") for _, r in points],
             })
-    current = records[-1].label if records else None
+    current = group_of(records[-1]) if records else None
     order = ([current] if current else []) + [lb for lb in reversed(labels) if lb != current]
     return {
         "traces": traces,

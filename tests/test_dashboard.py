@@ -463,3 +463,12 @@ def test_trend_is_the_current_kernels_over_two_real_processes(tmp_path):
     assert "per run over 6 runs" in words, words  # not 9: the first kernel is not mixed in
     per_run = float(words.split("RSS ")[1].split(" MiB")[0])
     assert 6 <= per_run <= 10, words  # mixed in, the restart's drop would make it negative
+
+
+def test_a_sweeps_points_are_lines_of_their_own():
+    records = [make_record(label="sweep", run_number=n, params={"units": u})
+               for n, u in enumerate((32, 64, 32, 64), 1)]
+    data = figure_data(records)
+    fits = {t["label"]: t["x"] for t in data["traces"] if t["uid"].startswith("fit:fit:")}
+    assert fits == {"sweep units=32": [1, 3], "sweep units=64": [2, 4]}
+    assert data["trends"][0].startswith("sweep units=64")  # the last run's point first

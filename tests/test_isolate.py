@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import _thread
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -211,3 +212,36 @@ def test_prestart_hands_the_next_run_a_process_with_the_imports_loaded(iso_shell
     assert second.wall_seconds < first.wall_seconds  # no framework import inside the run
     spares.close()
     assert spares.child is None and spare.popen.poll() is not None
+
+
+FLAT = """
+import json, psutil
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+shell.run_cell("%load_ext keras_nbguard")
+rss = []
+for _ in range(7):
+    assert shell.run_cell('''%%kerasrun --isolate --prestart --label flat --quiet
+import keras
+m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(1)])
+m.compile("adam", "mse")
+m.fit(keras.ops.ones((64, 4)), keras.ops.ones((64, 1)), verbose=0)
+del m
+''').success
+    rss.append(psutil.Process().memory_info().rss)
+print(json.dumps(rss))
+"""
+
+
+def test_the_kernels_rss_stays_flat_over_isolated_runs(tmp_path):
+    env = {**os.environ, "KERAS_NBGUARD_DB": str(tmp_path / "h.db"),
+           "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    done = subprocess.run([sys.executable, "-c", FLAT], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rss = [r / 2**20 for r in json.loads(done.stdout.splitlines()[-1])][1:]
+    n = len(rss)
+    mean_x, mean_y = (n - 1) / 2, sum(rss) / n
+    slope = (sum((i - mean_x) * (y - mean_y) for i, y in enumerate(rss))
+             / sum((i - mean_x) ** 2 for i in range(n)))
+    assert slope <= 0.3, rss  # MiB a run; in-process runs grow ~0.8 (bench/bench_isolate.py)
