@@ -246,9 +246,9 @@ class Dashboard:
         self.picker = ComparePicker()
         self._chart = w.Box([w.HTML()])  # the static charts until the figure is made
         self._chart.add_class(CHART_CLASS)
-        self.widget = w.VBox([w.HTML(CHART_STYLE), self._top, self._chart,
-                              w.HBox(list(self.buttons.values())), self._bottom,
-                              self.picker.widget, self._out])
+        self.widget = w.VBox([self._top, self._chart, w.HBox(list(self.buttons.values())),
+                              self._bottom, self.picker.widget, self._out,
+                              w.HTML(CHART_STYLE)])  # a <style>: shows nothing
         events = getattr(shell, "events", None)
         if events is None or not inside_a_cell(shell):
             self._make_figure()
