@@ -97,7 +97,7 @@ def _run_jobs(
             for point, done in _side_by_side(session, jobs, args)
         )
     results: dict[Any, Any] = {}
-    if args.prestart and args.cluster is None:  # for the run after this one, as this one goes
+    if args.prestart and args.cluster is None and args.parallel == 1:  # for the next run
         finished = _then_prestart(finished, _spare_of(session), names.imports_of(job["source"]))
     for point, run, done in finished:
         bound = _received(done)
