@@ -6,6 +6,7 @@ GPU, the trace count and the deep clean ask ``backend`` which of their paths to 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -129,6 +130,12 @@ def planned_backend(environ: Mapping[str, str] = os.environ) -> str:
     if chosen:
         return chosen
     home = environ.get("KERAS_HOME") or str(Path(environ.get("HOME", "~")).expanduser() / ".keras")
+    return _configured_backend(home)
+
+
+@functools.lru_cache(maxsize=4)
+def _configured_backend(home: str) -> str:
+    """Read once per folder, as Keras reads it once at import (a run asks several times)."""
     try:
         config: Any = json.loads((Path(home) / "keras.json").read_text())
         return str(config.get("backend") or "tensorflow")
