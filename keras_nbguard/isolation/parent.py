@@ -242,6 +242,6 @@ class IsolatedRun(Run):
         words = f"{child.where} (pid {child.pid}), start-up {start}"
         if self.not_sent:
             words += "; not sent back: " + ", ".join(
-                f"{name}: {why}" for name, why in self.not_sent.items()
+                f"{name} ({why})" for name, why in self.not_sent.items()
             )
         return words
