@@ -16,7 +16,7 @@ from typing import Any
 from .causes_across import state_growth
 from .findings import Finding
 from .findings_view import findings_html, findings_text
-from .formatting import fmt_bytes, fmt_gpu, fmt_seconds, fmt_size
+from .formatting import fmt_bytes, fmt_gpu, fmt_params, fmt_seconds, fmt_size
 from .records import RunRecord
 from .report import runs_table
 from .svg_charts import static_charts
@@ -65,7 +65,7 @@ def _mb(n: int | None) -> float | None:
 def hover_text(r: RunRecord) -> str:
     """The run's label, status, time and figures, for a point's hover box."""
     when = time.strftime("%H:%M:%S", time.localtime(r.started_at))
-    point = html.escape(", ".join(f"{k}={v!r}" for k, v in (r.params or {}).items()))
+    point = html.escape(fmt_params(r.params))
     lines = [f"<b>{html.escape(r.label)} #{r.run_number}</b> {point} · {html.escape(r.status)} · "
              f"{when}",
              f"wall {fmt_seconds(r.wall_seconds)}, fit {fmt_seconds(r.fit_seconds)}",
@@ -145,7 +145,7 @@ def group_of(r: RunRecord) -> str:
     point of a sweep run again and again is a line of its own ("mlp units=32")."""
     if not r.params:
         return r.label
-    return f"{r.label} " + ", ".join(f"{k}={v!r}" for k, v in r.params.items())
+    return f"{r.label} {fmt_params(r.params)}"
 
 
 def figure_data(records: Sequence[RunRecord],

@@ -3,12 +3,17 @@ sizes in KiB, so that a small model never reads "0.0 MiB"."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .records import CleanReport, GpuReading, Growth, HeldModels, RunRecord
 
 NA = "n/a"
+
+
+def fmt_params(params: dict[str, Any] | None) -> str:
+    """A --sweep point as the user wrote it: "units=32, lr=0.001" ("" for none)."""
+    return ", ".join(f"{k}={v!r}" for k, v in (params or {}).items())
 
 
 def fmt_bytes(n: int | None, signed: bool = False) -> str:

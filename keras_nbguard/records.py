@@ -15,6 +15,7 @@ from .formatting import (
     fmt_fit,
     fmt_gpu,
     fmt_inference,
+    fmt_params,
     fmt_released,
     fmt_seconds,
     fmt_stale,
@@ -206,7 +207,7 @@ class RunRecord:
         if self.deep_clean is not None:
             rows.append(("deep clean", fmt_clean(self.deep_clean)))
         if self.params:
-            rows.append(("params", ", ".join(f"{k}={v!r}" for k, v in self.params.items())))
+            rows.append(("params", fmt_params(self.params)))
         if self.isolated:
             rows.append(("isolated", self.isolated))
         rows.extend(("finding", f) for f in self.findings)

@@ -6,7 +6,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from .formatting import fmt_bytes, fmt_seconds
+from .formatting import fmt_bytes, fmt_params, fmt_seconds
 from .records import RunRecord
 
 COLUMNS = ("label", "#", "status", "wall", "fit", "Δ fit", "RSS after", "Δ RSS", "RSS peak",
@@ -61,11 +61,7 @@ def runs_table(records: Sequence[RunRecord], title: str = "keras_nbguard runs") 
     if not any(r.params for r in records):
         return Table(title, COLUMNS, [run_row(r) for r in records])
     # a sweep's runs: which point each was
-    return Table(title, (*COLUMNS, "params"), [(*run_row(r), _params(r)) for r in records])
-
-
-def _params(r: RunRecord) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in (r.params or {}).items())
+    return Table(title, (*COLUMNS, "params"), [(*run_row(r), fmt_params(r.params)) for r in records])
 
 
 def key_values(title: str, pairs: Sequence[tuple[str, str]]) -> Table:
