@@ -1,39 +1,55 @@
 """``%%kerasrun --isolate`` and ``--sweep``: each run in a fresh Python process. The names the
-cell reads go in (cloudpickle), the names it binds come back (Keras models through the Keras
-format), its prints and displays stream into the cell, and the child's own measurements become
-the run's record, kept by the kernel's history like any other. The kernel imports no framework
-for it: what TensorFlow keeps (graphs, its GPU pool) ends with the child.
+cell reads go in (``names``, ``sending``), the names it binds come back (``back``), its prints
+and displays stream into the cell, and the child's own measurements become the run's record
+(``run.IsolatedRun``), kept by the kernel's history like any other. The kernel imports no
+framework for it: what TensorFlow keeps (graphs, its GPU pool) ends with the child.
 
 Where the children run: one at a time, watched live (``_watched``); side by side on this machine
-(``--parallel N``) or as Ray tasks (``--cluster ray``), each recorded as it ends (``_recorded``).
+(``--parallel N``, ``pool``) or as Ray tasks (``--cluster ray``), each recorded as it ends
+(``_recorded``). The stop button ends a sweep at once: the running children are killed and
+recorded as interrupted, the finished ones are kept, the rest never start.
 """
 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
-import os
-import sys
-import tempfile
 import weakref
-from collections.abc import Iterator
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..prepare import RunOptions
 from . import names, sweep
-from .parent import Child, ChildResult, IsolatedRun, Spare
+from .back import received
+from .parent import Child, ChildResult, Spare
+from .run import IsolatedRun, Transfer
 
 if TYPE_CHECKING:
     from ..session import Session
 
+__all__ = ["IsolatedRun", "IsolatedRunFailed", "close_spares", "run_isolated"]
 
-# each kernel's next process, pre-started (--prestart); gone with the kernel's Session
+MAX_UNASKED = 100  # a sweep of more points asks for --yes
+
+# each kernel's next process, pre-started (--prestart); closed at %unload_ext / %reload_ext
 _SPARES: weakref.WeakKeyDictionary[Any, Spare] = weakref.WeakKeyDictionary()
 
 
 class IsolatedRunFailed(Exception):
     """The isolated cell raised, or its process died: the cell fails too, so "Run All" stops
     (the child's own traceback has been shown above)."""
+
+
+@dataclass
+class _Cell:
+    """One isolated cell as the kernel runs it: what every point shares."""
+
+    session: Session
+    shell: Any
+    options: RunOptions
+    cell_id: str | None
+    sent: Transfer
+    notes: tuple[str, ...]
 
 
 def run_isolated(
@@ -53,80 +69,105 @@ def run_isolated(
         ray_cluster.check()
     if args.parallel < 1:
         raise ValueError(f"--parallel takes a number of processes, 1 or more, not {args.parallel}")
-    reads, binds = names.read_and_bound(cell)
-    shared: list[Any] = []  # shared-memory segments of the inputs: ours to unlink at the end
+    plan = sweep.Sweep.parse(args.sweep) if args.sweep else None
+    if plan is not None and len(plan) > MAX_UNASKED and not getattr(args, "yes", False):
+        raise ValueError(
+            f"--sweep: {plan.describe()} is {len(plan):,} runs, over {MAX_UNASKED}: add --yes "
+            f"to run them all"
+        )
+    found = names.cell_names(cell)
+    shared: list[Any] = []  # what the inputs took (shared memory, files): unlinked at the end
     try:
-        packed = names.pack_inputs(
-            names.chosen(args.inputs, reads),
+        sent = names.pack_inputs(
+            names.chosen(args.inputs, found.reads),
             shell.user_ns,
             explicit=args.inputs is not None,
             shared=shared if args.cluster is None else None,
+            in_place=found.in_place,
+            current=cell,
         )
+        from .shm import size_of
+
         job = {
             "source": cell,
             "label": label,
             "options": child_options(options),
-            "inputs": packed,
-            "outputs": names.chosen(args.outputs, binds),
+            "inputs": sent.inputs,
+            "outputs": names.chosen(args.outputs, found.binds),
             "params": {},
         }
-        return _run_jobs(session, shell, job, args, options, cell_id)
+        transfer = Transfer(names=len(sent.inputs),
+                            nbytes=sum(size_of(p) for p in sent.inputs.values()))
+        notes = tuple(n for n in (getattr(s, "note", None) for s in (sent, *shared)) if n)
+        run = _Cell(session, shell, options, cell_id, transfer, notes)
+        if plan is None:
+            return _one(run, job, args, found.deleted)
+        return _sweep(run, job, args, plan)
     finally:
         for segment in shared:
             segment.close()
             segment.unlink()
 
 
-def _run_jobs(
-    session: Session,
-    shell: Any,
-    job: dict[str, Any],
-    args: argparse.Namespace,
-    options: RunOptions,
-    cell_id: str | None,
+def _one(
+    cell: _Cell, job: dict[str, Any], args: argparse.Namespace, deleted: Sequence[str]
 ) -> Any:
-    points = sweep.points(args.sweep) if args.sweep else [{}]
-    jobs = [{**job, "params": params} for params in points]
-    if args.cluster is None and args.parallel == 1:
-        finished: Iterator[tuple[dict[str, Any], IsolatedRun, ChildResult]] = (
-            _watched(session, point, options, cell_id, _spare_of(session)) for point in jobs
-        )
-    else:
-        finished = (
-            _recorded(session, point, done, options, cell_id)
-            for point, done in _side_by_side(session, jobs, args)
-        )
+    spare = _spare_of(cell.session)
+    run, bound = _watched(cell, job, spare, into_namespace=True, deleted=deleted)
+    if args.prestart:
+        spare.make(names.imports_of(job["source"]))  # the next run's, while the user reads
+    _raise_if_failed(run)
+    return bound.get("__value__")
+
+
+def _sweep(cell: _Cell, job: dict[str, Any], args: argparse.Namespace, plan: sweep.Sweep) -> Any:
+    """Each point's bound names, by point: in the namespace the points would overwrite each
+    other. Points are made as they are run (``plan`` is lazy)."""
     results: dict[Any, Any] = {}
-    if args.prestart and args.cluster is None and args.parallel == 1:  # for the next run
-        finished = _then_prestart(finished, _spare_of(session), names.imports_of(job["source"]))
-    for point, run, done in finished:
-        bound = _received(done)
-        if not args.sweep:
-            value = bound.pop("__value__")
-            shell.user_ns.update(bound)
-            _raise_if_failed(run)
-            return value
-        bound.pop("__value__")  # a point's names stay in the mapping: in the namespace the
-        results[sweep.key(point["params"])] = bound  # points would overwrite each other
+    points = ({**job, "params": params} for params in plan)
+
+    def keep(point: dict[str, Any], bound: dict[str, Any]) -> None:
+        bound.pop("__value__", None)
+        results[sweep.key(point["params"])] = bound
+
+    def done(point: dict[str, Any], child: ChildResult, stop: BaseException | None) -> None:
+        keep(point, _recorded(cell, point, child, stop))
+
+    if args.cluster is not None:
+        from . import ray_cluster
+
+        ray_cluster.run_all(points, args.gpus, lambda m: _show(cell.session, m), done)
+    elif args.parallel > 1:
+        from .pool import run_side_by_side
+
+        run_side_by_side(points, args.parallel, lambda m: _quiet_epochs(cell.session, m), done)
+    else:
+        spare = _spare_of(cell.session)
+        for point in points:
+            _, bound = _watched(cell, point, spare)
+            keep(point, bound)
+            if args.prestart:
+                spare.make(names.imports_of(job["source"]))
     return results
 
 
 def _watched(
-    session: Session,
-    job: dict[str, Any],
-    options: RunOptions,
-    cell_id: str | None,
-    spare: Spare | None,
-) -> tuple[dict[str, Any], IsolatedRun, ChildResult]:
+    cell: _Cell, job: dict[str, Any], spare: Spare, into_namespace: bool = False,
+    deleted: Sequence[str] = (),
+) -> tuple[IsolatedRun, dict[str, Any]]:
     """One child, watched live: its prints and displays into the cell, its epochs and RSS to the
-    dashboard and the store; recorded however it ends."""
-    run = session.begin(job["label"], options, cell_id, run_class=IsolatedRun)
-    assert isinstance(run, IsolatedRun)
-    run.params = job["params"] or None
+    dashboard and the store; recorded however it ends (its names loaded first: the run's wall
+    includes them, and its models are the run's)."""
+    session = cell.session
+    run = _begin(cell, job)
     error: BaseException | None = None
     child = None
+    bound: dict[str, Any] = {}
     try:
-        child = (spare.take() if spare is not None else None) or Child()
+        child = spare.take()
+        if spare.why_not:
+            run.notes += (f"the pre-started process was not used: {spare.why_not}",)
+        child = child or Child()
         child.start(job)
         run.child = child.done
         child.wait(
@@ -134,14 +175,50 @@ def _watched(
             lambda t, rss: session.events.emit("sample", t, rss),
         )
         run.not_sent = (child.done.result or {}).get("not_sent") or None
-        return job, run, child.done
+        bound = received(child.done, run)
+        if into_namespace:
+            ok = (child.done.result or {}).get("success", False)
+            names.settle(cell.shell.user_ns, _names_only(bound), deleted, ok=ok)
+        return run, bound
     except BaseException as exc:
         error = exc
+        if child is not None and not child.finished:  # stopped while it started, or after
+            child.interrupted()
         raise
     finally:
-        _finish(session, run, error, options)
+        _finish(session, run, error, cell.options)
         if child is not None:
             child.close()
+
+
+def _recorded(
+    cell: _Cell, job: dict[str, Any], done: ChildResult, stop: BaseException | None
+) -> dict[str, Any]:
+    """A child that ran beside others, recorded as it ends (the kernel tracks one run at a
+    time), without live samples."""
+    run = _begin(cell, job)
+    run.child, run.elapsed = done, done.wall
+    run.not_sent = (done.result or {}).get("not_sent") or None
+    bound: dict[str, Any] = {}
+    try:
+        bound = received(done, run) if done.result is not None else {}
+        if run.back is not None and run.back.seconds is not None:
+            run.elapsed = done.wall + run.back.seconds
+    finally:
+        _finish(cell.session, run, stop, cell.options)
+    return bound
+
+
+def _begin(cell: _Cell, job: dict[str, Any]) -> IsolatedRun:
+    run = cell.session.begin(job["label"], cell.options, cell.cell_id, run_class=IsolatedRun)
+    assert isinstance(run, IsolatedRun)
+    run.params = job["params"] or None
+    run.sent, run.notes = cell.sent, cell.notes
+    return run
+
+
+def _names_only(bound: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in bound.items() if k != "__value__"}
 
 
 def _spare_of(session: Session) -> Spare:
@@ -151,59 +228,11 @@ def _spare_of(session: Session) -> Spare:
     return spare
 
 
-def _then_prestart(finished: Iterator[Any], spare: Spare, preload: list[str]) -> Iterator[Any]:
-    """Each run as it ends, the next run's process started right after it (while the user
-    reads the result, or while the run's outputs are loaded)."""
-    for item in finished:
-        spare.make(preload)
-        yield item
-
-
-def _side_by_side(
-    session: Session, jobs: list[dict[str, Any]], args: argparse.Namespace
-) -> Iterator[tuple[dict[str, Any], ChildResult]]:
-    """Several children at once, yielded as each ends: on this machine, or as Ray tasks."""
-    if args.cluster is not None:
-        from . import ray_cluster
-
-        for job, done in ray_cluster.run_all(jobs, args.gpus):
-            for message in done.messages:  # what the task printed and displayed
-                _show(session, message)
-            yield job, done
-        return
-    with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
-        futures = {pool.submit(_run_unwatched, session, job): job for job in jobs}
-        for future in concurrent.futures.as_completed(futures):
-            yield futures[future], future.result()
-
-
-def _recorded(
-    session: Session,
-    job: dict[str, Any],
-    done: ChildResult,
-    options: RunOptions,
-    cell_id: str | None,
-) -> tuple[dict[str, Any], IsolatedRun, ChildResult]:
-    """A child that ran beside others, recorded as it ends (the kernel tracks one run at a
-    time), without live samples."""
-    run = session.begin(job["label"], options, cell_id, run_class=IsolatedRun)
-    assert isinstance(run, IsolatedRun)
-    run.params, run.child = job["params"] or None, done
-    run.not_sent = (done.result or {}).get("not_sent") or None
-    _finish(session, run, None, options)
-    return job, run, done
-
-
-def _run_unwatched(session: Session, job: dict[str, Any]) -> ChildResult:
-    def show(message: tuple[Any, ...]) -> None:
-        if message[0] != "epoch":  # epochs of runs side by side would mix in the live panel
-            _show(session, message)
-
-    child = Child().start(job)
-    try:
-        return child.wait(show, lambda t, rss: None)
-    finally:
-        child.close()
+def close_spares() -> None:
+    """``%unload_ext`` / ``%reload_ext``: no pre-started process outlives the extension."""
+    for spare in list(_SPARES.values()):
+        spare.close()
+    _SPARES.clear()
 
 
 def _finish(
@@ -217,6 +246,8 @@ def _finish(
 
 
 def _show(session: Session, message: tuple[Any, ...]) -> None:
+    import sys
+
     kind = message[0]
     if kind == "stream":
         (sys.stderr if message[1] == "stderr" else sys.stdout).write(message[2])
@@ -228,40 +259,9 @@ def _show(session: Session, message: tuple[Any, ...]) -> None:
         session.events.emit("epoch", message[1], message[2])
 
 
-def _received(done: ChildResult) -> dict[str, Any]:
-    """The names the cell bound in the child, and its last value under ``__value__`` (a value
-    that can't travel is shown as IPython would show it)."""
-    import cloudpickle
-
-    result = done.result or {}
-    bound: dict[str, Any] = {"__value__": None}
-    for name, sent in result.get("outputs", {}).items():
-        bound[name] = (
-            _load_model(sent[1], sent[2]) if sent[0] == "keras" else cloudpickle.loads(sent[1])
-        )
-    if result.get("value") is not None:
-        bound["__value__"] = cloudpickle.loads(result["value"])
-    elif result.get("bundle"):
-        from IPython.display import publish_display_data
-
-        publish_display_data(result["bundle"])
-    done.result = None  # the pickles: let them go once loaded
-    return bound
-
-
-def _load_model(package: str, data: bytes) -> Any:
-    """A model the child saved in the Keras format (bytes: the child may be on another machine)."""
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "model.keras")
-        with open(path, "wb") as out:
-            out.write(data)
-        if package == "tf_keras":
-            import tf_keras
-
-            return tf_keras.models.load_model(path)
-        import keras
-
-        return keras.saving.load_model(path)
+def _quiet_epochs(session: Session, message: tuple[Any, ...]) -> None:
+    if message[0] != "epoch":  # epochs of runs side by side would mix in the live panel
+        _show(session, message)
 
 
 def _raise_if_failed(run: IsolatedRun) -> None:

@@ -42,10 +42,14 @@ class Forward(io.TextIOBase):
 
 
 def main() -> None:
-    """A child of the kernel: the modules to load while it waits, then the job, from fd R;
-    every message to fd W as it comes."""
+    """A child of the kernel: what to load while it waits, then the job, from fd R; every
+    message to fd W as it comes; the result before waiting for anything else."""
     import cloudpickle
 
+    from keras_nbguard.isolation import guard
+
+    for fd in (int(sys.argv[1]), int(sys.argv[2])):  # not handed down to the cell's processes
+        os.set_inheritable(fd, False)
     inbox = Connection(int(sys.argv[1]), writable=False)
     outbox = Connection(int(sys.argv[2]), readable=False)
     lock = threading.Lock()
@@ -54,9 +58,12 @@ def main() -> None:
         with lock:  # the sampler's thread and the cell's may both print
             outbox.send_bytes(pickle.dumps(message))
 
-    preload = cloudpickle.loads(inbox.recv_bytes())
+    hello = pickle.loads(inbox.recv_bytes())
+    guard.guard(hello["parent"])
+    # the kernel's own modules and folders first, as the kernel finds them
+    sys.path[:] = [*hello["path"], *(p for p in sys.path if p not in hello["path"])]
     shell = make_shell(send)
-    for module in preload:  # a pre-started child: the cell's imports, before it is needed
+    for module in hello["preload"]:  # a pre-started child: the cell's imports, beforehand
         with contextlib.suppress(Exception):
             importlib.import_module(module)
     try:
@@ -64,6 +71,12 @@ def main() -> None:
     except EOFError:  # a spare the kernel never used: it went away
         return
     send("result", run_job(job, send, shell))
+    stray = guard.stray_threads()
+    send("end", stray)
+    if stray:  # the interpreter's exit would wait for them: they end with the process
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        os._exit(0)
 
 
 def make_shell(send: Send) -> Any:
@@ -93,8 +106,13 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
     try:
         shell = shell or make_shell(send)
         send("ready", time.time())
-        for name, sent in job["inputs"].items():
-            shell.user_ns[name] = unpack_input(sent, _ATTACHED)
+        try:
+            for name, sent in job["inputs"].items():
+                shell.user_ns[name] = unpack_input(sent, _ATTACHED)
+        except Exception as exc:  # a name that could not be made here: said, nothing ran
+            send("stream", "stderr", f"{exc}\n")
+            return {"record": None, "success": False, "error": str(exc), "outputs": {},
+                    "not_sent": {}, "value": None, "bundle": None, "pid": os.getpid()}
         shell.user_ns.update(job["params"])
         head = f"%%kerasrun --label {shlex.quote(job['label'])} --quiet {job['options']}"
         result = shell.run_cell(f"{head.rstrip()}\n{job['source']}", store_history=True)
@@ -130,40 +148,78 @@ def _forward_displays(shell: Any, send: Send) -> None:
 def _collect(namespace: dict[str, Any], names: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
     """The names to bring back: Keras models as the bytes of their Keras-format file (the kernel
     may be on another machine: a Ray cluster), everything else pickled; what can't travel is
-    named with why."""
-    import cloudpickle
-
+    named with why. A model travels once: a History (any callback) that holds it is sent
+    without it, naming the model to attach again (``("value", pickle, model_key)``)."""
     from keras_nbguard import backends
     from keras_nbguard.isolation.names import describe
 
     models = tuple(c for c in (k.model_class for k in backends.loaded()) if c is not None)
     outputs: dict[str, Any] = {}
     not_sent: dict[str, str] = {}
-    for name in names:
-        if name not in namespace:
-            continue
+    keys: dict[int, str] = {}  # id(model) -> the key it travels under
+    present = [name for name in names if name in namespace]
+    for name in present:  # the models first: a History then names the model it holds
+        if models and isinstance(namespace[name], models):
+            problem = _send_model(outputs, keys, name, namespace[name])
+            if problem:
+                not_sent[name] = problem
+    for name in present:
         value: Any = namespace[name]
+        if name in outputs or name in not_sent:
+            continue
         if isinstance(value, types.ModuleType):
             not_sent[name] = describe(value)
-        elif models and isinstance(value, models):
-            with tempfile.TemporaryDirectory() as folder:
-                path = os.path.join(folder, f"{name}.keras")
-                try:
-                    cast(Any, value).save(path)  # isinstance of a tuple: object to mypy
-                    with open(path, "rb") as saved:
-                        outputs[name] = (
-                            "keras",
-                            type(value).__module__.split(".")[0],
-                            saved.read(),
-                        )
-                except Exception as exc:
-                    not_sent[name] = f"a Keras model that could not be saved: {exc}"
-        else:
+            continue
+        slot, held = _held_model(value, models)
+        try:
+            if held is None:
+                outputs[name] = ("value", _pickled(value))
+                continue
+            key = keys.get(id(held))
+            if key is None and not _send_model(outputs, keys, f"{name}.model", held):
+                key = f"{name}.model"
+            vars(value)[slot] = None  # the model travels on its own, once
             try:
-                outputs[name] = ("value", cloudpickle.dumps(value))
-            except Exception as exc:
-                not_sent[name] = f"{describe(value)}: {exc}"
+                outputs[name] = ("value", _pickled(value), key)
+            finally:
+                vars(value)[slot] = held
+        except Exception as exc:
+            not_sent[name] = f"{describe(value)}: {exc}"
     return outputs, not_sent
+
+
+def _pickled(value: Any) -> bytes:
+    import cloudpickle
+
+    return cast(bytes, cloudpickle.dumps(value))
+
+
+def _held_model(value: Any, models: tuple[type, ...]) -> tuple[str, Any]:
+    """A Keras callback's model (a History's): (its attribute, the model), else ("", None)."""
+    if not models:
+        return "", None
+    attributes = getattr(value, "__dict__", None)
+    if not isinstance(attributes, dict):
+        return "", None
+    for slot in ("_model", "model"):
+        held = attributes.get(slot)
+        if held is not None and isinstance(held, models):
+            return slot, held
+    return "", None
+
+
+def _send_model(outputs: dict[str, Any], keys: dict[int, str], key: str, model: Any) -> str:
+    """Save ``model`` in the Keras format into ``outputs[key]``; what went wrong, if it did."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.keras")
+        try:
+            model.save(path)
+            with open(path, "rb") as saved:
+                outputs[key] = ("keras", type(model).__module__.split(".")[0], saved.read())
+        except Exception as exc:
+            return f"a Keras model that could not be saved: {exc}"
+    keys[id(model)] = key
+    return ""
 
 
 def _value(shell: Any, value: Any) -> tuple[bytes | None, dict[str, Any] | None]:

@@ -1,28 +1,38 @@
 """The kernel's side of an isolated run: start the child process, stream what it says into the
-cell while sampling its RSS, and turn what comes back into the run's record (``IsolatedRun``),
-the names bound and the cell's value. A child that dies or is interrupted is recorded too."""
+cell while sampling its RSS, and hand over what it gave back (``ChildResult``).
+
+Each child leads a process group of its own (``start_new_session``): what its cell starts is in
+it, and ends with it — on an interrupt (``kill``), when its result is in (``close``: the group is
+ended once the child has gone), and when the kernel dies (the child's ``guard``: a parent-death
+signal and a watchdog). ``Spare`` is the next run's process, pre-started (``--prestart``)."""
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
 import os
 import pickle
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..records import GpuReading, RunRecord
-from ..tracking import Run
-
 SAMPLE_SECONDS = 0.1  # the child's RSS, read from here: also what a died run keeps
-GRACE_SECONDS = 30  # after its result, for the child to exit
+END_SECONDS = 4.0  # after its result: for the child's word on stray threads (it waits 1.5 s)
+EXIT_SECONDS = 10.0  # then for it to exit, in the background, before its group is killed
+
+OnMessage = Callable[[tuple[Any, ...]], None]
+OnSample = Callable[[float, int], None]
+
+# every child not yet reaped: killed with their groups if the kernel exits before they end
+_LIVE: weakref.WeakSet[Child] = weakref.WeakSet()
 
 
 @dataclass
@@ -32,130 +42,302 @@ class ChildResult:
     result: dict[str, Any] | None = None
     samples: list[tuple[float, int]] = field(default_factory=list)
     pid: int | None = None
-    startup: float | None = None  # seconds from spawn to the child's "ready"
+    startup: float | None = None  # seconds from spawn (or, pre-started, the job) to "ready"
     wall: float = 0.0
     exit: str | None = None  # how it ended, in words, when it did not give a result
     where: str = "fresh process"  # or "Ray task" (a fresh worker process on a Ray cluster)
     messages: list[tuple[Any, ...]] = field(default_factory=list)  # a Ray task's, shown after
+    notes: list[str] = field(default_factory=list)  # the end of a run, in words
+    sent_bytes: int = 0  # the job as sent (arrays in shared memory counted at their size)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a child inherits from the kernel as it starts: a pre-started one is used only while
+    the kernel's are still the same."""
+
+    cwd: str
+    environ: tuple[tuple[str, str], ...]
+    path: tuple[str, ...]
+
+    @classmethod
+    def now(cls) -> Context:
+        return cls(os.getcwd(), tuple(sorted(os.environ.items())), tuple(sys.path))
+
+    def changed(self, other: Context) -> str | None:
+        """What changed from ``self`` to ``other``, in words (None: nothing)."""
+        if self.cwd != other.cwd:
+            return "the working folder changed"
+        if self.environ != other.environ:
+            was, now = dict(self.environ), dict(other.environ)
+            names = sorted(k for k in was.keys() | now.keys() if was.get(k) != now.get(k))
+            return f"the environment changed ({', '.join(names[:3])})"
+        if self.path != other.path:
+            return "sys.path changed"
+        return None
 
 
 class Child:
     """One fresh interpreter running ``isolation/child.py``: spawned with the modules to load
     while it waits (``preload``), then given one job (``start``)."""
 
-    def __init__(self, preload: Sequence[str] = (), cwd: str | None = None) -> None:
-        import cloudpickle
-
+    def __init__(self, preload: Sequence[str] = ()) -> None:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
+        self.context = Context.now()
+        # the child's own stderr (library banners, a crash's last words): kept, not shown
+        self.log = tempfile.TemporaryFile(prefix="keras_nbguard-child-")  # noqa: SIM115
         self.spawned = self.started = time.perf_counter()
-        self.popen = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "keras_nbguard.isolation.child",
-                str(to_child_r),
-                str(from_child_w),
-            ],
-            pass_fds=(to_child_r, from_child_w),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-        )
-        os.close(to_child_r)
-        os.close(from_child_w)
+        try:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "keras_nbguard.isolation.child", str(to_child_r),
+                 str(from_child_w)],
+                pass_fds=(to_child_r, from_child_w),
+                stdin=subprocess.DEVNULL,
+                stderr=self.log,
+                start_new_session=True,  # a process group of its own, led by the child
+            )
+        finally:
+            os.close(to_child_r)
+            os.close(from_child_w)
+        _LIVE.add(self)
         self.inbox = Connection(from_child_r, writable=False)
         self.outbox = Connection(to_child_w, readable=False)
-        self.outbox.send_bytes(cloudpickle.dumps(list(preload)))
+        hello = {"preload": list(preload), "path": list(sys.path), "parent": os.getpid()}
+        self.outbox.send_bytes(pickle.dumps(hello))
         self.done = ChildResult(pid=self.popen.pid)
         self.prestarted = False  # a spare: its start-up is counted from the job, not the spawn
+        self._ended_at: float | None = None  # when the result came: the word may follow
+        self._finished = False
+        self._process: Any = None
 
     def start(self, job: dict[str, Any]) -> Child:
         import cloudpickle
 
         if self.prestarted:
             self.started = time.perf_counter()
-        self.outbox.send_bytes(cloudpickle.dumps(job))
+        data = cloudpickle.dumps(job)
+        self.done.sent_bytes = len(data)
+        self.outbox.send_bytes(data)
         self.outbox.close()
         return self
 
     def alive(self) -> bool:
         return self.popen.poll() is None
 
-    def wait(self, on_message: Any, on_sample: Any) -> ChildResult:
-        """Pass each message on as it comes, sample the child's RSS, until it gives its result
-        or ends. KeyboardInterrupt (the stop button) kills it and goes on up."""
+    @property
+    def finished(self) -> bool:
+        """It gave its result and its last word, or it ended without one."""
+        return self._finished
+
+    def wait(self, on_message: OnMessage, on_sample: OnSample) -> ChildResult:
+        """Pass each message on as it comes, sample the child's RSS, until it has given its
+        result or ended. KeyboardInterrupt (the stop button) kills it and goes on up."""
+        try:
+            while not self._finished:
+                self.step(self.inbox.poll(SAMPLE_SECONDS), on_message)
+                self.sample(on_sample)
+        except KeyboardInterrupt:
+            self.interrupted()
+            raise
+        return self.done
+
+    def step(self, readable: bool, on_message: OnMessage) -> None:
+        """Take what the child sent (``readable``: the inbox has data), and notice its end."""
+        done = self.done
+        while readable:
+            try:
+                message = pickle.loads(self.inbox.recv_bytes())
+            except (EOFError, OSError):
+                self._ended(None)
+                return
+            kind = message[0]
+            if kind == "ready":
+                done.startup = time.perf_counter() - self.started
+            elif kind == "result":
+                done.result, done.wall = message[1], time.perf_counter() - self.started
+                self._ended_at = time.monotonic()
+            elif kind == "end":  # its last word: the threads it left, after a short grace
+                self._ended(message[1])
+                return
+            else:
+                on_message(message)
+            readable = self.inbox.poll(0)
+        if self._ended_at is not None and time.monotonic() - self._ended_at > END_SECONDS:
+            self._ended(None)  # a result but no last word: stuck in its exit
+        elif self._ended_at is None and self.popen.poll() is not None:
+            self._ended(None)  # gone without a word (and without closing the pipe?)
+
+    def _ended(self, threads: list[str] | None) -> None:
+        done = self._finish_once()
+        if done is None:
+            return
+        if threads:
+            names = ", ".join(threads[:3]) + (", ..." if len(threads) > 3 else "")
+            count = f"{len(threads)} thread{'s' if len(threads) > 1 else ''}"
+            done.notes.append(f"{count} still running at the end ({names}): ended")
+        if done.result is None:
+            done.wall = time.perf_counter() - self.started
+            deadline = time.monotonic() + 2
+            while not _exited(self.popen.pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.end_group()  # before it is reaped: its group id can't have been reused
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(1)
+            if self.popen.returncode is None:
+                self.kill()
+            done.exit = describe_exit(self.popen.returncode, self._last_words())
+            _LIVE.discard(self)
+            return
+        left = [pid for pid in _group_members(self.popen.pid) if pid != self.popen.pid]
+        for pid in left:  # what its cell started and left running
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if left:
+            plural = "es" if len(left) > 1 else ""
+            done.notes.append(f"{len(left)} process{plural} its cell started still running: ended")
+        self._reap_later()
+
+    def _finish_once(self) -> ChildResult | None:
+        if self._finished:
+            return None
+        self._finished = True
+        return self.done
+
+    def sample(self, on_sample: OnSample) -> None:
         import psutil
 
-        process = psutil.Process(self.popen.pid)
-        done = self.done
         try:
-            while done.result is None:
-                if self.inbox.poll(SAMPLE_SECONDS):
-                    try:
-                        message = pickle.loads(self.inbox.recv_bytes())
-                    except EOFError:
-                        break
-                    if message[0] == "ready":
-                        done.startup = time.perf_counter() - self.started
-                    elif message[0] == "result":
-                        done.result = message[1]
-                    else:
-                        on_message(message)
-                elif self.popen.poll() is not None:
-                    break
-                self._sample(process, on_sample)
-        except KeyboardInterrupt:
-            self.kill()
-            done.exit = "interrupted: the child process was stopped"
-            raise
-        finally:
-            done.wall = time.perf_counter() - self.started
-        if done.result is None:
-            self.popen.wait()
-            done.exit = describe_exit(self.popen.returncode)
-        else:
-            try:
-                self.popen.wait(GRACE_SECONDS)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return done
-
-    def _sample(self, process: Any, on_sample: Any) -> None:
-        try:
-            rss = int(process.memory_info().rss)
+            if self._process is None:
+                self._process = psutil.Process(self.popen.pid)
+            rss = int(self._process.memory_info().rss)
         except Exception:  # it has just ended
             return
         t = time.perf_counter() - self.started
         self.done.samples.append((t, rss))
         on_sample(t, rss)
 
+    def interrupted(self) -> None:
+        """The stop button: the child and what it started end now."""
+        self.kill()
+        self.done.wall = time.perf_counter() - self.started
+        self.done.exit = "interrupted: the child process was stopped"
+        self._finished = True
+
     def kill(self) -> None:
+        """The child and its process group, at once."""
+        self.end_group()
         with contextlib.suppress(ProcessLookupError):
             self.popen.kill()
         self.popen.wait()
+        _LIVE.discard(self)
+
+    def end_group(self) -> int:
+        """SIGKILL what is left of the child's process group (the processes its cell started);
+        how many there were. Done before the child is reaped, while its pid can't be reused."""
+        members = _group_members(self.popen.pid)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        return len([pid for pid in members if pid != self.popen.pid])
+
+    def _reap_later(self) -> None:
+        """It gave its result: let it exit in its own time (TensorFlow's teardown), then end
+        what its cell left running; the cell goes on meanwhile."""
+        threading.Thread(target=self._reap, name="keras_nbguard-reaper", daemon=True).start()
+
+    def _reap(self) -> None:
+        deadline = time.monotonic() + EXIT_SECONDS
+        while time.monotonic() < deadline and not _exited(self.popen.pid):
+            time.sleep(0.05)
+        self.kill()  # exited but not reaped yet: its group id can't have been reused
+
+    def _last_words(self) -> str:
+        """The last line of the child's own stderr (a crash's message), if any."""
+        try:
+            self.log.seek(0, os.SEEK_END)
+            size = self.log.tell()
+            self.log.seek(max(0, size - 4096))
+            lines = self.log.read().decode("utf-8", "replace").strip().splitlines()
+        except (OSError, ValueError):
+            return ""
+        return lines[-1].strip()[:300] if lines else ""
 
     def close(self) -> None:
         self.inbox.close()
         if not self.outbox.closed:
             self.outbox.close()
+        with contextlib.suppress(OSError):
+            self.log.close()
+
+
+def _exited(pid: int) -> bool:
+    """Whether the child has exited, leaving it to be reaped (Linux: waitid's WNOWAIT)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped already
+        return True
+    except (AttributeError, OSError):  # no waitid here: tell by its status instead
+        return _status(pid) in (None, "zombie")
+    return info is not None
+
+
+def _status(pid: int) -> str | None:
+    try:
+        import psutil
+
+        return str(psutil.Process(pid).status())
+    except Exception:
+        return None
+
+
+def _group_members(pgid: int) -> list[int]:
+    try:
+        import psutil
+
+        pids = psutil.pids()
+    except Exception:
+        return []
+    members = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if os.getpgid(pid) == pgid:
+                members.append(pid)
+    return members
+
+
+def _kill_all() -> None:
+    """The kernel is exiting: no child of it lives on."""
+    for child in list(_LIVE):
+        with contextlib.suppress(Exception):
+            child.kill()
+
+
+atexit.register(_kill_all)
 
 
 class Spare:
     """The next run's process, started while the user reads this run's result (``--prestart``)
     with the cell's imports loaded, so that the next run skips the interpreter's and the
-    framework's start-up. One per kernel; it holds the memory of what it imported meanwhile."""
+    framework's start-up. One per kernel; it holds the memory of what it imported meanwhile.
+    It is not used if the kernel's working folder, environment or ``sys.path`` changed since it
+    started (a fresh process is: the spare is closed)."""
 
     def __init__(self) -> None:
         self.child: Child | None = None
-        atexit.register(self.close)
+        self.why_not: str | None = None  # why the last spare was not used
 
     def take(self) -> Child | None:
         child, self.child = self.child, None
-        if child is not None and child.alive():
+        self.why_not = None
+        if child is None:
+            return None
+        changed = child.context.changed(Context.now())
+        if changed is None and child.alive():
             child.prestarted = True
             return child
-        if child is not None:
-            child.close()
+        self.why_not = changed or "it had ended"
+        child.kill()
+        child.close()
         return None
 
     def make(self, preload: Sequence[str]) -> None:
@@ -169,79 +351,10 @@ class Spare:
             self.child = None
 
 
-def describe_exit(code: int | None) -> str:
+def describe_exit(code: int | None, last_words: str = "") -> str:
+    said = f" (its last words: {last_words})" if last_words else ""
     if code is not None and code < 0:
         name = signal.Signals(-code).name
         why = " (the OOM killer, or kill -9)" if name == "SIGKILL" else ""
-        return f"the child process died: {name}{why}"
-    return f"the child process exited with code {code} before it sent its result"
-
-
-class IsolatedRun(Run):
-    """A run whose cell happens in a child process: nothing is prepared or measured in the
-    kernel; the record is the child's own, marked isolated (or, if it died, the kernel's view of
-    it: its RSS samples and how it ended)."""
-
-    child: ChildResult | None = None
-    params: dict[str, Any] | None = None
-    not_sent: dict[str, str] | None = None
-
-    def start(self) -> None:
-        self._t0 = time.perf_counter()
-
-    def stop(self, exc: BaseException | None) -> RunRecord:
-        child = self.child or ChildResult(exit="the child process did not start")
-        record = self._from_child(child, exc)
-        key = self.key
-        self.record = dataclasses.replace(
-            record,
-            label=self.label,
-            run_number=self.run_number,
-            cleared=True,
-            notebook=key.notebook if key else None,
-            cell_id=key.cell_id if key else None,
-            kernel_id=key.kernel_id if key else None,
-            pid=key.pid if key else None,
-            isolated=self._note(child),
-            params=self.params,
-            findings=(),
-            deep_clean=None,
-            stale_models=None,
-            released_models=None,
-        )
-        return self.record
-
-    def _from_child(self, child: ChildResult, exc: BaseException | None) -> RunRecord:
-        stored = (child.result or {}).get("record")
-        if stored is not None:
-            return RunRecord.from_dict(stored)
-        samples = tuple(child.samples)
-        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "died"
-        if child.result is not None:  # it answered, but ran nothing (a syntax error)
-            status = "error"
-        return RunRecord(
-            label=self.label,
-            status=status,
-            started_at=self.started_at,
-            wall_seconds=child.wall,
-            fit_seconds=None,
-            fits=(),
-            rss_before=samples[0][1] if samples else None,
-            rss_after=samples[-1][1] if samples else None,
-            rss_peak=max((rss for _, rss in samples), default=None),
-            gpu=GpuReading(reason="the isolated process ended before its GPU was read"),
-            cleared=True,
-            traces=None,
-            trace_reason="the isolated process ended first",
-            error=child.exit or (child.result or {}).get("error"),
-            rss_samples=samples,
-        )
-
-    def _note(self, child: ChildResult) -> str:
-        start = "n/a" if child.startup is None else f"{child.startup:.2f} s"
-        words = f"{child.where} (pid {child.pid}), start-up {start}"
-        if self.not_sent:
-            words += "; not sent back: " + ", ".join(
-                f"{name} ({why})" for name, why in self.not_sent.items()
-            )
-        return words
+        return f"the child process died: {name}{why}{said}"
+    return f"the child process exited with code {code} before it sent its result{said}"

@@ -1,0 +1,93 @@
+"""What an isolated run brings back into the kernel: the names its cell bound (Keras models
+loaded from the Keras format, everything else unpickled), its last value, and how much came
+back (``Transfer``). A model comes back once: a History that held it holds the loaded one."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import weakref
+from typing import Any
+
+from .parent import ChildResult
+from .run import IsolatedRun, Transfer
+
+
+def received(done: ChildResult, run: IsolatedRun | None = None) -> dict[str, Any]:
+    """The names the cell bound in the child, and its last value under ``__value__`` (a value
+    that can't travel is shown as IPython would show it). What fails to load is named in the
+    run's "not sent back" instead of failing the cell."""
+    import cloudpickle
+
+    began = time.perf_counter()
+    result = done.result or {}
+    outputs: dict[str, Any] = result.get("outputs", {})
+    bound: dict[str, Any] = {"__value__": None}
+    models: dict[str, Any] = {}
+    back = Transfer()
+    failed: dict[str, str] = {}
+    for key, sent in outputs.items():
+        if sent[0] != "keras":
+            continue
+        try:
+            models[key] = _load_model(sent[1], sent[2])
+        except Exception as exc:
+            failed[key] = f"a Keras model that could not be loaded here: {exc}"
+            continue
+        back.models += 1
+        back.nbytes += len(sent[2])
+        if key.isidentifier():  # not "hist.model": a History's model, sent on its own
+            bound[key] = models[key]
+    for key, sent in outputs.items():
+        if sent[0] == "keras":
+            continue
+        try:
+            value = cloudpickle.loads(sent[1])
+        except Exception as exc:
+            failed[key] = f"could not be unpickled here: {exc}"
+            continue
+        back.names += 1
+        back.nbytes += len(sent[1])
+        if len(sent) > 2 and sent[2] in models:
+            _attach(value, models[sent[2]])
+        bound[key] = value
+    if result.get("value") is not None:
+        bound["__value__"] = cloudpickle.loads(result["value"])
+    elif result.get("bundle"):
+        from IPython.display import publish_display_data
+
+        publish_display_data(result["bundle"])
+    if done.result is not None:  # the pickles: let them go once loaded
+        done.result = {k: v for k, v in result.items() if k not in ("outputs", "value")}
+    back.seconds = time.perf_counter() - began
+    if run is not None:
+        run.back = back
+        run.returned = tuple(weakref.ref(model) for model in models.values())
+        if failed:
+            run.not_sent = {**(run.not_sent or {}), **failed}
+    return bound
+
+
+def _attach(callback: Any, model: Any) -> None:
+    """Give a History (any Keras callback) back the model it was sent without."""
+    setter = getattr(callback, "set_model", None)
+    if callable(setter):
+        setter(model)
+    else:
+        callback.model = model
+
+
+def _load_model(package: str, data: bytes) -> Any:
+    """A model the child saved in the Keras format (bytes: the child may be on another machine)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.keras")
+        with open(path, "wb") as out:
+            out.write(data)
+        if package == "tf_keras":
+            import tf_keras
+
+            return tf_keras.models.load_model(path)
+        import keras
+
+        return keras.saving.load_model(path)

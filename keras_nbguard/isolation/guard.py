@@ -1,0 +1,78 @@
+"""In the child: never outlive the kernel, and never keep it waiting.
+
+The child leads its own process group (the kernel starts it with ``start_new_session``), so what
+its cell starts is in that group. When the kernel dies — even by SIGKILL — the kernel can do
+nothing; the child ends the group itself: Linux sends it a parent-death signal (``prctl``), and a
+watchdog thread checks ``getppid`` twice a second where there is no such signal or the signal's
+handler can't run. At the end, the threads the cell left get a short grace, then a word and an
+exit that does not wait for them."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+
+PR_SET_PDEATHSIG = 1
+WATCH_SECONDS = 0.5
+THREAD_GRACE = 1.5  # seconds the threads the cell left get to end by themselves
+
+
+def end_group(*_: object) -> None:
+    """SIGKILL this process's group: the child and every process its cell started."""
+    with contextlib.suppress(OSError):
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    os._exit(1)
+
+
+def guard(parent: int) -> None:
+    """End with the kernel (pid ``parent``), taking the process group along."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    with contextlib.suppress(ValueError):  # not the main thread (never, in child.main)
+        signal.signal(signal.SIGTERM, end_group)
+    if os.getppid() != parent:  # the kernel died before the signal was asked for
+        end_group()
+    threading.Thread(target=_watch, args=(parent,), name="keras_nbguard-watchdog",
+                     daemon=True).start()
+
+
+def _watch(parent: int) -> None:
+    while True:
+        time.sleep(WATCH_SECONDS)
+        if os.getppid() != parent:
+            end_group()
+
+
+def stray_threads(grace: float = THREAD_GRACE) -> list[str]:
+    """The non-daemon threads the cell left that are still running after ``grace`` seconds
+    (an interpreter's exit would wait for them forever). Idle thread pools are told to end
+    first, as the interpreter's exit would."""
+    _wake_idle_pools()
+    deadline = time.monotonic() + grace
+    for thread in _non_daemon():
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [thread.name for thread in _non_daemon()]
+
+
+def _non_daemon() -> list[threading.Thread]:
+    main = threading.main_thread()
+    return [t for t in threading.enumerate()
+            if t is not main and not t.daemon and t.is_alive()]
+
+
+def _wake_idle_pools() -> None:
+    """concurrent.futures' workers wait for work until the interpreter's exit tells them to
+    end; tell them now (a private part: skipped if it changed)."""
+    with contextlib.suppress(Exception):
+        from concurrent.futures import thread as pools
+
+        pools._shutdown = True
+        for queue in list(pools._threads_queues.values()):
+            queue.put(None)

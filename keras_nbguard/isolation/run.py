@@ -1,0 +1,132 @@
+"""``IsolatedRun``: the kernel's record of a run that happened in a child process. Its wall is
+the kernel's (the child's start-up, the cell, and the transfers both ways), told apart in the
+record's ``isolated`` line; the models that came back are the run's models."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from ..records import GpuReading, RunRecord
+from ..tracking import Run
+from .parent import ChildResult
+
+
+@dataclass
+class Transfer:
+    """Names sent to the child, or brought back from it."""
+
+    names: int = 0
+    models: int = 0
+    nbytes: int = 0
+    seconds: float | None = None  # loading what came back
+
+    def words(self, verb: str) -> str:
+        parts = []
+        if self.models:
+            parts.append(f"{self.models} model{'s' if self.models > 1 else ''}")
+        if self.names:
+            parts.append(f"{self.names} name{'s' if self.names > 1 else ''}")
+        if not parts:
+            return f"{verb} nothing"
+        took = "" if self.seconds is None else f" in {self.seconds:.2f} s"
+        return f"{verb} {' + '.join(parts)} {_mib(self.nbytes)}{took}"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+class IsolatedRun(Run):
+    """A run whose cell happens in a child process: nothing is prepared or measured in the
+    kernel; the record is the child's own, marked isolated (or, if it died, the kernel's view of
+    it: its RSS samples and how it ended)."""
+
+    child: ChildResult | None = None
+    params: dict[str, Any] | None = None
+    not_sent: dict[str, str] | None = None
+    sent: Transfer | None = None
+    back: Transfer | None = None
+    notes: tuple[str, ...] = ()  # the kernel's own: shared memory, a spare not used
+    returned: tuple[weakref.ref[Any], ...] = ()  # the models that came back
+    elapsed: float | None = None  # the wall, when the run is recorded after it ended (--parallel)
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+
+    @property
+    def models(self) -> list[Any]:
+        return list(self.returned)
+
+    def stop(self, exc: BaseException | None) -> RunRecord:
+        wall = self.elapsed if self.elapsed is not None else time.perf_counter() - self._t0
+        child = self.child or ChildResult(exit="the child process did not start")
+        record = self._from_child(child, exc)
+        key = self.key
+        self.record = dataclasses.replace(
+            record,
+            label=self.label,
+            run_number=self.run_number,
+            wall_seconds=wall,
+            cleared=True,
+            notebook=key.notebook if key else None,
+            cell_id=key.cell_id if key else None,
+            kernel_id=key.kernel_id if key else None,
+            pid=key.pid if key else None,
+            isolated=self._note(child, record),
+            params=self.params,
+            findings=(),
+            deep_clean=None,
+            stale_models=None,
+            released_models=None,
+        )
+        return self.record
+
+    def _from_child(self, child: ChildResult, exc: BaseException | None) -> RunRecord:
+        stored = (child.result or {}).get("record")
+        if stored is not None:
+            return RunRecord.from_dict(stored)
+        samples = tuple(child.samples)
+        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "died"
+        if child.exit and child.exit.startswith("interrupted"):
+            status = "interrupted"
+        if child.result is not None:  # it answered, but ran nothing (a syntax error)
+            status = "error"
+        return RunRecord(
+            label=self.label,
+            status=status,
+            started_at=self.started_at,
+            wall_seconds=child.wall,
+            fit_seconds=None,
+            fits=(),
+            rss_before=samples[0][1] if samples else None,
+            rss_after=samples[-1][1] if samples else None,
+            rss_peak=max((rss for _, rss in samples), default=None),
+            gpu=GpuReading(reason="the isolated process ended before its GPU was read"),
+            cleared=True,
+            traces=None,
+            trace_reason="the isolated process ended first",
+            error=child.exit or (child.result or {}).get("error"),
+            rss_samples=samples,
+        )
+
+    def _note(self, child: ChildResult, record: RunRecord) -> str:
+        """``fresh process (pid 12): start-up 0.91 s, sent 3 names 2.1 MiB, the cell 4.30 s,
+        back 1 model 0.2 MiB in 0.40 s``, then anything else worth a word."""
+        start = "n/a" if child.startup is None else f"{child.startup:.2f} s"
+        parts = [f"start-up {start}"]
+        if self.sent is not None:
+            parts.append(self.sent.words("sent"))
+        if child.result is not None and child.result.get("record") is not None:
+            parts.append(f"the cell {record.wall_seconds:.2f} s")
+        if self.back is not None:
+            parts.append(self.back.words("back"))
+        words = f"{child.where} (pid {child.pid}): " + ", ".join(parts)
+        extra = [*self.notes, *child.notes]
+        if self.not_sent:
+            extra.append("not sent back: " + ", ".join(
+                f"{name} ({why})" for name, why in self.not_sent.items()))
+        return "; ".join([words, *extra])

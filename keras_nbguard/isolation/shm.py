@@ -1,0 +1,161 @@
+"""Large numpy arrays on their way to an isolated run: through shared memory when ``/dev/shm``
+has room for them, else through a temporary file, else pickled through the pipe.
+
+Writing into a shared-memory segment that ``/dev/shm`` has no room for does not fail: the kernel
+dies of SIGBUS (Docker's ``/dev/shm`` is 64 MiB by default). So the room is checked first
+(``os.statvfs``: an array takes at most half of what is free), and the segment's pages are
+reserved (``posix_fallocate``, which fails cleanly) before a byte is copied."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from typing import Any
+
+SHM_DIR = "/dev/shm"
+KEEP_FREE = 4 << 20  # for the other users of /dev/shm (a DataLoader's workers, NCCL)
+
+
+def room(folder: str = SHM_DIR) -> int | None:
+    """Bytes free in ``folder`` (None: unknown, e.g. no /dev/shm on macOS)."""
+    try:
+        stat = os.statvfs(folder)
+    except (OSError, AttributeError):
+        return None
+    return stat.f_bavail * stat.f_frsize
+
+
+def fits(nbytes: int, free: int | None) -> bool:
+    return free is None or nbytes <= (free - KEEP_FREE) // 2
+
+
+class TempArray:
+    """An array written to a temporary file the child maps read-only; removed after the run
+    (``close`` and ``unlink``, like a shared-memory segment)."""
+
+    def __init__(self, path: str, note: str) -> None:
+        self.path = path
+        self.note = note
+
+    def close(self) -> None:
+        pass
+
+    def unlink(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+
+class Note:
+    """A word on how an array travelled, kept with the segments (nothing to unlink)."""
+
+    def __init__(self, note: str) -> None:
+        self.note = note
+
+    def close(self) -> None:
+        pass
+
+    def unlink(self) -> None:
+        pass
+
+
+def pack_array(key: str, array: Any, shared: list[Any]) -> tuple[Any, ...]:
+    """``array`` for the child (``sending.py``'s packets): ``("shm", key, segment, shape,
+    dtype)``, ``("file", key, path, shape, dtype)`` or ``("value", key, pickle)``. What must be
+    removed after the run (and a word when it did not go through shared memory) is appended to
+    ``shared``."""
+    nbytes = int(array.nbytes)
+    free = room()
+    if fits(nbytes, free):
+        sent = _to_shared_memory(key, array, shared)
+        if sent is not None:
+            return sent
+        why = "/dev/shm refused the space"
+    else:
+        why = f"/dev/shm has {_mib(free)} free"
+    size = f"an array of {_mib(nbytes)}"
+    try:
+        path = _to_file(array)
+    except OSError as exc:
+        import cloudpickle
+
+        shared.append(Note(f"{size} sent through the pipe: {why}, and a temporary file "
+                           f"failed ({exc.strerror or exc})"))
+        return ("value", key, cloudpickle.dumps(array))
+    shared.append(TempArray(path, f"{size} sent through a temporary file: {why}"))
+    return ("file", key, path, tuple(array.shape), array.dtype.str)
+
+
+def _to_shared_memory(key: str, array: Any, shared: list[Any]) -> tuple[Any, ...] | None:
+    from multiprocessing import shared_memory
+
+    import numpy
+
+    segment = shared_memory.SharedMemory(create=True, size=max(1, int(array.nbytes)))
+    fd = getattr(segment, "_fd", -1)  # SharedMemory keeps its descriptor there (CPython)
+    if fd >= 0 and hasattr(os, "posix_fallocate"):
+        try:
+            os.posix_fallocate(fd, 0, max(1, int(array.nbytes)))  # ENOSPC now, not SIGBUS later
+        except OSError as exc:
+            if exc.errno not in (95, 22):  # EOPNOTSUPP, EINVAL: can't reserve here; room checked
+                segment.close()
+                segment.unlink()
+                return None
+    shared.append(segment)
+    numpy.ndarray(array.shape, array.dtype, buffer=segment.buf)[...] = array
+    return ("shm", key, segment.name, tuple(array.shape), array.dtype.str)
+
+
+def _to_file(array: Any) -> str:
+    import numpy
+
+    handle, path = tempfile.mkstemp(prefix="keras_nbguard-array-")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            numpy.ascontiguousarray(array).tofile(out)  # write(): ENOSPC, never SIGBUS
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    return path
+
+
+def unpack(sent: tuple[Any, ...], attached: list[Any]) -> Any:
+    """In the child: the array, mapped read-only (it is the kernel's copy for this run)."""
+    import numpy
+
+    if sent[0] == "file":
+        mapped = numpy.memmap(sent[2], dtype=numpy.dtype(sent[4]), mode="r", shape=sent[3])
+        attached.append(mapped)
+        return mapped
+    from multiprocessing import resource_tracker, shared_memory
+
+    segment = shared_memory.SharedMemory(name=sent[2])
+    # before Python 3.13 attaching registers the segment too, and this process's exit would
+    # unlink it under the kernel (and warn of a leak): the kernel owns it
+    with contextlib.suppress(Exception):
+        resource_tracker.unregister(segment._name, "shared_memory")  # type: ignore[attr-defined]
+    attached.append(segment)
+    array = numpy.ndarray(sent[3], numpy.dtype(sent[4]), buffer=segment.buf)
+    array.flags.writeable = False
+    return array
+
+
+def size_of(sent: Any) -> int:
+    """Bytes of one packet (an array at its size, wherever it went; the bytes it holds)."""
+    if isinstance(sent, (bytes, bytearray)):
+        return len(sent)
+    if not isinstance(sent, tuple):
+        return 0
+    if sent and sent[0] in ("shm", "file"):
+        import numpy
+
+        count = 1
+        for n in sent[3]:
+            count *= int(n)
+        return count * numpy.dtype(sent[4]).itemsize
+    return sum(len(part) for part in sent if isinstance(part, (bytes, bytearray)))
+
+
+def _mib(n: int | None) -> str:
+    return "n/a" if n is None else f"{n / 2**20:.1f} MiB"

@@ -1,0 +1,309 @@
+"""``--isolate``, ``--sweep`` and ``--cluster ray`` under faults and bad input (issue 25, and
+issue 24's "isolated runs told truly"): the right result or a clear error, no orphan process
+(checked by pid after 5 s), no lost run. Real processes, a real shell, real TensorFlow where a
+model must come back; the small ``/dev/shm`` in a private mount namespace (``unshare -m``)."""
+
+from __future__ import annotations
+
+import _thread
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import tracemalloc
+
+import psutil
+import pytest
+from helpers import run, wait_until
+from IPython.utils.capture import capture_output
+
+import keras_nbguard
+from keras_nbguard.isolation import sweep
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def gone_after(pids, seconds: float = 5.0) -> list[int]:
+    """The pids still running (not a zombie) ``seconds`` from now."""
+    time.sleep(seconds)
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def pids_in(path) -> list[int]:
+    with open(path) as f:
+        return [int(word) for word in f.read().split()]
+
+
+def child_pid(record) -> int:
+    return int(re.search(r"pid (\d+)", record.isolated).group(1))
+
+
+def env_with_path(tmp_path) -> dict[str, str]:
+    return {**os.environ, "KERAS_NBGUARD_DB": str(tmp_path / "h.db"), "PYTHONPATH": ROOT}
+
+
+# -- sweeps: values, size, laziness (no process) -----------------------------------------------
+
+
+@pytest.mark.parametrize(("spec", "points"), [
+    ("a=[1,2],(3,4)", [{"a": [1, 2]}, {"a": (3, 4)}]),
+    ("s='a,b',\"c;d\"; n=1", [{"s": "a,b", "n": 1}, {"s": "c;d", "n": 1}]),
+    ("act=relu,'tanh'; lr=1e-3", [{"act": "relu", "lr": 1e-3}, {"act": "tanh", "lr": 1e-3}]),
+    ("d={'k': 1},None", [{"d": {"k": 1}}, {"d": None}]),
+])
+def test_sweep_values_are_python_literals(spec, points):
+    assert sweep.points(spec) == points
+
+
+def test_a_sweep_value_that_is_no_literal_is_named(shell):
+    with capture_output() as seen:
+        assert not run(shell, '%%kerasrun --sweep "a=[1,2"\nx = a\n').success
+    out = seen.stdout + seen.stderr
+    assert "UsageError" in out and "a='[1,2'" in out and "not a Python value" in out
+    assert keras_nbguard.runs() == []
+
+
+def test_a_million_points_are_made_lazily_and_ask_for_yes(shell):
+    spec = "a=" + ",".join(map(str, range(1000))) + "; b=" + ",".join(map(str, range(1000)))
+    tracemalloc.start()
+    plan = sweep.Sweep.parse(spec)
+    first = next(iter(plan))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(plan) == 10**6 and first == {"a": 0, "b": 0}
+    assert peak < 5 * 2**20  # a list of a million dicts would be ~270 MiB
+    before = set(psutil.Process().children(recursive=True))
+    with capture_output() as seen:
+        assert not run(shell, f'%%kerasrun --sweep "{spec}"\nx = a\n').success
+    out = seen.stdout + seen.stderr
+    assert "1,000,000 runs" in out and "--yes" in out
+    assert set(psutil.Process().children(recursive=True)) <= before  # nothing started
+    assert keras_nbguard.runs() == []
+
+
+# -- processes ---------------------------------------------------------------------------------
+
+GRANDCHILD = "import subprocess\nkid = subprocess.Popen(['sleep', '300'])\n"
+
+
+@pytest.mark.slow
+def test_stop_button_ends_a_parallel_sweep_at_once(shell, tmp_path):
+    """Point 1 ends at once; the others sleep, each with a process of its own started. The stop
+    button, once point 1 is recorded: the two running are killed (their processes too) and
+    recorded interrupted, point 1 is kept, points 4-6 never start."""
+    pids = tmp_path / "pids"
+    cell = (f'%%kerasrun --sweep "a=1,2,3,4,5,6" --parallel 2 --label stop --quiet\n'
+            f"import os, time\n{GRANDCHILD}"
+            f"with open({str(pids)!r}, 'a') as f:\n    f.write(f' {{os.getpid()}} {{kid.pid}}')\n"
+            "if a != 1:\n    time.sleep(120)\n")
+
+    def stop_when_one_is_in():
+        wait_until(lambda: keras_nbguard.runs("stop"), timeout=240)
+        wait_until(lambda: pids.exists() and len(pids_in(pids)) >= 6, timeout=120)
+        _thread.interrupt_main()
+
+    threading.Thread(target=stop_when_one_is_in, daemon=True).start()
+    with capture_output():
+        result = run(shell, cell)
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    records = keras_nbguard.runs("stop")
+    assert sorted(r.status for r in records) == ["interrupted", "interrupted", "ok"]
+    assert {r.params["a"] for r in records if r.status == "ok"} == {1}
+    assert {r.params["a"] for r in records} == {1, 2, 3}  # 4-6 never started
+    assert gone_after(pids_in(pids)) == []  # children and what they started
+
+
+@pytest.mark.slow
+def test_stop_button_on_an_isolated_run_takes_its_processes(shell, tmp_path):
+    pids = tmp_path / "pids"
+    cell = (f"%%kerasrun --isolate --label stopped --quiet\nimport os, time\n{GRANDCHILD}"
+            f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{kid.pid}}')\n"
+            "time.sleep(120)\n")
+    threading.Thread(target=lambda: (wait_until(pids.exists, timeout=120),
+                                     _thread.interrupt_main()), daemon=True).start()
+    with capture_output():
+        result = run(shell, cell)
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    (record,) = keras_nbguard.runs("stopped")
+    assert record.status == "interrupted"
+    assert gone_after(pids_in(pids)) == []
+
+
+KILLED_KERNEL = """
+import sys
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+shell.run_cell("%load_ext keras_nbguard")
+shell.run_cell('''%%kerasrun --isolate --label doomed
+import os, subprocess, time
+kid = subprocess.Popen(['sleep', '300'])
+open(PIDS, 'w').write(f'{os.getpid()} {kid.pid}')
+time.sleep(300)
+'''.replace("PIDS", repr(sys.argv[1])))
+"""
+
+
+@pytest.mark.slow
+def test_a_kernel_killed_mid_run_leaves_no_child_or_grandchild(tmp_path):
+    pids = tmp_path / "pids"
+    kernel = subprocess.Popen([sys.executable, "-c", KILLED_KERNEL, str(pids)],
+                              env=env_with_path(tmp_path), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        wait_until(pids.exists, timeout=180)
+        child, grandchild = pids_in(pids)
+        assert psutil.Process(child).ppid() == kernel.pid
+        kernel.kill()  # SIGKILL: the kernel can do nothing
+        kernel.wait()
+        assert gone_after([child, grandchild]) == []
+    finally:
+        kernel.kill()
+
+
+@pytest.mark.slow
+def test_a_stray_thread_gets_a_short_grace_and_a_word(shell):
+    cell = ("%%kerasrun --isolate --label threads --quiet\nimport threading, time\n"
+            "threading.Thread(target=time.sleep, args=(120,), name='poller').start()\n"
+            "answer = 42\n")
+    assert run(shell, cell).success
+    assert shell.user_ns["answer"] == 42  # the result came before the wait for the thread
+    (record,) = keras_nbguard.runs("threads")
+    assert "1 thread still running at the end (poller): ended" in record.isolated
+    assert gone_after([child_pid(record)]) == []
+
+
+PRESTART = "%%kerasrun --isolate --prestart --label warm --quiet\nimport os\nwhere = os.getcwd()\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change", ["cd", "env", "path"])
+def test_a_spare_is_not_used_once_the_kernel_changed(shell, tmp_path, monkeypatch, change):
+    assert run(shell, PRESTART).success
+    from keras_nbguard.isolation import _SPARES
+
+    spare = _SPARES[keras_nbguard.get_session()].child
+    assert spare is not None and spare.alive()
+    if change == "cd":
+        monkeypatch.chdir(tmp_path)
+    elif change == "env":
+        monkeypatch.setenv("NBGUARD_TEST_NEW", "1")
+    else:
+        monkeypatch.syspath_prepend(str(tmp_path))
+    cell = PRESTART + "seen = os.environ.get('NBGUARD_TEST_NEW')\nimport sys\npath = sys.path\n"
+    assert run(shell, cell).success
+    ns = shell.user_ns
+    second = keras_nbguard.runs("warm")[-1]
+    assert child_pid(second) != spare.popen.pid  # a fresh process, not the spare
+    assert "the pre-started process was not used" in second.isolated
+    assert ns["where"] == os.getcwd()
+    assert ns["seen"] == os.environ.get("NBGUARD_TEST_NEW")
+    assert ns["path"][: len(sys.path)] == sys.path
+    assert gone_after([spare.popen.pid], 1) == []
+
+
+@pytest.mark.slow
+def test_reloading_the_extension_closes_the_spare(shell):
+    me = psutil.Process()
+    for _ in range(4):
+        assert run(shell, PRESTART).success
+        shell.run_line_magic("reload_ext", "keras_nbguard")
+    left = [p.pid for p in me.children(recursive=True)
+            if "keras_nbguard.isolation.child" in " ".join(p.cmdline())]
+    assert gone_after(left, 1) == []
+
+
+@pytest.mark.slow
+def test_a_big_array_with_a_small_dev_shm_goes_another_way(tmp_path):
+    """Docker's /dev/shm is 64 MiB; here an 8 MiB one, in a mount namespace of this test's own."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare command here")
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                            "mount -t tmpfs -o size=8m tmpfs /dev/shm"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no private mount namespace here: {probe.stderr.strip()[:200]}")
+    script = textwrap.dedent("""
+        from IPython.core.interactiveshell import InteractiveShell
+        shell = InteractiveShell.instance()
+        shell.run_cell("%load_ext keras_nbguard")
+        shell.run_cell("import numpy as np\\nbig = np.arange(20 * 2**17, dtype='float64')\\n"
+                       "small = np.arange(2**17, dtype='float64')")
+        result = shell.run_cell('''%%kerasrun --isolate --label shm --quiet
+        total = float(big.sum()) + float(small.sum())
+        mapped = (not big.flags.writeable, not small.flags.owndata)
+        ''')
+        assert result.success, result.error_in_exec
+        import keras_nbguard
+        (record,) = keras_nbguard.runs("shm")
+        ns = shell.user_ns
+        print("TOTAL", ns["total"] == float(ns["big"].sum()) + float(ns["small"].sum()))
+        print("MAPPED", ns["mapped"])
+        print("NOTE", record.isolated)
+    """)
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         f"mount -t tmpfs -o size=8m tmpfs /dev/shm && exec {sys.executable} -c \"$0\"", script],
+        env=env_with_path(tmp_path), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]  # not -7: no SIGBUS
+    out = done.stdout
+    assert "TOTAL True" in out and "MAPPED (True, True)" in out
+    assert "sent through a temporary file: /dev/shm has" in out  # the 20 MiB one
+
+
+# -- issue 24 item 6: an isolated run told truly --------------------------------------------
+
+FIT = """%%kerasrun --isolate --label iso --quiet
+import keras
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+model.compile("adam", "mse")
+hist = model.fit(np.ones((32, 4)), np.ones((32, 1)), epochs=1, verbose=0)
+print("the user's own line")
+"""
+
+
+@pytest.mark.slow
+def test_an_isolated_run_is_told_truly(shell):
+    assert run(shell, "import numpy as np").success
+    with capture_output() as seen:
+        assert run(shell, FIT).success
+    out = seen.stdout + seen.stderr
+    assert "the user's own line" in out
+    assert "cpu_feature_guard" not in out and "oneDNN" not in out  # TensorFlow's own banners
+    (record,) = keras_nbguard.runs("iso")
+    note = record.isolated
+    assert re.search(r"start-up \d+\.\d\d s, sent 1 name [\d.]+ MiB, the cell \d+\.\d\d s, "
+                     r"back 1 model \+ 1 name [\d.]+ MiB", note), note
+    cell_seconds = float(re.search(r"the cell (\d+\.\d+) s", note).group(1))
+    startup = float(re.search(r"start-up (\d+\.\d+) s", note).group(1))
+    assert record.wall_seconds >= cell_seconds + startup  # the kernel's wall: all of it
+    ns = shell.user_ns
+    assert ns["hist"].model is ns["model"]  # one model came back, the History holds it
+    leaks = keras_nbguard.get_session().leaks()
+    mine = [leak for leak in leaks.leaks if leak.run_label == "iso"]
+    assert len(mine) == 1 and mine[0].run_number == record.run_number
+    assert any(path.startswith("model") for path in mine[0].paths)
+
+
+# -- Ray ---------------------------------------------------------------------------------------
+
+
+def test_an_unreachable_ray_cluster_is_a_clear_error(shell, monkeypatch):
+    pytest.importorskip("ray", reason="Ray is not installed (the test extra installs it)")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    with capture_output() as seen:
+        assert not run(shell, '%%kerasrun --cluster ray --sweep "a=1,2"\nb = a\n').success
+    out = seen.stdout + seen.stderr
+    assert "can't reach the Ray cluster at 127.0.0.1:1 (RAY_ADDRESS)" in out
+    assert keras_nbguard.runs() == []
