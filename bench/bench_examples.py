@@ -1,0 +1,203 @@
+"""Keras' own examples and guides (``bench/examples/``) re-run in one kernel: bare, under
+``%%kerasrun`` and under ``%%kerasrun --isolate``, side by side. Prints figures; asserts nothing.
+
+    python bench/bench_examples.py                          # 7 examples x 3 ways x 12 runs
+    python bench/bench_examples.py --only mnist_convnet --modes bare,kerasrun --runs 8
+    python bench/bench_examples.py --keras tf_keras          # the examples that run on Keras 2
+
+Each (example, way) runs in a fresh Python process (``bench/examples/runner.py``): a real
+IPython shell, the setup cell once, the train cell N times. Per example it prints:
+
+- RSS slope, MiB/run, over runs 4..N: least squares (Theil-Sen, the median of pairwise slopes,
+  in brackets: it ignores a single jump), bare / kerasrun / isolate (isolate: the kernel's RSS;
+  the runs happen in child processes);
+- fit time of run 1 and run N (bare: ``Model.fit`` timed by a wrapper; n/a where the example
+  has no ``fit``);
+- the cell's time, kerasrun / bare: median of runs 2..N each, their ratio and difference;
+- the findings raised (``diagnose(label)`` after the last run, and any run's summary lines);
+- models of earlier runs still alive after ``gc.collect()`` (after the last run);
+- a verdict against issue 23's goals: under ``%%kerasrun`` <= 1.0 MiB/run, cell time <= bare +
+  max(50 ms, 5 %), no earlier model alive, no finding (every example here is clean); with
+  ``--isolate`` the kernel <= 0.3 MiB/run.
+
+The ways run one after another, not interleaved: on a shared machine the time figures are
+noisy (the RSS slopes are what to trust).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.examples import examples
+from bench.examples.runner import MODES, measure
+
+MIB = 2**20
+FIRST = 4  # runs 1-3 hold TensorFlow's and the example's one-time warm-up
+GOAL_KERASRUN_MIB = 1.0
+GOAL_ISOLATE_MIB = 0.3
+GOAL_TIME_S, GOAL_TIME_SHARE = 0.050, 0.05
+
+
+def lsq(ys: list[float]) -> float | None:
+    """Least-squares slope of ys against 0..n-1."""
+    n = len(ys)
+    if n < 2:
+        return None
+    mx, my = (n - 1) / 2, sum(ys) / n
+    return sum((i - mx) * (y - my) for i, y in enumerate(ys)) / sum((i - mx) ** 2 for i in range(n))
+
+
+def theil_sen(ys: list[float]) -> float | None:
+    """Median of the slopes between every pair of points."""
+    pairs = [(ys[j] - ys[i]) / (j - i) for i in range(len(ys)) for j in range(i + 1, len(ys))]
+    return statistics.median(pairs) if pairs else None
+
+
+def figures(seen: dict[str, Any]) -> dict[str, Any]:
+    """The bench's figures for one (example, way) from the runner's per-run records."""
+    runs = seen["runs"]
+    ok = [r for r in runs if r["ok"]]
+    tail = [r["rss"] / MIB for r in runs[FIRST - 1 :]]
+    errors = list(dict.fromkeys(r["error"] for r in runs if not r["ok"]))
+    findings = sorted({line for r in runs for line in r.get("findings", [])})
+    last = runs[-1] if runs else {}
+    return {
+        "lsq": lsq(tail),
+        "ts": theil_sen(tail),
+        "fit1": runs[0].get("fit_s") if runs else None,
+        "fitN": last.get("fit_s"),
+        "cell": statistics.median(r["cell_s"] for r in runs[1:]) if len(runs) > 1 else None,
+        "ok": f"{len(ok)}/{len(runs)}",
+        "errors": errors,
+        "setup_error": seen.get("setup_error"),
+        "diagnose": last.get("diagnose", []),
+        "findings": findings,
+        "earlier_alive": last.get("earlier_alive"),
+        "live": last.get("live_models"),
+        "isolated": list(dict.fromkeys(r["isolated"] for r in runs if r.get("isolated"))),
+        "notes": seen.get("stderr_notes", []),
+    }
+
+
+def _f(value: float | None, fmt: str = "{:+.2f}") -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+def verdict(by_mode: dict[str, dict[str, Any]]) -> str:
+    """One line against the goals, for what was measured."""
+    fails, passes = [], []
+    k = by_mode.get("kerasrun")
+    if k:
+        if k["errors"] or k["setup_error"]:
+            fails.append("kerasrun: cell failed")
+        if k["lsq"] is not None:
+            (passes if k["lsq"] <= GOAL_KERASRUN_MIB else fails).append(
+                f"kerasrun {k['lsq']:+.2f} MiB/run (<= {GOAL_KERASRUN_MIB})"
+            )
+        if k["earlier_alive"]:
+            fails.append(f"{k['earlier_alive']} earlier model(s) alive")
+        if k["diagnose"] or k["findings"]:
+            fails.append(f"{len(set(k['diagnose']) | set(k['findings']))} finding(s)")
+        b = by_mode.get("bare")
+        if b and b["cell"] is not None and k["cell"] is not None:
+            allowed = max(GOAL_TIME_S, GOAL_TIME_SHARE * b["cell"])
+            extra = k["cell"] - b["cell"]
+            (passes if extra <= allowed else fails).append(
+                f"time +{extra * 1000:.0f} ms (<= {allowed * 1000:.0f} ms)"
+            )
+    i = by_mode.get("isolate")
+    if i:
+        if i["errors"] or i["setup_error"]:
+            fails.append("isolate: refused/failed")
+        elif i["lsq"] is not None:
+            (passes if i["lsq"] <= GOAL_ISOLATE_MIB else fails).append(
+                f"isolate {i['lsq']:+.2f} MiB/run (<= {GOAL_ISOLATE_MIB})"
+            )
+    if fails:
+        return "FAILS: " + "; ".join(fails) + (f" | meets: {'; '.join(passes)}" if passes else "")
+    return "meets: " + "; ".join(passes) if passes else "nothing to judge"
+
+
+def main() -> None:
+    every = examples()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=12)
+    parser.add_argument("--only", default=None, help=f"comma-separated, of: {', '.join(every)}")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"of: {', '.join(MODES)}")
+    parser.add_argument("--keras", choices=("keras3", "tf_keras"), default="keras3")
+    args = parser.parse_args()
+    names = args.only.split(",") if args.only else list(every)
+    modes = args.modes.split(",")
+    if unknown := [n for n in names if n not in every] + [m for m in modes if m not in MODES]:
+        parser.error(f"unknown: {', '.join(unknown)}")
+    skipped = [n for n in names if args.keras not in every[n].kerases]
+    names = [n for n in names if n not in skipped]
+    first = FIRST if args.runs >= FIRST + 2 else 1
+    print(
+        f"{args.runs} runs per (example, way), each way in a fresh process; {args.keras}; "
+        f"RSS slope over runs {first}-{args.runs} in MiB/run: least squares [Theil-Sen]; "
+        f"times: median of runs 2-{args.runs}. Ways run one after another (not interleaved): "
+        f"times are noisy on a shared machine."
+    )
+    if skipped:
+        print(f"not on {args.keras}: {', '.join(skipped)}")
+    t0 = time.perf_counter()
+    table: dict[str, dict[str, dict[str, Any]]] = {}
+    for name in names:
+        for mode in modes:
+            seen = measure(name, mode, args.runs, args.keras)[name]
+            got = table.setdefault(name, {})[mode] = figures(seen)
+            print(
+                f"  {name:>20} {mode:>8}: {_f(got['lsq'])} [{_f(got['ts'])}] MiB/run, fit "
+                f"#1 {_f(got['fit1'], '{:.2f}')} s #{args.runs} {_f(got['fitN'], '{:.2f}')} s, "
+                f"cell {_f(got['cell'], '{:.2f}')} s, ok {got['ok']} "
+                f"({time.perf_counter() - t0:.0f} s)",
+                flush=True,
+            )
+    print()
+    _table(table, modes, args.runs)
+    print()
+    for name, by_mode in table.items():
+        print(f"{name} ({every[name].follows}):")
+        for mode, got in by_mode.items():
+            for what in ("setup_error", "errors", "diagnose", "findings", "isolated", "notes"):
+                value = got[what]
+                for line in [value] if isinstance(value, str) else value or []:
+                    print(f"    {mode} {what}: {line[:300]}")
+        print(f"  verdict: {verdict(by_mode)}")
+    print(f"wall: {time.perf_counter() - t0:.0f} s")
+
+
+def _table(table: dict[str, dict[str, dict[str, Any]]], modes: list[str], runs: int) -> None:
+    head = " | ".join(f"{m + ' MiB/run':>20}" for m in modes)
+    print(
+        f"{'example':>20} | {head} | fit #1 / #{runs} s (kerasrun) | cell s bare -> "
+        f"kerasrun (x) | findings | earlier alive ({'/'.join(modes)})"
+    )
+    for name, by_mode in table.items():
+        slopes = " | ".join(
+            f"{_f(by_mode[m]['lsq']) + ' [' + _f(by_mode[m]['ts']) + ']':>20}"
+            if not by_mode[m]["errors"]
+            else f"{'failed ' + by_mode[m]['ok'] + ' ok':>20}"
+            for m in modes
+        )
+        fits = by_mode.get("kerasrun") or by_mode.get("bare") or {}
+        fit = f"{_f(fits.get('fit1'), '{:.2f}')} / {_f(fits.get('fitN'), '{:.2f}')}"
+        b, k = by_mode.get("bare"), by_mode.get("kerasrun")
+        cell = "-"
+        if b and k and b["cell"] and k["cell"]:
+            cell = f"{b['cell']:.2f} -> {k['cell']:.2f} (x{k['cell'] / b['cell']:.2f})"
+        found = len(set(k["diagnose"]) | set(k["findings"])) if k else "-"
+        alive = "/".join(str(by_mode[m]["earlier_alive"]) for m in modes)
+        print(f"{name:>20} | {slopes} | {fit:>22} | {cell:>26} | {found!s:>8} | {alive}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Keras' own examples and guides, as notebook cells: the code users copy, the project's yardstick.
+
+Each module holds one ``Example``: a SETUP cell (data, layers or models built once) and a TRAIN
+cell (what the user re-runs), in the shape of the keras.io original it ``follows``. Data is
+synthetic, of the original's shapes and dtypes, with fewer samples (nothing is downloaded).
+``runner.py`` runs them in a real IPython shell; ``bench/bench_examples.py`` prints the figures.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+
+KERASES = ("keras3", "tf_keras")  # Keras 3 on TensorFlow; Keras 2 (the tf_keras package)
+MODULES = (
+    "mnist_convnet",
+    "custom_train_step",
+    "gan",
+    "loop_from_scratch",
+    "text_classification",
+    "tf_data_pipeline",
+    "transfer_learning",
+)
+
+
+@dataclass(frozen=True)
+class Example:
+    """One example: ``setup`` runs once, ``train`` is the cell re-run; ``kerases``: where the
+    same code runs (``tf_keras``: the same modulo ``import tf_keras as keras``); ``fits``:
+    whether the train cell calls ``fit`` (so a run's fit time must be known)."""
+
+    name: str
+    follows: str
+    setup: str
+    train: str
+    kerases: tuple[str, ...] = ("keras3",)
+    fits: bool = True
+
+    def cell(self, which: str, keras: str = "keras3") -> str:
+        """The source of the ``setup`` or ``train`` cell for ``keras``."""
+        source = self.setup if which == "setup" else self.train
+        if keras == "tf_keras":
+            source = re.sub(r"^import keras$", "import tf_keras as keras", source, flags=re.M)
+            source = re.sub(r"^from keras import", "from tf_keras import", source, flags=re.M)
+        return source
+
+
+def examples() -> dict[str, Example]:
+    """Every example, by name, in the order of ``MODULES``."""
+    found = [importlib.import_module(f"{__name__}.{m}").EXAMPLE for m in MODULES]
+    return {e.name: e for e in found}
+
+
+def get(name: str) -> Example:
+    everything = examples()
+    if name not in everything:
+        raise KeyError(f"no example {name!r}; known: {', '.join(everything)}")
+    return everything[name]

@@ -1,0 +1,279 @@
+"""Run an example's cells in a real IPython shell, ``n`` times, one way, and record each run.
+
+    python -m bench.examples.runner mnist_convnet kerasrun --runs 3          # prints JSON
+    python -m bench.examples.runner mnist_convnet,gan bare --keras tf_keras --out seen.json
+
+Ways (``MODES``): ``bare`` (the extension not loaded, the train cell as is), ``kerasrun``
+(``%%kerasrun --label NAME`` prepended), ``isolate`` (``%%kerasrun --isolate --label NAME``). The
+setup cell runs once, as a plain cell, as a notebook runs it. ``measure()`` runs one way in a
+FRESH Python process (its run history and IPython dir in a temp dir), so ways and Kerases never
+contaminate each other; several examples named at once run one after the other in that process
+(each with its own label), which the tests use to pay TensorFlow's import once.
+
+Recorded per run (after the cell, outside it, so no ``Out`` entry): the cell's wall time as the
+user waits for it; RSS after ``gc.collect()`` (psutil); the fit time (the RunRecord's
+``fit_seconds``; bare: ``Model.fit`` timed by a wrapper installed after the setup cell); the
+record's findings lines and ``keras_nbguard.diagnose(label)``; live top-level Keras models and how
+many of them were first seen after an earlier run (models of earlier runs still alive after gc;
+those of the setup cell are not counted). A failed cell is recorded with its error text (an
+``--isolate`` refusal included) and the loop goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+MODES = ("bare", "kerasrun", "isolate")
+MAGIC = {
+    "bare": "",
+    "kerasrun": "%%kerasrun --label {name}\n",
+    "isolate": "%%kerasrun --isolate --label {name}\n",
+}
+REPO = Path(__file__).resolve().parents[2]
+
+
+def measure(
+    names: str | list[str],
+    mode: str,
+    runs: int,
+    keras: str = "keras3",
+    timeout: float | None = None,
+) -> dict[str, Any]:
+    """``run_here`` in a fresh interpreter; returns ``{name: seen}`` (see ``run_example``).
+    A child that dies raises RuntimeError with the tail of its output."""
+    names = names.split(",") if isinstance(names, str) else names
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "seen.json")
+        env = {
+            **os.environ,
+            "KERAS_NBGUARD_DB": os.path.join(tmp, "runs.sqlite"),
+            "IPYTHONDIR": os.path.join(tmp, "ipython"),
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        }
+        for key in ("KERAS_BACKEND", "TF_USE_LEGACY_KERAS"):
+            env.pop(key, None)
+        if keras == "tf_keras":
+            env["TF_USE_LEGACY_KERAS"] = "1"  # tf.keras is tf_keras too, as Keras 2 users have it
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bench.examples.runner",
+                ",".join(names),
+                mode,
+                "--runs",
+                str(runs),
+                "--keras",
+                keras,
+                "--out",
+                out,
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if done.returncode != 0 or not os.path.exists(out):
+            raise RuntimeError(
+                f"{','.join(names)}/{mode}/{keras}: child exited "
+                f"{done.returncode}\n--- stdout (tail)\n{done.stdout[-3000:]}\n"
+                f"--- stderr (tail)\n{done.stderr[-3000:]}"
+            )
+        with open(out) as f:
+            seen: dict[str, Any] = json.load(f)
+    for by_name in seen.values():
+        by_name["stderr_notes"] = sorted(
+            {
+                line.strip()
+                for line in done.stderr.splitlines()
+                if "keras_nbguard" in line or "NbguardWarning" in line
+            }
+        )[:20]
+    return seen
+
+
+# -- in the child ------------------------------------------------------------------------------
+def run_here(names: list[str], mode: str, runs: int, keras: str) -> dict[str, Any]:
+    """Every example of ``names`` in this process's shell, one after the other."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("colors", "nocolor")
+    if mode != "bare":
+        shell.run_line_magic("load_ext", "keras_nbguard")
+    return {name: run_example(shell, name, mode, runs, keras) for name in names}
+
+
+def run_example(shell: Any, name: str, mode: str, runs: int, keras: str) -> dict[str, Any]:
+    """The example's setup cell once, then its train cell ``runs`` times."""
+    import gc
+
+    import psutil
+
+    from bench.examples import get
+
+    example = get(name)
+    process = psutil.Process()
+    seen: dict[str, Any] = {
+        "name": name,
+        "mode": mode,
+        "keras": keras,
+        "follows": example.follows,
+        "fits": example.fits,
+        "runs": [],
+    }
+    result = shell.run_cell(example.cell("setup", keras), store_history=True)
+    if not result.success:
+        seen["setup_error"] = _error_text(result)
+        return seen
+    model_class = _model_class(keras)
+    fit_timer = _FitTimer(model_class) if mode == "bare" else None
+    born: dict[int, tuple[Any, int]] = {}  # id -> (weakref, the run after which it was first seen)
+    gc.collect()
+    _note_models(model_class, born, 0)
+    seen["rss_after_setup"] = process.memory_info().rss
+    source = MAGIC[mode].format(name=name) + example.cell("train", keras)
+    try:
+        for n in range(1, runs + 1):
+            if fit_timer:
+                fit_timer.seconds = None
+            t0 = time.perf_counter()
+            result = shell.run_cell(source, store_history=True)
+            cell_s = time.perf_counter() - t0
+            gc.collect()
+            run: dict[str, Any] = {
+                "n": n,
+                "ok": result.success,
+                "cell_s": cell_s,
+                "rss": process.memory_info().rss,
+            }
+            if not result.success:
+                run["error"] = _error_text(result)
+            alive = _note_models(model_class, born, n)
+            run["live_models"] = len(alive)
+            run["earlier_alive"] = sum(1 <= born[i][1] < n for i in alive)  # runs 1..n-1
+            if fit_timer:
+                run["fit_s"] = fit_timer.seconds
+            else:
+                run.update(_record_of(name))
+            seen["runs"].append(run)
+    finally:
+        if fit_timer:
+            fit_timer.restore()
+    return seen
+
+
+def _model_class(keras: str) -> Any:
+    package = "tf_keras" if keras == "tf_keras" else "keras"
+    return sys.modules[package].Model
+
+
+def _note_models(model_class: Any, born: dict[int, tuple[Any, int]], n: int) -> list[int]:
+    """The ids of live top-level models; those not seen before are noted as born after run n."""
+    import gc
+    import weakref
+
+    models = [o for o in gc.get_objects() if isinstance(o, model_class)]
+    inner = {id(getattr(m, "_functional", None)) for m in models}  # a Sequential's own graph
+    alive = []
+    for m in models:
+        if id(m) in inner:
+            continue
+        known = born.get(id(m))
+        if known is None or known[0]() is not m:
+            born[id(m)] = (weakref.ref(m), n)
+        alive.append(id(m))
+    return alive
+
+
+def _record_of(label: str) -> dict[str, Any]:
+    """What keras_nbguard recorded about the label's last run."""
+    import keras_nbguard
+
+    records = keras_nbguard.runs(label, this_kernel=True)
+    if not records:
+        return {"record": None}
+    r = records[-1]
+    return {
+        "record": r.run_number,
+        "status": r.status,
+        "wall_s": r.wall_seconds,
+        "prepare_s": r.prepare_seconds,
+        "fit_s": r.fit_seconds,
+        "fit_reason": r.fit_reason,
+        "fits": len(r.fits),
+        "findings": list(r.findings),
+        "keras_seen": r.keras,
+        "isolated": r.isolated,
+        "cleared": r.cleared,
+        "released": None if r.released_models is None else r.released_models.count,
+        "stale": None if r.stale_models is None else r.stale_models.count,
+        "stale_paths": [] if r.stale_models is None else list(r.stale_models.paths)[:5],
+        "diagnose": [f"{f.kind}: {f.message}" for f in keras_nbguard.diagnose(label)],
+    }
+
+
+def _error_text(result: Any) -> str:
+    error = result.error_before_exec or result.error_in_exec
+    return f"{type(error).__name__}: {error}"
+
+
+class _FitTimer:
+    """Bare runs: ``Model.fit`` timed by a plain wrapper (the sum of a run's fits)."""
+
+    def __init__(self, model_class: Any) -> None:
+        self.model_class = model_class
+        self.own = model_class.__dict__.get("fit")  # None: inherited (Keras 3's Trainer)
+        self.original = model_class.fit
+        self.seconds: float | None = None
+        timer = self
+
+        def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return timer.original(model, *args, **kwargs)
+            finally:
+                timer.seconds = (timer.seconds or 0.0) + time.perf_counter() - t0
+
+        model_class.fit = fit
+
+    def restore(self) -> None:
+        if self.own is None:
+            del self.model_class.fit
+        else:
+            self.model_class.fit = self.own
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", help="comma-separated example names")
+    parser.add_argument("mode", choices=MODES)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--keras", choices=("keras3", "tf_keras"), default="keras3")
+    parser.add_argument("--out", help="write the JSON here (default: print it)")
+    args = parser.parse_args()
+    if args.keras == "tf_keras" and os.environ.get("TF_USE_LEGACY_KERAS") != "1":
+        os.environ["TF_USE_LEGACY_KERAS"] = "1"  # before TensorFlow is imported
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if "KERAS_NBGUARD_DB" not in os.environ:  # run by hand: never the user's run history
+        os.environ["KERAS_NBGUARD_DB"] = os.path.join(tempfile.mkdtemp(), "runs.sqlite")
+    seen = run_here(args.names.split(","), args.mode, args.runs, args.keras)
+    text = json.dumps(seen)
+    if args.out:
+        Path(args.out).write_text(text)
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""Keras' own examples and guides (``bench/examples/``), a short version of each, under
+``%%kerasrun``: Keras 3 on TensorFlow in this process's shell, Keras 2 (tf_keras) in a process of
+its own. What they must do today: run without error under the magic, a RunRecord per cell, fit
+timed where the example fits. The flatness goals (RSS per run, time) are bench goals:
+``bench/bench_examples.py``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.examples import KERASES, MODULES, examples
+from bench.examples.runner import measure, run_example
+
+pytestmark = pytest.mark.slow
+RUNS = 3
+EXAMPLES = examples()
+
+
+def _check_runs(seen: dict, keras_name: str) -> None:
+    """Every run ok, recorded as run 1..RUNS of the example's label, cleared, fit timed."""
+    assert "setup_error" not in seen, seen["setup_error"]
+    runs = seen["runs"]
+    assert [r.get("error") for r in runs] == [None] * RUNS
+    assert [r["record"] for r in runs] == list(range(1, RUNS + 1))
+    assert {r["status"] for r in runs} == {"ok"}
+    assert all(r["cleared"] for r in runs)
+    assert all(r["keras_seen"].startswith(keras_name) for r in runs), runs[0]["keras_seen"]
+    if seen["fits"]:
+        for r in runs:
+            assert r["fit_s"] is not None and r["fit_s"] > 0, r.get("fit_reason")
+            assert r["fit_s"] <= r["wall_s"]
+
+
+def test_the_corpus_holds_every_example_the_issue_names():
+    assert list(EXAMPLES) == list(MODULES)
+    for example in EXAMPLES.values():
+        assert example.follows and example.setup and example.train
+        assert "keras3" in example.kerases and set(example.kerases) <= set(KERASES)
+        compile(example.setup, example.name, "exec")
+        compile(example.train, example.name, "exec")
+    assert "tf_keras" in EXAMPLES["mnist_convnet"].kerases
+    assert EXAMPLES["mnist_convnet"].train.rstrip().splitlines()[-1].startswith("model.fit(")
+    assert not EXAMPLES["loop_from_scratch"].fits
+    tf_keras = EXAMPLES["mnist_convnet"].cell("setup", "tf_keras")
+    assert "import tf_keras as keras" in tf_keras and "from tf_keras import layers" in tf_keras
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_example_runs_under_kerasrun_on_keras3(shell, name):
+    seen = run_example(shell, name, "kerasrun", RUNS, "keras3")
+    _check_runs(seen, "Keras 3")
+
+
+def test_convnet_history_is_the_cells_result(shell):
+    """The example's last line is ``model.fit(...)``: its History is the cell's ``Out[n]`` under
+    the magic too."""
+    run_example(shell, "mnist_convnet", "kerasrun", 1, "keras3")
+    assert type(shell.user_ns["_"]).__name__ == "History"
+    assert len(shell.user_ns["_"].history["loss"]) == 2
+
+
+def test_examples_run_under_kerasrun_on_tf_keras():
+    names = [n for n, e in EXAMPLES.items() if "tf_keras" in e.kerases]
+    seen = measure(names, "kerasrun", RUNS, "tf_keras", timeout=600)
+    assert list(seen) == names
+    for name in names:
+        _check_runs(seen[name], "Keras 2")
