@@ -13,14 +13,15 @@ from .findings import (
     GPU_USED_SHARE,
     INPUT_SHARE,
     MIN_EPOCHS,
+    RETRACE_THRESHOLD,
     TRACES_PER_FIT,
     WRITER_BYTES,
     Finding,
     Trend,
     name_of,
 )
-from .formatting import fmt_bytes, fmt_seconds, fmt_stale
-from .records import RunRecord
+from .formatting import fmt_bytes, fmt_seconds, fmt_size
+from .records import HeldModels, RunRecord
 
 
 def within_run(run: RunRecord) -> list[Finding]:
@@ -32,12 +33,23 @@ def within_run(run: RunRecord) -> list[Finding]:
 
 
 def _stale_models(run: RunRecord) -> Finding | None:
-    held = run.stale_models
+    """The earlier runs' models still alive after ``run`` (as the record says; the diagnosis
+    checks them against the kernel's live models when it shows them)."""
+    return stale_finding(run, run.stale_models)
+
+
+def stale_finding(run: RunRecord, held: HeldModels | None) -> Finding | None:
     if held is None or not held.count:
         return None
+    runs = ", ".join(f"#{n}" for n in held.runs)
+    whose = f"from {run.label} {runs}" if runs else f"of {run.label!r}"
+    models = f"{held.count} model{'s' if held.count != 1 else ''} {whose}"
+    where = f": {', '.join(held.paths[:3])}" if held.paths else ": `%nbguard leaks` says where"
+    more = f" and {len(held.paths) - 3} more" if len(held.paths) > 3 else ""
     return Finding(
         "stale_models",
-        fmt_stale(held, with_command=False),  # the command is the advice
+        f"{models} still alive after {name_of(run)} ({fmt_size(held.weight_bytes)} weights, "
+        f"graphs not counted){where}{more}",
         held.command or "%nbguard free --containers, or del the names",
         (("models", str(held.count)), ("weights", fmt_bytes(held.weight_bytes))),
         (name_of(run),),
@@ -155,27 +167,48 @@ def _input_share(fit: FitRecord) -> float:
 
 
 def _retracing(run: RunRecord) -> Finding | None:
-    calls = max(1, len(run.fits) + len(run.inference))  # evaluate and predict trace their own
     if run.traces is None:
         return None
-    counted = run.traces
     if run.trace_kind != "tf.function":
-        # JAX also compiles each eager op once per shape on a kernel's first run: only Keras'
-        # steps compiled again (a new shape, a last partial batch) are retracing there
-        counted = sum(count for name, count in run.traced if "step" in name)
-    if counted <= TRACES_PER_FIT * calls:
+        return _recompiling(run)
+    # TensorFlow's own test: one tf.function traced again and again (RETRACE_THRESHOLD inputs)
+    over = [(name, n) for name, n in run.signatures if n >= RETRACE_THRESHOLD]
+    if not over:
         return None
-    most = ", ".join(f"{name} {count}×" for name, count in run.traced) or "functions"
-    what = "tf.function traces" if run.trace_kind == "tf.function" else run.trace_kind
-    per = "per fit" if not run.inference else "per fit, evaluate or predict"
+    name, count = over[0]
+    others = "".join(f", {n} {c}×" for n, c in over[1:])
     return Finding(
         "retracing",
-        f"{counted} {what} in {name_of(run)} ({counted / calls:.0f} {per}): "
-        f"{most} traced again and again",
+        f"{name} was traced for {count} different inputs in {name_of(run)}{others} "
+        f"(TensorFlow warns from {RETRACE_THRESHOLD}): each new Python value or shape it is "
+        f"called with traces it again",
         "pass tensors, not Python numbers, to your tf.function (or give it an input_signature), "
         "and keep shapes fixed (drop_remainder=True)",
         (
-            (what, str(counted)),
+            *((f"{n} traced for", f"{c} inputs") for n, c in over),
+            ("tf.function traces", str(run.traces)),
+        ),
+        (name_of(run),),
+        min(1.0, count / (4 * RETRACE_THRESHOLD)),
+    )
+
+
+def _recompiling(run: RunRecord) -> Finding | None:
+    """JAX compiles each eager op once per shape on a kernel's first run: only Keras' steps
+    compiled again (a new shape, a last partial batch) are retracing there."""
+    calls = max(1, len(run.fits) + len(run.inference))  # evaluate and predict compile their own
+    counted = sum(count for name, count in run.traced if "step" in name)
+    if counted <= TRACES_PER_FIT * calls:
+        return None
+    most = ", ".join(f"{name} {count}×" for name, count in run.traced) or "functions"
+    per = "per fit" if not run.inference else "per fit, evaluate or predict"
+    return Finding(
+        "retracing",
+        f"{counted} {run.trace_kind} in {name_of(run)} ({counted / calls:.0f} {per}): "
+        f"{most} compiled again and again",
+        "keep shapes fixed (drop_remainder=True, or pad to a few fixed sizes)",
+        (
+            (run.trace_kind, str(counted)),
             ("fits", str(len(run.fits))),
             ("evaluate/predict", str(len(run.inference))),
         ),

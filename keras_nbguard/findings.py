@@ -1,11 +1,15 @@
 """What a diagnosis is made of: a ``Finding``, the ``Findings`` list, the robust ``Trend`` the
-causes are judged with, and every threshold they use, in this one place (the README lists them).
+causes are judged with, the one trend of a label's runs (``RunTrend``: the number the dashboard
+shows, its span and its flag, all from the test the diagnosis names causes with), and every
+threshold they use, in this one place (the README lists them).
 
 Trends across runs and across epochs use a robust slope (Theil–Sen: the median of the pairwise
 slopes) and are named only when the rise is large (``RISE_SHARE`` of the median), well beyond
 the series' own spread (``NOISE_FACTOR`` × a MAD-based spread of the residuals), and steady (a
 Mann–Kendall test, ``TREND_P``): fit times on a shared machine vary ±10% run to run, a burst of
 load from elsewhere slows two or three runs in a row, and a clean label must raise no finding.
+A trend across runs looks at the current kernel's runs of a label after its first (a warm-up:
+imports, first traces), the latest ``WINDOW`` of them.
 """
 
 from __future__ import annotations
@@ -29,11 +33,17 @@ CALLBACK_SHARE = 0.10  # the user's callbacks' share of the fit time
 WRITER_BYTES = 64 * 2**10  # a callback method writing this much over a fit is checkpointing
 CHECKPOINT_SHARE = 0.10  # ...and named when its share of the fit time is this at least
 INPUT_SHARE = 0.50  # making a Python input's batches, as a share of the fit: it waits for them
-TRACES_PER_FIT = 4  # tf.function traces per fit beyond which retracing is named
+TRACES_PER_FIT = 4  # JAX: compilations of Keras' steps per fit beyond which retracing is named
+# TensorFlow warns "5 out of the last N calls to <f> triggered tf.function retracing" once one
+# function traced this often (tf 2.21: polymorphic_function.FREQUENT_TRACING_WARNING_THRESHOLD):
+# a tf.function traced for this many distinct inputs (Python values, shapes) within a run is
+# retracing. A step traced once, plus once for a last partial batch, is not.
+RETRACE_THRESHOLD = 5
 DATASET_RUNS = 3  # runs in a row (after the label's first) that traced a tf.data pipeline anew
 GPU_HELD_SHARE = 0.80  # the process holds this share of the GPU's memory...
 GPU_USED_SHARE = 0.50  # ...while TensorFlow's peak use is under this share of what it holds
 WINDOW = 20  # the latest runs of a label looked at
+RECENT = 5  # the latest runs of a label whose own causes (within a run) are still shown
 
 
 @dataclass(frozen=True)
@@ -114,4 +124,97 @@ def names(runs: Iterable[RunRecord]) -> tuple[str, ...]:
 
 
 def span(runs: Sequence[RunRecord]) -> str:
-    return f"#{runs[0].run_number}–#{runs[-1].run_number}"
+    """``mlp #2–#5``: the label and the first and last run."""
+    if runs[0].run_number == runs[-1].run_number:
+        return name_of(runs[0])
+    return f"{runs[0].label} #{runs[0].run_number}–#{runs[-1].run_number}"
+
+
+def this_kernel(runs: Sequence[RunRecord]) -> list[RunRecord]:
+    """The runs since the latest start of a kernel process (a new kernel id, the same id in a new
+    process — "Restart kernel" keeps the id — or run numbers that went back: an old history)."""
+    for i in range(len(runs) - 1, 0, -1):
+        a, b = runs[i - 1], runs[i]
+        if b.run_number <= a.run_number or (
+            a.kernel_id != b.kernel_id or (a.pid is not None and b.pid is not None
+                                           and a.pid != b.pid)):
+            return list(runs[i:])
+    return list(runs)
+
+
+def after_warmup(runs: Sequence[RunRecord]) -> list[RunRecord]:
+    """One label's runs (oldest first) that a trend across runs looks at: this kernel's, after
+    its first (which warms up: imports, first traces, allocator pools), the latest ``WINDOW``."""
+    return this_kernel(runs)[1:][-WINDOW:]
+
+
+@dataclass(frozen=True)
+class RunTrend:
+    """One series over a label's runs after the warm-up: the slope shown, the runs it spans and
+    whether the diagnosis names it (``flagged``) — one computation for the dashboard, the
+    summary and the diagnosis."""
+
+    series: str  # "RSS" or "fit time"
+    runs: tuple[RunRecord, ...]  # the runs it is computed over, oldest first
+    trend: Trend | None  # None: fewer than 2 runs
+    flagged: bool
+
+    @property
+    def slope(self) -> float | None:
+        return None if self.trend is None else self.trend.slope
+
+    @property
+    def span(self) -> str:
+        """``runs 2–5`` (the label's run numbers)."""
+        if not self.runs:
+            return "no runs"
+        first, last = self.runs[0].run_number, self.runs[-1].run_number
+        return f"run {first}" if first == last else f"runs {first}–{last}"
+
+    def text(self) -> str:
+        """``⚠ RSS +1.9 MiB per run over runs 2–5``, or what the trend still needs."""
+        from .formatting import fmt_bytes, fmt_seconds  # formatting imports records
+
+        if self.trend is None:
+            return f"{self.series}: a trend needs 2 runs after the first ({len(self.runs)} so far)"
+        slope = self.trend.slope
+        rate = (fmt_bytes(round(slope), signed=True) if self.series == "RSS"
+                else fmt_seconds(slope, signed=True))
+        return f"{'⚠ ' if self.flagged else ''}{self.series} {rate} per run over {self.span}"
+
+
+def rss_trend(runs: Sequence[RunRecord]) -> RunTrend:
+    """RSS after each run: flagged when it grows ``GROWTH_BYTES_PER_RUN`` a run at least, beyond
+    ``NOISE_FACTOR`` × its own spread, over ``MIN_RUNS`` runs at least (``state_growth``)."""
+    measured = tuple(r for r in after_warmup(runs) if r.status == "ok" and r.rss_after is not None)
+    if len(measured) < 2:
+        return RunTrend("RSS", measured, None, False)
+    trend = Trend([float(r.rss_after or 0) for r in measured])
+    flagged = (len(measured) >= MIN_RUNS and trend.slope >= GROWTH_BYTES_PER_RUN
+               and trend.rise >= NOISE_FACTOR * trend.spread)
+    return RunTrend("RSS", measured, trend, flagged)
+
+
+def fit_trend(runs: Sequence[RunRecord]) -> RunTrend:
+    """Fit time of each run: flagged when it rises steadily and beyond the noise
+    (``Trend.rises``) over ``MIN_RUNS`` runs at least (``run_slowdown``)."""
+    timed = tuple(r for r in after_warmup(runs) if r.status == "ok" and r.fit_seconds is not None)
+    if len(timed) < 2:
+        return RunTrend("fit time", timed, None, False)
+    trend = Trend([r.fit_seconds or 0.0 for r in timed])
+    return RunTrend("fit time", timed, trend, len(timed) >= MIN_RUNS and trend.rises())
+
+
+def label_trends(runs: Sequence[RunRecord]) -> tuple[RunTrend, RunTrend]:
+    """RSS and fit-time trends of one label's runs (any kernels, oldest first)."""
+    return rss_trend(runs), fit_trend(runs)
+
+
+def trends_text(name: str, runs: Sequence[RunRecord]) -> str:
+    """``mlp: ⚠ RSS +4.0 MiB per run over runs 2–8; fit time +1 ms per run over runs 2–8``: the
+    dashboard's trend line of one label (``runs``: its runs, any kernels, oldest first)."""
+    rss, fit = label_trends(runs)
+    parts = [t.text() for t in (rss, fit) if t.trend is not None]
+    if not parts:
+        return f"{name}: a trend needs 2 runs after this kernel's first ({len(rss.runs)} so far)"
+    return f"{name}: " + "; ".join(parts)

@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import html
+import os
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from .findings import Finding
-from .records import RunRecord
 
 SHOWN = 5
 
 
-def current_findings(records: Sequence[RunRecord], warn: Callable[[str], object]) -> list[Finding]:
-    """``diagnose()`` of the kernel's runs; none (and a warning) if it fails: a bug of ours must
-    not take the dashboard down."""
-    from .diagnosis import diagnose  # not at %load_ext
+def current_findings(session: Any, warn: Callable[[str], object] | None = None) -> list[Finding]:
+    """The kernel's findings as they stand now (``diagnosis.present``: this kernel's runs, the
+    earlier runs' models that are still alive), made afresh at each call; none (and a warning)
+    if that fails: a bug of ours must not take the dashboard down.
 
+    ``session``: the Session. (Given a list of records, as before, only those of this process
+    are diagnosed and no model is called stale: whether one is alive, only the session knows.)"""
+    from .diagnosis import diagnose, present  # not at %load_ext
+
+    warn = warn or getattr(session, "warn_once", None) or (lambda text: None)
     try:
-        return list(diagnose(records))
+        if hasattr(session, "live"):
+            return list(present(session))
+        mine = [r for r in session if r.pid in (None, os.getpid())]
+        return [f for f in diagnose(mine) if f.kind != "stale_models"]
     except Exception as exc:
         warn(f"the dashboard's findings could not be made: {type(exc).__name__}: {exc}")
         return []

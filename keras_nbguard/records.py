@@ -9,12 +9,14 @@ from typing import Any
 
 from .call_records import FitRecord, InferenceRecord
 from .formatting import (
+    clean_worth_showing,
     fmt_bytes,
     fmt_clean,
     fmt_deltas,
     fmt_fit,
     fmt_gpu,
     fmt_inference,
+    fmt_own_time,
     fmt_params,
     fmt_released,
     fmt_seconds,
@@ -114,6 +116,9 @@ class RunRecord:
     traced: tuple[tuple[str, int], ...] = ()  # the functions traced most, with their counts
     dataset_traces: int | None = None  # functions traced of tf.data pipelines the user built
     prepare_seconds: float | None = None  # gc, clear_session and GPU setup before the cell
+    # our own time around the cell, by part ("clear", "gc", "leak check", ...): what the magic
+    # adds to the time the cell holds the kernel, beside ``wall`` (the cell itself)
+    own_time: tuple[tuple[str, float], ...] = ()
     error: str | None = None
     advice: tuple[str, ...] = ()
     # (seconds since start, rss bytes), downsampled for display and storage
@@ -142,6 +147,9 @@ class RunRecord:
     trace_reason: str | None = None  # why ``traces`` is None
     isolated: str | None = None  # run in a fresh process (--isolate): how it went, in words
     params: dict[str, Any] | None = None  # the --sweep point this run is
+    # per tf.function, the distinct inputs (shapes, Python values) it was traced for in the run:
+    # (name, how many), most first; one function traced for many is retracing (diagnosis)
+    signatures: tuple[tuple[str, int], ...] = ()
 
     # -- derived figures ---------------------------------------------------------------------
     @property
@@ -174,6 +182,8 @@ class RunRecord:
         for key in ("warnings", "advice", "findings"):
             data[key] = tuple(data.get(key, ()))
         data["traced"] = tuple((name, count) for name, count in data.get("traced", ()))
+        data["signatures"] = tuple((name, n) for name, n in data.get("signatures", ()))
+        data["own_time"] = tuple((part, s) for part, s in data.get("own_time", ()))
         data["growth"] = tuple(Growth(**g) for g in data.get("growth", ()))
         data["inference"] = tuple(InferenceRecord(**i) for i in data.get("inference", ()))
         data["rss_samples"] = tuple(tuple(s) for s in data.get("rss_samples", ()))
@@ -191,7 +201,9 @@ class RunRecord:
         """(name, value) rows shared by the text and HTML summaries."""
         rows = [
             ("status", self.status),
-            ("wall", fmt_seconds(self.wall_seconds)),
+            ("wall", f"{fmt_seconds(self.wall_seconds)}, the cell's own code"),
+            *([("ours", f"{fmt_own_time(self.own_time)} (before and after the cell)")]
+              if self.own_time else []),
             ("fit", fmt_fit(self)),
             *([("inference", fmt_inference(self))] if self.inference else []),
             ("rss", f"{fmt_bytes(self.rss_before)} → {fmt_bytes(self.rss_after)} "
@@ -204,7 +216,7 @@ class RunRecord:
             rows.append(("stale", fmt_stale(self.stale_models)))
         if self.released_models is not None:
             rows.append(("released", fmt_released(self.released_models)))
-        if self.deep_clean is not None:
+        if self.deep_clean is not None and clean_worth_showing(self.deep_clean):
             rows.append(("deep clean", fmt_clean(self.deep_clean)))
         if self.params:
             rows.append(("params", fmt_params(self.params)))

@@ -116,7 +116,7 @@ model.fit(ds, epochs=1, verbose=0)
     assert not [f for f in keras_nbguard.diagnose("rebuilt") if f.kind == "dataset_rebuilt"]
     assert run(keras_shell, cell).success  # the third rebuild after the first
     finding = only("dataset_rebuilt", "rebuilt")
-    assert "1 of its functions traced again in each of runs #2–#4" in finding.message
+    assert "1 of its functions traced again in each of rebuilt #2–#4" in finding.message
 
 
 def test_a_list_growing_every_run_is_named_with_its_size(keras_shell):

@@ -1,6 +1,6 @@
 """Diagnosis in words: the trend rules on records, where a clean or merely noisy label must
-raise nothing; retracing, kept models and compare on a real shell (the other causes, built for
-real: test_causes.py)."""
+raise nothing; kept models and compare on a real shell (the other causes, built for real:
+test_causes.py; retracing, and findings that tell the present: test_findings_present.py)."""
 
 from __future__ import annotations
 
@@ -68,24 +68,6 @@ def test_the_trend_is_robust_to_one_outlier():
     assert trend.slope == 0.0 and not trend.rises()
 
 
-def test_a_function_traced_again_and_again_is_retracing(keras_shell):
-    cell = """%%kerasrun --label traced --quiet
-import tensorflow as tf
-@tf.function
-def scale(n):
-    return tf.constant(1.0) * n
-for n in range(12):
-    scale(n)  # a new Python number: a new trace each time
-"""
-    assert run(keras_shell, cell).success
-    (finding,) = keras_nbguard.diagnose("traced")
-    assert finding.kind == "retracing" and finding.message.startswith("12 tf.function traces")
-    assert "(12 per fit): scale 12× traced again and again" in finding.message  # by name
-    record = keras_nbguard.runs("traced")[-1]  # and the run's own summary says it
-    assert record.findings == (f"retracing: {finding.message} — %nbguard diagnose",)
-    assert ("finding", record.findings[0]) in record.summary_rows()
-
-
 @pytest.mark.slow
 def test_a_clean_label_raises_nothing_and_kept_models_are_named(keras_shell):
     for _ in range(MIN_RUNS + 2):
@@ -100,6 +82,7 @@ def test_a_clean_label_raises_nothing_and_kept_models_are_named(keras_shell):
                                 "kept[-1].fit(x, y, epochs=1, verbose=0)").success
     (finding,) = keras_nbguard.diagnose("kept")
     assert finding.kind == "stale_models" and "kept[0]" in finding.message
+    assert finding.message.startswith("1 model from kept #1 still alive after kept #2")
     shown = keras_shell.run_line_magic("nbguard", "diagnose --label kept")
     assert shown == [finding]
     compared = keras_shell.run_line_magic("nbguard", "compare clean#2 kept")

@@ -1,6 +1,11 @@
 """Counts tf.function traces during a run (new models and recompiles retrace; stable ones don't).
 
-A scoped, reversible patch of the one TensorFlow function that runs only when a trace is made.
+A scoped, reversible patch of the one TensorFlow function that runs only when a trace is made
+(nothing runs on a call that finds its trace cached). Per tf.function (its trace cache: one per
+``tf.function`` object, shared by the trace that creates variables and the one after it) it keeps
+the distinct inputs traced — shapes, dtypes, Python values — which is what retracing is: the same
+function traced again for a new Python number or a new shape. A new model's step traced once is
+not; neither is a last partial batch (two inputs).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ KERAS_ADAPTERS = (
     f"{os.sep}tf_keras{os.sep}src{os.sep}engine{os.sep}data_adapter",
 )  # Keras 2
 FRAMES_LOOKED_AT = 60
+SIGNATURES_KEPT = 3  # functions kept in a run's record, those traced for the most inputs first
 
 
 def trace_counter_for(backend: str) -> TraceCounter | JaxCompileCounter | NoTraces:
@@ -53,6 +59,10 @@ class TraceCounter:
         self.dataset_count: int | None = 0
         self.names: Counter[str] = Counter()  # the tf.functions traced, by name
         self.reason: str | None = None
+        # per tf.function traced in the run (its trace cache, held only while the run goes): its
+        # name and the hashes of the distinct inputs it was traced for
+        self._functions: dict[Any, tuple[str, set[int]]] = {}
+        self._signatures: tuple[tuple[str, int], ...] | None = None
         self._depth = 0
         self._scope = PatchOnImport(TRACING_MODULE)
 
@@ -61,6 +71,19 @@ class TraceCounter:
 
     def uninstall(self) -> None:
         self._scope.uninstall()
+        self._signatures = self._top()
+        self._functions.clear()  # no trace cache outlives the run
+
+    @property
+    def signatures(self) -> tuple[tuple[str, int], ...]:
+        """The tf.functions traced for the most distinct inputs in the run: (name, how many),
+        most first, three at most."""
+        return self._top() if self._signatures is None else self._signatures
+
+    def _top(self) -> tuple[tuple[str, int], ...]:
+        counted = sorted(((name, len(seen)) for name, seen in self._functions.values()),
+                         key=lambda item: -item[1])
+        return tuple(counted[:SIGNATURES_KEPT])
 
     def _patch(self, module: ModuleType) -> AttributePatch | None:
         original = getattr(module, TRACE_FUNCTION, None)
@@ -74,7 +97,8 @@ class TraceCounter:
         def traced(*args: Any, **kwargs: Any) -> Any:
             # nested tf.functions trace inside their caller's trace: count the outer one only
             if counter._depth == 0:
-                counter._count(args[3] if len(args) > 3 else kwargs.get("tracing_options"))
+                counter._count(args[3] if len(args) > 3 else kwargs.get("tracing_options"),
+                               args[0] if args else kwargs.get("function_type"))
             counter._depth += 1
             try:
                 return original(*args, **kwargs)
@@ -83,7 +107,7 @@ class TraceCounter:
 
         return AttributePatch(module, TRACE_FUNCTION, traced)
 
-    def _count(self, tracing_options: Any) -> None:
+    def _count(self, tracing_options: Any, function_type: Any) -> None:
         if self.count is None or self.dataset_count is None:
             return
         name = str(getattr(tracing_options, "name", ""))
@@ -93,6 +117,13 @@ class TraceCounter:
         else:
             self.count += 1
             self.names[name or "<unnamed>"] += 1
+            cache = getattr(tracing_options, "function_cache", None)
+            _, seen = self._functions.setdefault(
+                name if cache is None else cache, (name or "<unnamed>", set()))
+            try:
+                seen.add(hash(function_type))  # the same input traced twice (variables) is one
+            except TypeError:
+                seen.add(-len(seen) - 1)  # can't tell: a distinct one
 
 
 def _inside_keras_adapter() -> bool:
