@@ -13,7 +13,8 @@ IPython shell, the setup cell once, the train cell N times. Per example it print
   the runs happen in child processes);
 - fit time of run 1 and run N (bare: ``Model.fit`` timed by a wrapper; n/a where the example
   has no ``fit``);
-- the cell's time, kerasrun / bare: median of runs 2..N each, their ratio and difference;
+- the cell's time, kerasrun / bare: median of runs 2..N each, their ratio and difference; the
+  same for the CPU time the process spent in the cell (every thread), steadier when shared;
 - the findings raised (``diagnose(label)`` after the last run, and any run's summary lines);
 - models of earlier runs still alive after ``gc.collect()`` (after the last run);
 - a verdict against issue 23's goals: under ``%%kerasrun`` <= 1.0 MiB/run, cell time <= bare +
@@ -74,6 +75,7 @@ def figures(seen: dict[str, Any]) -> dict[str, Any]:
         "fit1": runs[0].get("fit_s") if runs else None,
         "fitN": last.get("fit_s"),
         "cell": statistics.median(r["cell_s"] for r in runs[1:]) if len(runs) > 1 else None,
+        "cpu": statistics.median(r["cpu_s"] for r in runs[1:]) if len(runs) > 1 else None,
         "ok": f"{len(ok)}/{len(runs)}",
         "errors": errors,
         "setup_error": seen.get("setup_error"),
@@ -157,7 +159,8 @@ def main() -> None:
             print(
                 f"  {name:>20} {mode:>8}: {_f(got['lsq'])} [{_f(got['ts'])}] MiB/run, fit "
                 f"#1 {_f(got['fit1'], '{:.2f}')} s #{args.runs} {_f(got['fitN'], '{:.2f}')} s, "
-                f"cell {_f(got['cell'], '{:.2f}')} s, ok {got['ok']} "
+                f"cell {_f(got['cell'], '{:.2f}')} s (cpu {_f(got['cpu'], '{:.2f}')} s), "
+                f"ok {got['ok']} "
                 f"({time.perf_counter() - t0:.0f} s)",
                 flush=True,
             )
@@ -193,7 +196,10 @@ def _table(table: dict[str, dict[str, dict[str, Any]]], modes: list[str], runs: 
         b, k = by_mode.get("bare"), by_mode.get("kerasrun")
         cell = "-"
         if b and k and b["cell"] and k["cell"]:
-            cell = f"{b['cell']:.2f} -> {k['cell']:.2f} (x{k['cell'] / b['cell']:.2f})"
+            cell = (
+                f"{b['cell']:.2f} -> {k['cell']:.2f} (x{k['cell'] / b['cell']:.2f}; "
+                f"cpu x{k['cpu'] / b['cpu']:.2f})"
+            )
         found = len(set(k["diagnose"]) | set(k["findings"])) if k else "-"
         alive = "/".join(str(by_mode[m]["earlier_alive"]) for m in modes)
         print(f"{name:>20} | {slopes} | {fit:>22} | {cell:>26} | {found!s:>8} | {alive}")

@@ -123,7 +123,7 @@ class GAN(keras.Model):
 # Prepare the dataset. The guide uses both training & test MNIST digits (70000 uint8 28x28);
 # synthetic, same shapes and dtypes, fewer samples.
 batch_size = 32  # the guide: 64
-x_train = np.random.default_rng(0).integers(0, 256, (64, 28, 28), dtype="uint8")
+x_train = np.random.default_rng(0).integers(0, 256, (32, 28, 28), dtype="uint8")
 all_digits = x_train.astype("float32") / 255.0
 all_digits = np.reshape(all_digits, (-1, 28, 28, 1))
 dataset = tf.data.Dataset.from_tensor_slices(all_digits)

@@ -11,7 +11,8 @@ contaminate each other; several examples named at once run one after the other i
 (each with its own label), which the tests use to pay TensorFlow's import once.
 
 Recorded per run (after the cell, outside it, so no ``Out`` entry): the cell's wall time as the
-user waits for it; RSS after ``gc.collect()`` (psutil); the fit time (the RunRecord's
+user waits for it, and the CPU time of the process (every thread) in it, steadier than the wall
+time on a shared machine; RSS after ``gc.collect()`` (psutil); the fit time (the RunRecord's
 ``fit_seconds``; bare: ``Model.fit`` timed by a wrapper installed after the setup cell); the
 record's findings lines and ``keras_nbguard.diagnose(label)``; live top-level Keras models and how
 many of them were first seen after an earlier run (models of earlier runs still alive after gc;
@@ -147,14 +148,15 @@ def run_example(shell: Any, name: str, mode: str, runs: int, keras: str) -> dict
         for n in range(1, runs + 1):
             if fit_timer:
                 fit_timer.seconds = None
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), time.process_time()
             result = shell.run_cell(source, store_history=True)
-            cell_s = time.perf_counter() - t0
+            cell_s, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
             gc.collect()
             run: dict[str, Any] = {
                 "n": n,
                 "ok": result.success,
                 "cell_s": cell_s,
+                "cpu_s": cpu_s,
                 "rss": process.memory_info().rss,
             }
             if not result.success:

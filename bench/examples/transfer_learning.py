@@ -27,7 +27,7 @@ def images(n):
     return tf.data.Dataset.from_tensor_slices((x, rng.integers(0, 2, n)))
 
 
-train_ds, validation_ds = images(64), images(32)
+train_ds, validation_ds = images(32), images(16)
 
 batch_size = 32
 train_ds = train_ds.batch(batch_size).prefetch(tf.data.AUTOTUNE).cache()
