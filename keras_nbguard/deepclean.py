@@ -57,6 +57,18 @@ class _RunEntries:
         return bool(self.owners) and all(ref() is None for ref in self.owners)
 
 
+@dataclass
+class Purge:
+    """A purge done, before the gc that frees what it let go (``DeepClean.report`` after it)."""
+
+    start: float
+    rss_before: int | None
+    reason: str | None = None  # why nothing could be purged: deep clean unavailable here
+    entries: int = 0
+    runs: int = 0
+    functions_before: set[str] | None = None
+
+
 class _Unavailable(Exception):
     """TensorFlow's private layout is not the one deep clean knows."""
 
@@ -108,42 +120,57 @@ class DeepClean:
         self._guarded(attribute, None)
 
     def clean(self) -> CleanReport:
-        """Purge the entries of every earlier run whose models are all gone, then gc."""
-        start = time.perf_counter()
-        rss_before = self._read_rss()
+        """Purge the entries of every earlier run whose models are all gone, then gc (for free()
+        and the buttons; a run purges, collects once for all it let go, then reports)."""
+        purge = self.purge()
+        if purge.entries:
+            gc.collect()  # the purged closures sit in reference cycles with their graphs
+            self.trim_heap()
+        return self.report(purge)
 
-        def report(**figures: Any) -> CleanReport:
-            return CleanReport(available=self.available, rss_before=rss_before,
-                               rss_after=self._read_rss(), seconds=time.perf_counter() - start,
-                               **figures)
-
+    def purge(self) -> Purge:
+        """The purge alone: what the next gc can free. ``report`` then says what it did."""
+        purge = Purge(start=time.perf_counter(), rss_before=self._read_rss())
         if not self.available:
-            return report(reason=self.reason)
+            purge.reason = self.reason
+            return purge
         backend = backends.current_backend()
         if backend != "tensorflow":  # what it purges is TensorFlow's alone
-            return CleanReport(available=False, reason=f"{BACKEND_NAMES.get(backend, backend)} "
-                                                       f"backend")
+            purge.reason = f"{BACKEND_NAMES.get(backend, backend)} backend"
+            return purge
         try:
             registry = self._registry()
             if registry is None:
-                return CleanReport(available=False, reason="TensorFlow is not imported")
+                purge.reason = "TensorFlow is not imported"
+                return purge
             if not any(run.dead() for run in self._runs):  # the usual case: nothing to purge
-                # and nothing released by us, so no census of the eager functions is needed
-                return report(entries=0, runs=0, kept=self.held, functions=0)
-            functions_before = _function_names()
-            entries, runs = self._purge(registry)
-            if entries:
-                gc.collect()  # the purged closures sit in reference cycles with their graphs
-                if self.trim:
-                    _malloc_trim()
-            functions_after = _function_names()
+                return purge  # and nothing released by us: no census of the eager functions
+            purge.functions_before = _function_names()
+            purge.entries, purge.runs = self._purge(registry)
         except Exception as exc:
             self._disable(exc)
-            return report(reason=self.reason)
-        released = None
-        if functions_before is not None and functions_after is not None:
-            released = len(functions_before - functions_after)
-        return report(entries=entries, runs=runs, kept=self.held, functions=released)
+            purge.reason = self.reason
+        return purge
+
+    def report(self, purge: Purge) -> CleanReport:
+        """What ``purge`` did, read after the gc that followed it."""
+        figures: dict[str, Any] = {}
+        if purge.reason is None:
+            released = None
+            after = _function_names() if purge.functions_before is not None else None
+            if purge.functions_before is not None and after is not None:
+                released = len(purge.functions_before - after)
+            figures = {"entries": purge.entries, "runs": purge.runs, "kept": self.held,
+                       "functions": released if purge.entries or released else 0}
+        return CleanReport(available=purge.reason is None and self.available,
+                           reason=purge.reason if purge.reason is not None else self.reason,
+                           rss_before=purge.rss_before, rss_after=self._read_rss(),
+                           seconds=time.perf_counter() - purge.start, **figures)
+
+    def trim_heap(self) -> None:
+        """Give freed heap pages back to the OS, so RSS shows what a clean freed (if on)."""
+        if self.trim:
+            _malloc_trim()
 
     # -- internals -------------------------------------------------------------------------------
     def _purge(self, registry: dict[str, Any]) -> tuple[int, int]:

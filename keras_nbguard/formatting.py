@@ -49,7 +49,7 @@ def fmt_fit(record: RunRecord) -> str:
             )
             continue
         epochs = ", ".join(fmt_seconds(s) for s in fit.epoch_seconds) or NA
-        bs = NA if fit.batch_size is None else str(fit.batch_size)
+        bs = "set by your input" if fit.batch_size is None else str(fit.batch_size)
         cb = fmt_seconds(fit.callback_seconds)
         parts.append(f"{prefix}epochs [{epochs}], batch {bs}, your callbacks {cb}")
     return "; ".join(parts)
@@ -80,17 +80,36 @@ def fmt_gpu(gpu: GpuReading) -> str:
 
 
 def fmt_clean(clean: CleanReport) -> str:
+    """What the deep clean did, in words: ``freed what TensorFlow kept of 2 earlier runs (4
+    gradient entries, 6 functions); 2 entries kept for runs whose models are alive``."""
     if not clean.available:
         return f"{NA} ({clean.reason})"
-    functions = NA if clean.functions is None else str(clean.functions)
-    freed = clean.rss_freed
-    # what is still held too: entries piling up for live models never hide behind "0 purged"
-    return (
-        f"{clean.entries} gradient entries of {clean.runs} earlier run(s) purged, "
-        f"{clean.kept} held for runs whose models live; {functions} functions released, "
-        f"RSS {fmt_bytes(None if freed is None else -freed, signed=True)}, "
-        f"{fmt_seconds(clean.seconds)}"
-    )
+    functions = "functions n/a" if clean.functions is None else _count(clean.functions, "function")
+    text = (f"freed what TensorFlow kept of {_count(clean.runs, 'earlier run')} "
+            f"({_count(clean.entries, 'gradient entry', 'gradient entries')}, {functions})")
+    if clean.kept:  # entries piling up for live models never hide behind a purge
+        text += f"; {_count(clean.kept, 'entry', 'entries')} kept for runs whose models are alive"
+    return text
+
+
+def clean_worth_showing(clean: CleanReport) -> bool:
+    """A summary shows the deep clean when it freed something, or when it can't work where it
+    should (TensorFlow's layout changed); not on every run, and not on other backends."""
+    if clean.available:
+        return clean.entries > 0
+    reason = clean.reason or ""
+    return not (reason.endswith("backend") or reason == "TensorFlow is not imported")
+
+
+def fmt_own_time(parts: tuple[tuple[str, float], ...]) -> str:
+    """``41 ms: clear 5 ms, gc 12 ms, leak check 20 ms``: what the magic adds to a cell."""
+    total = sum(seconds for _, seconds in parts)
+    biggest = sorted(parts, key=lambda part: -part[1])
+    return f"{fmt_seconds(total)}: " + ", ".join(f"{name} {fmt_seconds(s)}" for name, s in biggest)
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
 def _models_from(held: HeldModels) -> str:
@@ -140,10 +159,14 @@ def fmt_traces(record: RunRecord) -> str:
 def fmt_deltas(record: RunRecord) -> str:
     if record.previous_run is None:
         return "first run of this label"
-    return (
-        f"#{record.previous_run}: Δ fit {fmt_seconds(record.delta_fit_seconds, signed=True)}, "
-        f"Δ RSS after {fmt_bytes(record.delta_rss_after, signed=True)}"
-    )
+    fit = fmt_seconds(record.delta_fit_seconds, signed=True)
+    if record.delta_fit_seconds is None:  # say why: one of the two runs fit nothing
+        fit += (" (no fit in this run)" if record.fit_seconds is None
+                else f" (no fit in #{record.previous_run})")
+    rss = fmt_bytes(record.delta_rss_after, signed=True)
+    if record.delta_rss_after is None:
+        rss += " (RSS unreadable)"
+    return f"#{record.previous_run}: Δ fit {fit}, Δ RSS after {rss}"
 
 
 def fmt_growth(growth: Growth) -> str:

@@ -51,10 +51,16 @@ class Keras:
     def callback_class(self) -> type | None:
         return getattr(getattr(self.module, "callbacks", None), "Callback", None)
 
-    def clear_session(self) -> None:
+    def clear_session(self, collect: bool = True) -> None:
+        """Keras' own ``clear_session``; ``collect=False``: without the full gc Keras 3 adds
+        (a run collects once, after everything it lets go, not once per step)."""
         if self.package == "keras":
-            self.module.utils.clear_session()
-        else:  # Keras 2 has it on its backend module only
+            clear = self.module.utils.clear_session
+            try:
+                clear(free_memory=collect)
+            except TypeError:  # a Keras 3 before free_memory (3.6): it always collects
+                clear()
+        else:  # Keras 2 has it on its backend module only, and never collects
             self.module.backend.clear_session()
 
     def policy_name(self) -> str | None:

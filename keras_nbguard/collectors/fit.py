@@ -211,6 +211,23 @@ def _batch_size(arguments: dict[str, Any]) -> int | None:
     x = arguments.get("x")
     if x is not None and hasattr(x, "shape") and hasattr(x, "__len__"):
         return KERAS_DEFAULT_BATCH_SIZE  # arrays; datasets and generators batch themselves
+    return _dataset_batch_size(x)
+
+
+def _dataset_batch_size(dataset: Any) -> int | None:
+    """What a tf.data pipeline's ``batch()`` asked for, found below its map/cache/prefetch; None
+    for other inputs (a generator, a PyDataset: they batch as they like). Public attributes can't
+    tell it: ``element_spec`` says None where the last batch may be partial."""
+    for _ in range(32):  # pipelines are short; a cycle must not hang a fit
+        kind = type(dataset).__name__
+        if dataset is None or "Unbatch" in kind:
+            return None
+        if "Batch" in kind and hasattr(dataset, "_batch_size"):
+            try:
+                return int(dataset._batch_size)
+            except (TypeError, ValueError):  # a symbolic size: unknown until it runs
+                return None
+        dataset = getattr(dataset, "_input_dataset", None)
     return None
 
 
