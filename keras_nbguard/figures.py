@@ -13,13 +13,9 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-from .causes_across import state_growth
-from .findings import Finding
-from .findings_view import findings_html, findings_text
-from .formatting import fmt_bytes, fmt_gpu, fmt_params, fmt_seconds, fmt_size
+from .findings import trends_text
+from .formatting import fmt_bytes, fmt_gpu, fmt_params, fmt_seconds
 from .records import RunRecord
-from .report import runs_table
-from .svg_charts import static_charts
 
 MB = 2**20
 # label colours (red is for failed runs)
@@ -28,17 +24,17 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#1
 # failed runs stand out by shape and size, whatever the label's colour
 SYMBOLS = {"ok": "circle", "error": "x", "oom": "star", "interrupted": "diamond"}
 MARKED = {"fit": "fit", "rss": "after", "gpu": "tf peak"}  # the series failed runs are marked on
-TREND_RUNS = 10  # the trend looks at this many recent runs of a label
 
-# (panel, series, value in plot units or None, line dash, legend shown)
+# (panel, series, row key, value in plot units or None, line dash, legend shown); the row keys
+# are what the dashboard's front end (static/chart.js) reads
 SERIES = (
-    ("fit", "fit", lambda r: r.fit_seconds, "solid", True),
-    ("rss", "after", lambda r: _mb(r.rss_after), "solid", False),
-    ("rss", "peak", lambda r: _mb(r.rss_peak), "dot", False),
-    ("rss", "before", lambda r: _mb(r.rss_before), "dash", False),
-    ("gpu", "tf peak", lambda r: _mb(r.gpu.tf_peak), "solid", False),
-    ("gpu", "nvml process", lambda r: _mb(r.gpu.nvml_process_used), "dot", False),
-    ("gpu", "nvml device", lambda r: _mb(r.gpu.nvml_used), "dash", False),
+    ("fit", "fit", "fit", lambda r: r.fit_seconds, "solid", True),
+    ("rss", "after", "after", lambda r: _mb(r.rss_after), "solid", False),
+    ("rss", "peak", "peak", lambda r: _mb(r.rss_peak), "dot", False),
+    ("rss", "before", "before", lambda r: _mb(r.rss_before), "dash", False),
+    ("gpu", "tf peak", "tf", lambda r: _mb(r.gpu.tf_peak), "solid", False),
+    ("gpu", "nvml process", "proc", lambda r: _mb(r.gpu.nvml_process_used), "dot", False),
+    ("gpu", "nvml device", "dev", lambda r: _mb(r.gpu.nvml_used), "dash", False),
 )
 
 
@@ -81,63 +77,51 @@ def _other_process(a: tuple[str, int | None], b: tuple[str, int | None]) -> bool
     return a[0] != b[0] or (a[1] is not None and b[1] is not None and a[1] != b[1])
 
 
-def restarts(records: Sequence[RunRecord]) -> list[int]:
-    """x positions (1-based) where the history starts again: a new kernel, or a label's run
-    number went back (the history was reset)."""
+def kernel_epochs(records: Sequence[RunRecord], breaks: frozenset[int] = frozenset()) -> list[int]:
+    """Per record, which kernel process it ran in (0, 1, ...): a new one starts at a new kernel,
+    the same kernel id in a new process ("Restart kernel" keeps the id), a label's run number
+    that went back (a history reset), or a position in ``breaks`` (0-based, the caller's)."""
     last: dict[str, int] = {}
-    found = []
+    epochs = []
     kernel = None
-    for x, r in enumerate(records, 1):
-        # a new kernel id, or the same id in a new process ("Restart kernel" keeps the id)
+    epoch = 0
+    for i, r in enumerate(records):
         kernel_id = getattr(r, "kernel_id", None)  # records from a history store have it
         new_kernel = (kernel_id, getattr(r, "pid", None)) if kernel_id is not None else None
         went_back = r.label in last and r.run_number <= last[r.label]
-        if went_back or (kernel is not None and new_kernel is not None
-                         and _other_process(kernel, new_kernel)):
-            found.append(x)
+        if i and (went_back or i in breaks or (kernel is not None and new_kernel is not None
+                                               and _other_process(kernel, new_kernel))):
+            epoch += 1
+        epochs.append(epoch)
         last[r.label], kernel = r.run_number, new_kernel or kernel
-    return found
+    return epochs
 
 
-def slope(ys: Sequence[float]) -> float:
-    """Least-squares slope of ys against 0..n-1 (n ≥ 2)."""
-    n = len(ys)
-    mx, my = (n - 1) / 2, sum(ys) / n
-    spread = sum((i - mx) ** 2 for i in range(n))
-    return sum((i - mx) * (y - my) for i, y in enumerate(ys)) / spread
+def run_rows(records: Sequence[RunRecord], memo: dict[int, tuple[RunRecord, str]] | None = None,
+             breaks: frozenset[int] = frozenset()) -> list[dict[str, Any]]:
+    """One plain row per run, what every chart draws from: ``g`` its line (label, and a sweep's
+    point), ``c`` the line's colour, ``n`` its run number (the x axis), ``s`` its status, ``k`` its
+    kernel process (a line breaks where it changes), each series' value by its key (None:
+    unknown) and ``text``, the hover box."""
+    groups = list(dict.fromkeys(group_of(r) for r in records))
+    colours = label_colours(groups)
+    texts = _hover_texts(records, memo)
+    rows = []
+    for r, k in zip(records, kernel_epochs(records, breaks), strict=True):
+        row: dict[str, Any] = {"g": group_of(r), "n": r.run_number, "s": r.status, "k": k}
+        row["c"] = colours[row["g"]]
+        for _panel, _series, key, value, _dash, _legend in SERIES:
+            row[key] = value(r)
+        row["text"] = texts[id(r)]
+        rows.append(row)
+    return rows
 
 
 def trend_text(records: Sequence[RunRecord], label: str) -> str:
-    """RSS growth and fit-time slope over the label's last runs in this kernel, in words; RSS
-    growth is flagged when the diagnosis names it (``state_growth``: beyond the noise, over
-    enough runs after the first, which warms up)."""
-    runs = _latest_process([r for r in records if group_of(r) == label])[-TREND_RUNS:]
-    rss = [r.rss_after for r in runs if r.rss_after is not None]
-    fit = [r.fit_seconds for r in runs if r.fit_seconds is not None and r.status == "ok"]
-    parts = []
-    if len(rss) >= 2:
-        growth = slope(rss)
-        flag = "⚠ " if state_growth(runs) is not None else ""
-        parts.append(f"{flag}RSS {fmt_bytes(round(growth), signed=True)} per run over "
-                     f"{len(rss)} runs")
-    if len(fit) >= 2:
-        parts.append(f"fit time {fmt_seconds(slope(fit), signed=True)} per run "
-                     f"over {len(fit)} runs")
-    if not parts:
-        return f"{label}: a trend needs 2 runs ({len(runs)} so far)"
-    return f"{label}: " + "; ".join(parts)
-
-
-def _latest_process(runs: list[RunRecord]) -> list[RunRecord]:
-    """The runs since the last start of a kernel process (earlier kernels' runs are shown on
-    the charts, never mixed into a trend), or since run numbers went back (an old history)."""
-    for i in range(len(runs) - 1, 0, -1):
-        a, b = runs[i - 1], runs[i]
-        if b.run_number <= a.run_number or (
-            a.kernel_id is not None and b.kernel_id is not None
-            and _other_process((a.kernel_id, a.pid), (b.kernel_id, b.pid))):
-            return runs[i:]
-    return runs
+    """RSS growth and fit-time slope of a line's runs in this kernel after its warm-up, with their
+    span, in words; the number and its ⚠ come from the diagnosis' one trend
+    (``findings.label_trends``: the test that names ``state_growth`` and ``run_slowdown``)."""
+    return trends_text(label, [r for r in records if group_of(r) == label])
 
 
 def group_of(r: RunRecord) -> str:
@@ -149,8 +133,9 @@ def group_of(r: RunRecord) -> str:
 
 
 def figure_data(records: Sequence[RunRecord],
-                memo: dict[int, tuple[RunRecord, str]] | None = None) -> dict[str, Any]:
-    """Everything the across-runs panels show, computed from records alone.
+                memo: dict[int, tuple[RunRecord, str]] | None = None,
+                breaks: frozenset[int] = frozenset()) -> dict[str, Any]:
+    """Everything the across-runs panels show, computed from ``run_rows`` alone.
 
     ``memo`` (optional, kept by the caller between calls) saves re-making the hover text of runs
     already seen: the costliest part with hundreds of runs.
@@ -158,58 +143,75 @@ def figure_data(records: Sequence[RunRecord],
     Returns ``traces``: one line per (panel, series, label) and, per panel, one "not ok" trace of
     the runs that failed (error, oom, interrupted), each a dict with uid "panel:series:label",
     panel, series, label, name, color, dash, showlegend, x, y, text (None but on the panel's main
-    series) and (marks only) symbol;
-    ``restarts`` (x positions), ``gpu_note`` ("no GPU: <reason>" when no run has a GPU figure),
-    ``trends`` (current label first), ``labels``, ``runs`` and ``failed`` (how many not ok). x is
-    the run's position in ``records``.
+    series) and (marks only) symbol. x is the run's number (of its label); where a kernel
+    restarted, a point with y None between the runs either side breaks the line.
+    ``restarts`` (dicts: x, label, color: where a label's line breaks), ``gpu_note`` ("no GPU:
+    <reason>" when no run has a GPU figure), ``trends`` (current label first), ``labels``,
+    ``runs``, ``max_run`` (the largest run number) and ``failed`` (how many not ok).
     """
-    labels: list[str] = []
-    by_label: dict[str, list[tuple[int, RunRecord]]] = {}
-    for x, r in enumerate(records, 1):
-        if group_of(r) not in by_label:
-            labels.append(group_of(r))
-            by_label[group_of(r)] = []
-        by_label[group_of(r)].append((x, r))
-    texts = _hover_texts(records, memo)
-    bad = [(x, r) for x, r in enumerate(records, 1) if r.status != "ok"]
+    rows = run_rows(records, memo, breaks)
+    labels = list(dict.fromkeys(row["g"] for row in rows))
+    by_label: dict[str, list[dict[str, Any]]] = {label: [] for label in labels}
+    for row in rows:
+        by_label[row["g"]].append(row)
+    bad = [row for row in rows if row["s"] != "ok"]
     gpu_known = any(r.gpu.known for r in records)
     traces = []
-    colours = label_colours(labels)
-    for panel, series, value, dash, legend in SERIES:
+    restart_marks: list[dict[str, Any]] = []
+    for panel, series, key, _value, dash, legend in SERIES:
         if panel == "gpu" and not gpu_known:
             continue
         for label in labels:
-            points = by_label[label]
+            x: list[float] = []
+            y: list[float | None] = []
+            text: list[str] = []
+            for i, row in enumerate(by_label[label]):
+                before = by_label[label][i - 1] if i else None
+                if before is not None and before["k"] != row["k"]:  # a restart: a gap
+                    x.append((before["n"] + row["n"]) / 2)
+                    y.append(None)
+                    text.append("")
+                    if key == "fit":
+                        restart_marks.append({"x": x[-1], "label": label, "color": row["c"]})
+                x.append(row["n"])
+                y.append(row[key])
+                text.append(row["text"])
             traces.append({
                 "uid": f"{panel}:{series}:{label}", "panel": panel, "series": series,
                 # plotly renders <a>, <b>, <br> in trace names: a label is text, never markup
                 "label": label, "name": html.escape(label if legend else f"{label} {series}"),
-                "color": colours[label], "dash": dash, "showlegend": legend,
-                "x": [x for x, _ in points], "y": [value(r) for _, r in points],
+                "color": by_label[label][0]["c"], "dash": dash, "showlegend": legend,
+                "x": x, "y": y,
                 # hover boxes on the main series only: the others say "label peak: 532.1 MB"
-                "text": [texts[id(r)] for _, r in points] if MARKED[panel] == series else None,
-                "symbol": None,
+                "text": text if MARKED[panel] == series else None, "symbol": None,
             })
         if series == MARKED[panel]:  # failed runs drawn over the panel's main series
-            points = [(x, r) for x, r in bad if value(r) is not None]
+            points = [row for row in bad if row[key] is not None]
             traces.append({
                 "uid": f"{panel}:not ok", "panel": panel, "series": "not ok", "label": "not ok",
                 "name": "not ok", "color": "#d62728", "dash": "solid", "showlegend": legend,
-                "x": [x for x, _ in points], "y": [value(r) for _, r in points],
-                "text": [texts[id(r)] for _, r in points],
-                "symbol": [SYMBOLS.get(r.status, "x") for _, r in points],
+                "x": [row["n"] for row in points], "y": [row[key] for row in points],
+                "text": [row["text"] for row in points],
+                "symbol": [SYMBOLS.get(row["s"], "x") for row in points],
             })
-    current = group_of(records[-1]) if records else None
-    order = ([current] if current else []) + [lb for lb in reversed(labels) if lb != current]
     return {
         "traces": traces,
-        "restarts": restarts(records),
+        "restarts": restart_marks,
         "gpu_note": None if gpu_known or not records else gpu_note(records[-1]),
-        "trends": [trend_text(records, label) for label in order],
+        "trends": trends(records),
         "labels": labels,
         "runs": len(records),
+        "max_run": max((row["n"] for row in rows), default=0),
         "failed": len(bad),
     }
+
+
+def trends(records: Sequence[RunRecord]) -> list[str]:
+    """Each line's trend in words, the current run's first, then the most recent first."""
+    labels = list(dict.fromkeys(group_of(r) for r in records))
+    current = group_of(records[-1]) if records else None
+    order = ([current] if current else []) + [lb for lb in reversed(labels) if lb != current]
+    return [trend_text(records, label) for label in order]
 
 
 def _hover_texts(records: Sequence[RunRecord],
@@ -228,52 +230,3 @@ def _hover_texts(records: Sequence[RunRecord],
 def gpu_note(record: RunRecord) -> str:
     reason = record.gpu.reason or "no reading"
     return reason if reason.startswith("no GPU") else f"no GPU: {reason}"
-
-
-def model_lines(report: Any) -> list[str]:
-    """The leak finder's live models (a ``LeakReport``), one line each, stale ones first and
-    flagged: the ones "Free flagged models" frees."""
-    lines = []
-    for leak in report.leaks:
-        run = f"{leak.run_label} #{leak.run_number}" if leak.run_label else "no tracked run"
-        paths = ", ".join(leak.paths[:4]) + (" …" if len(leak.paths) > 4 else "")
-        lines.append(f"{'STALE' if leak.stale else 'current'} {leak.model_name} "
-                     f"({fmt_size(leak.weight_bytes)} weights, {run}): {paths}")
-    if report.unreachable:
-        lines.append(f"{len(report.unreachable)} more alive that nothing you can name holds "
-                     f"(gone at the next clear)")
-    return lines
-
-
-# -- markup shared by the widget and the static view ----------------------------------------------
-def header_html(data: dict[str, Any], runs: int, live: str) -> str:
-    """Runs so far, the run going on (``live``: HTML) and the trends, current label first."""
-    status = f"{runs} run(s)" + (f", {data['failed']} not ok" if data["failed"] else "")
-    trends = "".join(f"<div>{html.escape(t)}</div>" if i else f"<div><b>{html.escape(t)}</b></div>"
-                     for i, t in enumerate(data["trends"]))
-    return f"<div><b>keras_nbguard</b> · {status} · {live}</div>{trends}"
-
-
-def lists_html(reports: Sequence[str], models: Sequence[str]) -> str:
-    """What the last resets did (``reports``: HTML lines) and the models still referenced."""
-    items = "".join(f"<li>{html.escape(m)}</li>" for m in models) or "<li>none</li>"
-    return (f"<div class='nbguard-reports'>{''.join(reports)}</div><div class='nbguard-models'>"
-            f"<b>Models still referenced</b><ul>{items}</ul></div>")
-
-
-def static_view(records: Sequence[RunRecord], data: dict[str, Any], reports: Sequence[str],
-                models: Sequence[str], live: str, note: str,
-                findings: Sequence[Finding] = ()) -> dict[str, str]:
-    """The dashboard without a widget frontend: trends, two SVG charts, the last runs; a bundle."""
-    charts = static_charts(data)
-    gpu = f"<div>{html.escape(data['gpu_note'])}</div>" if data["gpu_note"] else ""
-    table = runs_table(records[-20:], "last runs")
-    head = header_html(data, len(records), html.escape(live))
-    body = (f"<div class='keras-nbguard-static'>{head}{charts}{gpu}"
-            f"{findings_html(findings, len(records))}{table._repr_html_()}"
-            f"{lists_html(reports, models)}"
-            f"<div style='color:#777;font-size:80%'>{html.escape(note)}</div></div>")
-    text = [*data["trends"], *([data["gpu_note"]] if data["gpu_note"] else []),
-            *findings_text(findings), table.text(),
-            "models still referenced: " + ("; ".join(models) or "none")]
-    return {"text/html": body, "text/plain": "\n".join(text)}

@@ -1,116 +1,133 @@
-"""The dashboard's plotly figure: five panels, one trace per label and panel, drawn again only
-where the data changed (``sent`` remembers what the widget already has)."""
+"""The dashboard's interactive figure: an anywidget of our own whose small ESM (``static/chart.js``)
+draws with plotly.js from plain rows, one per run.
+
+The kernel holds plain lists and never imports plotly's Python figure machinery (``FigureWidget``
+took 4 s and 69 MiB in a fresh kernel, most of it ``plotly.io`` → ``nbformat`` → ``jsonschema``
+→ ``rfc3987_syntax``, and its state carried the 5 MB plotly.js bundle per instance). What changes
+travels as small custom messages: the rows from the first one that changed, the live samples
+from the first new one. The widget's state is kept current without being sent (``get_state``
+reads the lists), so a reloaded page gets the figure as it is. plotly.js comes from the Jupyter
+server extension, else once per page from this kernel (``plotly/package_data/plotly.min.js``).
+"""
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import html
-from collections.abc import Callable
+import importlib.util
+import os
+import threading
+from functools import cache
+from importlib.resources import files
 from typing import Any
 
-AXES = {"fit": ("x", "y"), "rss": ("x2", "y2"), "gpu": ("x3", "y3")}
-TITLES = ("fit time per run [s]", "RSS per run [MiB]: after ─ peak ··· before - -",
-          "GPU memory per run [MiB]", "seconds per epoch (current run)",
-          "RSS over time (current run) [MiB]")
-
 CHART_CLASS = "keras-nbguard-chart"
-# A flex item is as wide as its content by default: plotly's first paint (700 px when the panel
-# was still hidden) would then fix the figure's width for good. Let it take the area's width
-# instead, so plotly's autosize (at paint, and on window and panel resizes) follows the area.
-CHART_STYLE = (f"<style>.{CHART_CLASS} > .js-plotly-plot {{min-width: 0; width: 100%; "
-               f"flex: 1 1 auto}}</style>")
+# A flex item is as wide as its content by default: let the figure take the area's width, so
+# plotly's autosize (at paint, and on window and panel resizes) follows the output area or panel.
+# A restarted kernel's widgets get "jupyter-widgets-disconnected" from ipywidgets: the banner
+# (in the header) shows then, in the cell and in the side panel alike.
+CHART_STYLE = (f"<style>.{CHART_CLASS} {{min-width: 0; width: 100%; flex: 1 1 auto}}"
+               ".jupyter-widgets-disconnected .nbguard-restart"
+               " {display: block !important; padding: .4em .6em; margin: .2em 0;"
+               " background: #fff3e0; border: 1px solid #ef6c00; color: #bf360c}</style>")
 
 
-def make_figure() -> Any:
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    fig = make_subplots(rows=3, cols=2, specs=[[{}, {}], [{}, {}], [{"colspan": 2}, None]],
-                        subplot_titles=TITLES, vertical_spacing=0.1, horizontal_spacing=0.08)
-    grey = "#607d8b"
-    fig.add_trace(go.Bar(meta="live:epochs", name="epoch", marker_color=grey, showlegend=False,
-                         hovertemplate="epoch %{x}: %{y:.3f} s<extra></extra>"), row=2, col=2)
-    fig.add_trace(go.Scatter(meta="live:rss", name="RSS", mode="lines", line_color=grey,
-                             showlegend=False,
-                             hovertemplate="%{x:.2f} s: %{y:.1f} MiB<extra></extra>"),
-                  row=3, col=1)
-    fig.update_layout(autosize=True, height=760, margin={"l": 50, "r": 20, "t": 60, "b": 80},
-                      template="plotly_white", hovermode="closest",
-                      # under the panels, in rows: a legend at the side takes a narrow area's width
-                      legend={"orientation": "h", "yanchor": "top", "y": -0.08, "x": 0,
-                              "title_text": "label"},
-                      title={"text": "runs: ✕ error  ★ out of memory  ◆ interrupted  ┆ restart",
-                             "font": {"size": 12}},
-                      xaxis2_matches="x", xaxis3_title_text="run",
-                      xaxis4_title_text="epoch", xaxis5_title_text="seconds into the run")
-    # no axis from -1 while a panel waits for its first point: runs, seconds, MiB are >= 0
-    fig.update_xaxes(rangemode="nonnegative")
-    fig.update_yaxes(rangemode="nonnegative")
-    widget = go.FigureWidget(fig)
-    # the width follows the output area or side panel (window and panel resizes included):
-    # without it plotly keeps the width it found at first paint, 700 px in a hidden panel
-    widget._config = {"responsive": True}
-    return widget
+@cache
+def esm() -> str:
+    return files(__package__).joinpath("static", "chart.js").read_text(encoding="utf-8")
 
 
-def draw(fig: Any, data: dict[str, Any], sent: dict[str, Any]) -> None:
-    """Copy figure_data into the widget in one batch_update, sending only what changed (``sent``:
-    what the widget holds, by uid); traces are rebuilt only for a new label or series."""
-    import plotly.graph_objects as go
-
-    array: Callable[..., Any] = _as_list  # without numpy: the same plot, a little slower
-    with contextlib.suppress(ImportError):  # numpy arrays: plotly validates them in one step
-        from numpy import array
-
-    traces = data["traces"]
-    if [t["uid"] for t in traces] != [k for k in sent if k != "layout"]:  # live traces first
-        # FigureWidget sets its own trace uids: ours go in ``meta``, which the page can read
-        sent.clear()
-        fig.data = fig.data[:2]
-        fig.add_traces([go.Scatter(
-            meta=t["uid"], name=t["name"], legendgroup=t["label"], showlegend=t["showlegend"],
-            mode="lines+markers" if t["symbol"] is None else "markers",
-            xaxis=AXES[t["panel"]][0], yaxis=AXES[t["panel"]][1],
-            line={"color": t["color"], "dash": t["dash"], "width": 1.5},
-            marker={"size": 6} if t["symbol"] is None else {"size": 13, "color": t["color"]},
-            hovertemplate="%{text}<extra></extra>" if t["text"] is not None
-            else "%{fullData.name}: %{y:.1f} MiB<extra></extra>") for t in traces])
-    shapes = [{"type": "line", "xref": xa, "yref": f"{ya} domain", "x0": x - 0.5, "x1": x - 0.5,
-               "y0": 0, "y1": 1, "line": {"dash": "dot", "color": "#999", "width": 1}}
-              for x in data["restarts"] for xa, ya in AXES.values()]
-    notes = [] if not data["gpu_note"] else [{  # in the middle of the (empty) GPU panel
-        "text": html.escape(data["gpu_note"]), "xref": "paper", "yref": "paper", "name": "note",
-        "x": sum(fig.layout.xaxis3.domain) / 2, "y": sum(fig.layout.yaxis3.domain) / 2,
-        "xanchor": "center", "showarrow": False, "font": {"color": "#777"}}]
-    step = max(1, data["runs"] // 10)  # whole run numbers, about ten ticks
-    with fig.batch_update():
-        for trace, t in zip(fig.data[2:], traces, strict=True):
-            old = sent.get(t["uid"], {})
-            if any(old.get(k) != t[k] for k in ("x", "y", "text", "symbol")):
-                trace.x, trace.y = array(t["x"]), array(t["y"], dtype=float)  # None: NaN, a gap
-                if t["text"] is not None:
-                    trace.text = array(t["text"], dtype=object)
-                if t["symbol"] is not None:
-                    trace.marker.symbol = t["symbol"]
-            sent[t["uid"]] = t
-        if sent.get("layout") != (shapes, notes, step):
-            sent["layout"] = (shapes, notes, step)
-            fig.update_xaxes(tick0=1, dtick=step, row=1)
-            fig.update_xaxes(tick0=1, dtick=step, row=2, col=1)
-            fig.layout.shapes = shapes
-            titles = [a for a in fig.layout.annotations if a.name != "note"]
-            fig.layout.annotations = titles + notes
+def plotly_js_path() -> str | None:
+    """plotly.min.js as plotly ships it, found without importing plotly (~90 ms)."""
+    spec = importlib.util.find_spec("plotly")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(folder, "package_data", "plotly.min.js")
+        if os.path.exists(path):
+            return path
+    return None
 
 
-def _as_list(values: list[Any], dtype: Any = None) -> list[Any]:
-    return values
+def plotly_tag() -> str:
+    """Tells one plotly.min.js from another (a browser may cache the file by it)."""
+    path = plotly_js_path()
+    if path is None:
+        return "none"
+    stat = os.stat(path)
+    return f"{stat.st_size}-{int(stat.st_mtime)}"
 
 
-def keep_for_reload(fig: Any) -> None:
-    """plotly sends its updates as messages and leaves the widget's state as the figure was
-    made, so a reloaded page (which asks the kernel for each widget's state) showed an empty
-    figure. Keep that state current, without sending it: the page has it already."""
-    with contextlib.suppress(Exception):  # plotly's internals: a later version may differ
-        fig._trait_values["_widget_data"] = copy.deepcopy(fig._data)
-        fig._trait_values["_widget_layout"] = copy.deepcopy(fig._layout_obj._props)
+@cache
+def chart_class() -> type:
+    import anywidget
+    import traitlets as t
+
+    class Chart(anywidget.AnyWidget):
+        _esm = esm()
+        # state only: get_state reads ``_rows`` and ``_live``; changes travel as messages
+        rows: t.List[Any] = t.List().tag(sync=True)
+        live = t.Dict().tag(sync=True)
+        notes = t.Dict().tag(sync=True)
+        plotly_v = t.Unicode().tag(sync=True)
+
+        def __init__(self) -> None:
+            self._rows: list[dict[str, Any]] = []
+            self._live: dict[str, Any] = {"t": [], "y": [], "epochs": [], "title": ""}
+            self._send_lock = threading.Lock()
+            super().__init__(plotly_v=plotly_tag())
+            self.add_class(CHART_CLASS)
+            self.on_msg(self._on_front_end)
+
+        def get_state(self, key: Any = None, drop_defaults: bool = False) -> dict[str, Any]:
+            state = super().get_state(key, drop_defaults)
+            if "rows" in state:
+                state["rows"] = list(self._rows)
+            if "live" in state:
+                state["live"] = {k: list(v) if isinstance(v, list) else v
+                                 for k, v in self._live.items()}
+            return state
+
+        def set_rows(self, rows: list[dict[str, Any]]) -> None:
+            """Send the rows from the first one that differs from what the page has."""
+            with self._send_lock:
+                old = self._rows
+                start = next((i for i, (a, b) in enumerate(zip(old, rows, strict=False)) if a != b),
+                             min(len(old), len(rows)))
+                if start == len(old) == len(rows):
+                    return
+                self._rows = list(rows)
+                self.send({"type": "rows", "start": start, "rows": rows[start:]})
+
+        def set_live(self, ts: list[float], ys: list[float], epochs: list[float],
+                     title: str) -> None:
+            """The run going on: only the samples the page does not have yet travel."""
+            with self._send_lock:
+                old = self._live
+                n = len(old["t"])
+                start = n if ts[:1] == old["t"][:1] and len(ts) >= n and (
+                    not n or ts[n - 1] == old["t"][n - 1]) else 0
+                if start == len(ts) and epochs == old["epochs"] and title == old["title"]:
+                    return
+                self._live = {"t": list(ts), "y": list(ys), "epochs": list(epochs),
+                              "title": title}
+                self.send({"type": "live", "start": start, "t": ts[start:], "y": ys[start:],
+                           "epochs": list(epochs), "title": title})
+
+        def _on_front_end(self, _widget: Any, content: Any, _buffers: Any) -> None:
+            kind = content.get("type") if isinstance(content, dict) else None
+            if kind == "plotly":  # no server extension (VS Code, a plain Jupyter): from here
+                path = plotly_js_path()
+                if path is not None:
+                    with open(path, "rb") as file:
+                        self.send({"type": "plotly"}, buffers=[file.read()])
+            elif kind == "resync":  # the page missed a message: everything again
+                with self._send_lock:
+                    self.send({"type": "rows", "start": 0, "rows": list(self._rows)})
+                    live = self._live
+                    self.send({"type": "live", "start": 0, "t": live["t"], "y": live["y"],
+                               "epochs": live["epochs"], "title": live["title"]})
+
+    return Chart
+
+
+def make_chart(gpu_note: str | None = None) -> Any:
+    chart = chart_class()()
+    chart.notes = {"gpu": gpu_note}
+    return chart

@@ -1,9 +1,12 @@
-"""The live dashboard: one plotly FigureWidget per kernel, reset buttons, referenced models.
+"""The live dashboard: one per kernel: its figure (``plotting.Chart``: our own front end drawing
+with plotly.js from plain rows), reset buttons, findings, referenced models.
 
-The only module that imports ipywidgets and plotly, and only once a widget is built: importing it
-costs the stdlib. Without a widget frontend (nbclient/nbconvert, terminal IPython, a script) the
-dashboard is a static HTML/SVG summary that a kernel updates by display id (see
-``widget_frontend``). The widget holds names and strings, never a model.
+The only module that imports ipywidgets, and only once a widget is built: importing it costs the
+stdlib. The whole widget is made in the cell that shows it (about 0.3 s: ipywidgets, anywidget,
+no plotly in the kernel), so the kernel never works for it after a cell ended. Without a widget
+frontend (nbclient/nbconvert, terminal IPython, a script) the dashboard is a static HTML/SVG
+summary that a kernel updates by display id (see ``widget_frontend``). The widget holds names,
+strings and numbers, never a model.
 """
 
 from __future__ import annotations
@@ -16,17 +19,16 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from .board_markup import header_html, lists_html, model_lines, static_view
 from .buttons import make_buttons
-from .cell import inside_a_cell
 from .compare_picker import ComparePicker
 from .downsample import halve
-from .figures import figure_data, header_html, lists_html, model_lines, static_view
+from .figures import figure_data, gpu_note, run_rows, trends
 from .findings_view import current_findings, findings_html
 from .formatting import fmt_bytes
 from .frontend import current_shell, widget_frontend
-from .plotting import CHART_CLASS, CHART_STYLE, draw, keep_for_reload, make_figure
+from .plotting import CHART_STYLE, make_chart
 from .records import RunRecord
-from .svg_charts import static_charts
 
 if TYPE_CHECKING:
     from .actions import ActionReport
@@ -57,13 +59,12 @@ class Dashboard:
         self._live_title = "no run yet"
         self._last_push = 0.0
         self._display_id: str | None = None
-        self._sent: dict[str, Any] = {}  # what the figure holds, by trace uid
         self._memo: dict[int, Any] = {}  # hover texts of the runs seen (records: pure data)
         self._head = ""
         self._shell: Any = None
         self._cell_running = False  # a cell runs on the main shell (IPython's pre/post_run_cell)
         self._deferred: list[str] = []
-        self.figure: Any = None
+        self.chart: Any = None  # the figure (plotting.Chart)
         self.widget: Any = None
         self.picker: ComparePicker | None = None  # two runs side by side, in the widget
         self.buttons: dict[str, Any] = {}
@@ -208,13 +209,13 @@ class Dashboard:
         with self._lock:  # also keeps two threads' redraws in order
             self._models = self._scan_models() if models is None else models
             runs = self.session.runs()  # a list made per call: once per redraw
-            self._findings = current_findings(runs, self.session.warn_once)
-            data = figure_data(runs, self._memo)
+            self._findings = current_findings(self.session)  # made afresh: the present
             if self.widget is not None:
-                self._draw_widget(data, runs)
+                self._draw_widget(runs)
             elif self._display_id is not None and getattr(self._shell, "kernel", None):
                 from IPython.display import update_display
 
+                data = figure_data(runs, self._memo)
                 update_display(self._bundle(data), raw=True, display_id=self._display_id)
 
     def _bundle(self, data: dict[str, Any] | None = None) -> dict[str, str]:
@@ -244,41 +245,21 @@ class Dashboard:
         self._top, self._bottom = w.HTML(), w.HTML()
         self.buttons = make_buttons(self._out, self.click)
         self.picker = ComparePicker()
-        self._chart = w.Box([w.HTML()])  # the static charts until the figure is made
-        self._chart.add_class(CHART_CLASS)
-        self.widget = w.VBox([self._top, self._chart, w.HBox(list(self.buttons.values())),
+        self.chart = make_chart()
+        self.widget = w.VBox([self._top, self.chart, w.HBox(list(self.buttons.values()),
+                                                            layout=w.Layout(flex_flow="row wrap")),
                               self._bottom, self.picker.widget, self._out,
                               w.HTML(CHART_STYLE)])  # a <style>: shows nothing
-        events = getattr(shell, "events", None)
-        if events is None or not inside_a_cell(shell):
-            self._make_figure()
-            return
 
-        # plotly's FigureWidget takes 1.5-3 s to make (its import chain compiles grammars), so
-        # the cell showing the dashboard ends first, with static charts, and the figure then
-        # replaces them, before the next cell runs
-        def once(_result: Any = None) -> None:
-            events.unregister("post_run_cell", once)
-            self._make_figure()
-
-        events.register("post_run_cell", once)
-
-    def _make_figure(self) -> None:
-        with self._lock:
-            self.figure = make_figure()
-            self._sent.clear()
-            self._chart.children = (self.figure,)
-        self.refresh()
-
-    def _draw_widget(self, data: dict[str, Any], runs: list[RunRecord]) -> None:
+    def _draw_widget(self, runs: list[RunRecord]) -> None:
+        rows = run_rows(runs, self._memo)
+        data = {"failed": sum(row["s"] != "ok" for row in rows), "trends": trends(runs)}
+        self.chart.set_rows(rows)
+        note = None if any(r.gpu.known for r in runs) or not runs else gpu_note(runs[-1])
+        if self.chart.notes.get("gpu") != note:
+            self.chart.notes = {"gpu": note}
         self._head = header_html(data, len(runs), "{live}")
-        if self.figure is None:
-            self._chart.children[0].value = static_charts(data)
-            self._top.value = self._head.replace("{live}", html.escape(self._live_title))
-        else:
-            draw(self.figure, data, self._sent)
-            self._push_live()
-            keep_for_reload(self.figure)
+        self._push_live()
         if self.picker is not None:
             self.picker.update(runs)
         self._bottom.value = findings_html(self._findings, len(runs)) + lists_html(
@@ -286,15 +267,11 @@ class Dashboard:
 
     def _push_live(self) -> None:
         """Draw the run in progress (or the last run): epoch seconds and RSS over time."""
-        if self.figure is None:
+        if self.chart is None:
             return
         ts, ys, epochs = (list(v) for v in self._live)
         live = self._live_title
         if self._run is not None and ts:
             live += f" · {ts[-1]:.1f} s, RSS {fmt_bytes(int(ys[-1] * 2**20))}"
-        with self.figure.batch_update():
-            self.figure.data[0].x, self.figure.data[0].y = list(range(1, len(epochs) + 1)), epochs
-            self.figure.data[1].x, self.figure.data[1].y = ts, ys
-            # whole epochs only, about ten ticks (plotly would put ticks at 0.5)
-            self.figure.layout.xaxis4.update(tick0=1, dtick=max(1, -(-len(epochs) // 10)))
+        self.chart.set_live(ts, ys, epochs, live)
         self._top.value = self._head.replace("{live}", html.escape(live))

@@ -13,7 +13,6 @@ import sys
 import threading
 import weakref
 from pathlib import Path
-from typing import Any
 
 import nbformat
 import pytest
@@ -22,8 +21,9 @@ from nbclient import NotebookClient
 
 import keras_nbguard
 from keras_nbguard import kernel_board as dashboard_module
-from keras_nbguard.diagnosis import diagnose
-from keras_nbguard.figures import figure_data, model_lines, static_view, trend_text
+from keras_nbguard.board_markup import model_lines, static_view
+from keras_nbguard.figures import figure_data, run_rows, trend_text
+from keras_nbguard.findings import Finding
 from keras_nbguard.formatting import fmt_seconds
 from keras_nbguard.frontend import widget_frontend
 from keras_nbguard.kernel_board import dashboard
@@ -51,7 +51,8 @@ def test_figure_data_one_trace_per_series_and_label_with_hover_text():
     records = runs(3) + runs(2, label="cnn")
     data = figure_data(records)
     traces = by_uid(data)
-    assert traces["fit:fit:mlp"]["x"] == [1, 2, 3] and traces["fit:fit:cnn"]["x"] == [4, 5]
+    # x: each label's own run number
+    assert traces["fit:fit:mlp"]["x"] == [1, 2, 3] and traces["fit:fit:cnn"]["x"] == [1, 2]
     assert traces["rss:after:mlp"]["y"] == [500.0, 504.0, 508.0]
     assert traces["fit:fit:mlp"]["color"] != traces["fit:fit:cnn"]["color"]
     # a label keeps its colour when runs of others come and go (a reset, another notebook)
@@ -88,17 +89,38 @@ def test_failed_runs_are_marked_and_restarts_found():
     data = figure_data(records)
     marks = by_uid(data)["rss:not ok"]
     assert marks["x"] == [2] and marks["symbol"] == ["star"] and "oom" in marks["text"][0]
-    assert data["failed"] == 1 and data["restarts"] == [4]
+    # x is the label's run number; the line breaks (a None) where the history started again
+    assert by_uid(data)["fit:fit:mlp"]["x"] == [1, 2, 3, 2.0, 1, 2]
+    assert by_uid(data)["fit:fit:mlp"]["y"][3] is None
+    assert data["failed"] == 1 and [m["x"] for m in data["restarts"]] == [2.0]
+
+
+def test_a_kernel_restart_breaks_each_labels_line_at_its_run_numbers():
+    first = [dataclasses.replace(r, kernel_id="k", pid=1) for r in runs(3)]
+    first += [dataclasses.replace(r, kernel_id="k", pid=1, run_number=1) for r in runs(1, "cnn")]
+    then = [dataclasses.replace(r, kernel_id="k", pid=2, run_number=r.run_number + 3)
+            for r in runs(2)]  # "Restart kernel" keeps the id; the numbers go on
+    then += [dataclasses.replace(r, kernel_id="k", pid=2, run_number=2) for r in runs(1, "cnn")]
+    rows = run_rows(first + then)
+    assert [(row["g"], row["n"], row["k"]) for row in rows] == [
+        ("mlp", 1, 0), ("mlp", 2, 0), ("mlp", 3, 0), ("cnn", 1, 0), ("mlp", 4, 1), ("mlp", 5, 1),
+        ("cnn", 2, 1)]
+    data = figure_data(first + then)
+    assert by_uid(data)["rss:after:mlp"]["x"] == [1, 2, 3, 3.5, 4, 5]
+    assert by_uid(data)["rss:after:mlp"]["y"][3] is None
+    assert [(m["label"], m["x"]) for m in data["restarts"]] == [("mlp", 3.5), ("cnn", 1.5)]
+    assert data["max_run"] == 5
 
 
 def test_trend_in_words_over_the_labels_last_runs():
     assert trend_text(runs(8, grow_mb=4), "mlp") == (  # flagged: the diagnosis names it
-        "mlp: ⚠ RSS +4.0 MiB per run over 8 runs; fit time +10 ms per run over 8 runs")
+        "mlp: ⚠ RSS +4.0 MiB per run over runs 2–8; fit time +10 ms per run over runs 2–8")
     assert trend_text(runs(8, grow_mb=1), "mlp").startswith("mlp: RSS +1.0 MiB per run")
     assert trend_text(runs(3, grow_mb=4), "mlp").startswith("mlp: RSS +4.0")  # too few runs
-    assert trend_text(runs(1), "mlp") == "mlp: a trend needs 2 runs (1 so far)"
+    assert trend_text(runs(1), "mlp") == (
+        "mlp: a trend needs 3 runs in this kernel, the first a warm-up (1 so far)")
     # only since the label's last restart (an old history whose numbers went back)
-    assert "over 2 runs" in trend_text(runs(5) + runs(2, grow_mb=1), "mlp")
+    assert "(2 so far)" in trend_text(runs(5) + runs(2, grow_mb=1), "mlp")
 
 
 def test_trend_is_this_kernels_never_mixed_with_an_earlier_one():
@@ -110,7 +132,7 @@ def test_trend_is_this_kernels_never_mixed_with_an_earlier_one():
     now += [dataclasses.replace(r, kernel_id="k", pid=2, run_number=r.run_number + 6,
                                 rss_after=r.rss_after + 24 * MB) for r in runs(4, grow_mb=8)]
     text = trend_text(earlier + now, "mlp")
-    assert text.startswith("mlp: ⚠ RSS +8.0 MiB per run over 7 runs")  # not mixed: -300
+    assert text.startswith("mlp: ⚠ RSS +8.0 MiB per run over runs 5–10")  # not mixed: -300
 
 
 def test_static_view_has_charts_table_and_failures_in_red():
@@ -118,10 +140,14 @@ def test_static_view_has_charts_table_and_failures_in_red():
     records[2] = make_record(run_number=3, status="error", rss_after=520 * MB)
     bundle = static_view(records, figure_data(records), [], ["m: held by model"], "last run", "")
     assert bundle["text/html"].count("<svg") == 2 and "#d62728" in bundle["text/html"]
+    assert "run 3 (of its label)" in bundle["text/html"]  # the x axis says what it counts
+    assert "display:none" in bundle["text/html"].split("The kernel restarted")[0]  # hidden
     assert "mlp    3  error" in bundle["text/plain"]
     assert "m: held by model" in bundle["text/plain"]
     assert "Findings</b>: none, nothing stands out" in bundle["text/html"]
-    found = diagnose([make_record(traces=40)])
+    words = {"kind": "retracing", "message": "40 tf.function traces in mlp #1",
+             "advice": "fix the shapes"}  # the other fields (evidence, runs ...) left empty
+    found = [Finding(**{f.name: () for f in dataclasses.fields(Finding)} | words)]
     bundle = static_view(records, figure_data(records), [], [], "last run", "", found)
     assert "<b>retracing</b>: 40 tf.function traces in mlp #1" in bundle["text/html"]
     assert "finding: retracing: 40 tf.function traces" in bundle["text/plain"]
@@ -130,47 +156,58 @@ def test_static_view_has_charts_table_and_failures_in_red():
 def test_importing_the_dashboard_costs_no_plotly_or_widgets():
     assert callable(keras_nbguard.dashboard)  # the documented call, a plain function
     code = ("import sys, keras_nbguard.widget, keras_nbguard.figures, keras_nbguard.plotting; "
-            "print([m for m in ('plotly', 'ipywidgets', 'tensorflow', 'keras') "
+            "print([m for m in ('plotly', 'ipywidgets', 'anywidget', 'tensorflow', 'keras') "
             "if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+    # a widget made: ipywidgets and anywidget, never plotly's figures or nbformat/jsonschema
+    code = ("import sys, keras_nbguard; from keras_nbguard.widget import Dashboard; "
+            "Dashboard(keras_nbguard.get_session(), mode='widget'); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'plotly', 'nbformat', "
+            "'jsonschema', 'rfc3987_syntax', 'anywidget', 'ipywidgets'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['anywidget', 'ipywidgets']"
 
 
 # -- the widget ------------------------------------------------------------------------------
-def made_in_a_cell(shell) -> tuple[Dashboard, Any]:
-    """A dashboard made in a cell, as a user makes it; and its figure as that cell ended."""
+def made_in_a_cell(shell) -> Dashboard:
+    """A dashboard made in a cell, as a user makes it."""
     seen = {}
 
     def make():
         seen["board"] = Dashboard(keras_nbguard.get_session(), mode="widget")
-        seen["figure"] = seen["board"].figure
+        seen["rows"] = list(seen["board"].chart._rows)  # what the figure has as the cell ends
         return seen["board"]
 
     shell.user_ns["_make_board"] = make
     assert shell.run_cell("_make_board();").success
     del shell.user_ns["_make_board"]
-    return seen["board"], seen["figure"]
+    seen["board"].rows_in_the_cell = seen["rows"]
+    return seen["board"]
 
 
 @pytest.fixture
 def board(shell):
-    board, _ = made_in_a_cell(shell)
+    board = made_in_a_cell(shell)
     yield board
     board.detach()
 
 
-def test_the_cell_showing_the_dashboard_ends_before_plotly_is_made(keras_shell):
+def test_the_dashboard_is_whole_when_its_cell_ends_and_holds_no_plotly(keras_shell):
     run(keras_shell, "%%kerasrun --quiet --label mlp\nmodel = make_model()\n")
-    board, figure_in_the_cell = made_in_a_cell(keras_shell)
-    assert figure_in_the_cell is None  # the static charts first: plotly takes seconds to make
-    assert board.figure is not None and board._chart.children == (board.figure,)
-    assert list(figure_points(board, "fit:fit:mlp").x) == [1]  # drawn once made
+    before = set(keras_shell.events.callbacks["post_run_cell"])
+    board = made_in_a_cell(keras_shell)
+    # the figure is made in the cell: nothing is left for after it (the kernel is free at once)
+    assert [row["n"] for row in board.rows_in_the_cell] == [1]
+    assert set(keras_shell.events.callbacks["post_run_cell"]) - before == {board._after_cell}
+    # plain lists, drawn by plotly.js in the page: plotly's Python figures are never imported
+    assert not [m for m in sys.modules if m.startswith(("plotly.graph_objs", "plotly.io"))]
+    state = board.chart.get_state()
+    assert len(json.dumps(state, default=str)) < 60_000  # not plotly.js (5 MB) per widget
+    assert [row["g"] for row in state["rows"]] == ["mlp"]
     # made after a run: its live panel shows that run, not "no run yet"
     assert "last run: mlp #1 (ok)" in board._top.value
-    assert len(board.figure.data[1].x) > 0
-    # the figure's width follows the area it is shown in (window and panel resizes included)
-    assert board.figure.layout.autosize and board.figure.layout.width is None
-    assert board.figure._config.get("responsive") is True
+    assert len(state["live"]["t"]) > 0
     board.detach()
 
 
@@ -179,23 +216,33 @@ def bottom(board) -> str:
     return html.unescape(board._bottom.value)
 
 
-def figure_points(board, key):
-    return next(t for t in board.figure.data if t.meta == key)
+def sent(board) -> list[dict]:
+    """The messages the figure sends from now on (what travels to the page)."""
+    messages: list[dict] = []
+    send = board.chart.send
+    board.chart.send = lambda content, buffers=None: (messages.append(content),
+                                                      send(content, buffers))
+    return messages
 
 
 def test_a_run_updates_the_plot_live_panels_and_models(keras_shell, board):
+    messages = sent(board)
     run(keras_shell, "%%kerasrun --quiet --label mlp\nmodel = make_model()\n"
                      "model.fit(x, y, epochs=2, verbose=0)\n")
-    assert list(figure_points(board, "fit:fit:mlp").x) == [1]
-    assert len(board.figure.data[0].y) == 2  # seconds per epoch of the last run
-    assert (board.figure.layout.xaxis4.tick0, board.figure.layout.xaxis4.dtick) == (1, 1)  # whole
-    assert len(board.figure.data[1].x) > 0  # its RSS over time
+    assert [(row["g"], row["n"]) for row in board.chart._rows] == [("mlp", 1)]
+    assert len(board.chart._live["epochs"]) == 2  # seconds per epoch of the last run
+    assert len(board.chart._live["t"]) > 0  # its RSS over time
     assert "last run: mlp #1 (ok)" in board._top.value
     n = max(keras_shell.user_ns["Out"])  # the History the cell ended with is Out[n]
     # the leak finder's line: flag, size, run, and its paths, your names first
     assert f"mlp #1): model, Out[{n}].model" in bottom(board)
     assert "current sequential (0.6 KiB weights, mlp #1)" in bottom(board)
-    assert any(a.text.startswith("no GPU") for a in board.figure.layout.annotations)
+    assert board.chart.notes["gpu"].startswith("no GPU")  # the empty panel says why
+    # a second run: only its row travels, not the history again
+    messages.clear()
+    run(keras_shell, "%%kerasrun --quiet --label mlp\nmodel = make_model()\n")
+    rows = [m for m in messages if m["type"] == "rows"]
+    assert [(m["start"], [r["n"] for r in m["rows"]]) for m in rows] == [(1, [2])]
 
 
 def test_two_runs_picked_are_compared_side_by_side(keras_shell, board):
@@ -228,7 +275,8 @@ def test_compact_line_says_the_last_run_its_trend_and_stale_models(keras_shell):
     text = line.line()
     assert text.startswith(f"keras_nbguard · kept #2 ok · fit {fmt_seconds(last.fit_seconds)} "
                            f"({fmt_seconds(last.delta_fit_seconds, signed=True)}) · ")
-    assert " · RSS " in text and " per run over 2 runs · 1 stale model" in text
+    assert " · a trend needs 3 runs in this kernel, the first a warm-up (2 so far) · " in text
+    assert text.endswith(" · 1 stale model")
     assert "#ef6c00" in line.bundle()["text/html"]  # a stale model: orange
     shown = keras_shell.run_line_magic("nbguard", "dashboard --compact")
     assert shown is None  # displayed, redrawn in place after each run
@@ -249,10 +297,10 @@ def test_clear_output_cache_and_reset_history_buttons(keras_shell, board):
     assert "Out[" not in bottom(board).split("Models still referenced")[1]
     board.buttons["reset_history"].click()
     assert session.history == [] and "hid 1 run(s)" in bottom(board)
-    assert all(len(t.x) == 0 for t in board.figure.data[2:])  # the runs are gone
+    assert board.chart._rows == []  # the runs are gone
     # header, live panels and numbering agree with the emptied charts
     assert "0 run(s)" in board._top.value and "history reset: no run since" in board._top.value
-    assert len(board.figure.data[0].y) == 0 and len(board.figure.data[1].x) == 0
+    assert board.chart._live["epochs"] == [] and board.chart._live["t"] == []
     reports = board._bottom.value.split("nbguard-reports'>")[1].split("</div><div class")[0]
     assert reports.count("<div") == 2 and reports.index("reset_history") < reports.index(
         "clear_output_cache")  # one entry a line, newest first
@@ -272,13 +320,14 @@ def test_free_button_frees_exactly_the_flagged_models(keras_shell, board):
     assert "current sequential (0.6 KiB weights, mlp #3): model, keep[2]" in listed
     refs = [weakref.ref(m) for m in keras_shell.user_ns["keep"]]
     findings = bottom(board).split("Models still referenced")[0]
-    assert "<b>stale_models</b>: 2 models from #1, #2 still alive" in findings  # in words
+    assert "<b>stale_models</b>: 2 models from mlp #1, #2 still alive" in findings  # in words
     board.buttons["free"].click()
     gc.collect()
     assert [r() is None for r in refs] == [True, True, False]  # the two flagged ones, no more
     assert keras_shell.user_ns["keep"][:2] == [None, None]
     assert "free: freed 2 model(s) (RSS " in bottom(board)
     assert "STALE" not in bottom(board).split("Models still referenced")[1]
+    assert "stale_models" not in bottom(board)  # the finding is the present's too
 
 
 def test_free_button_says_when_the_action_is_not_there(board):
@@ -348,17 +397,17 @@ def test_updates_from_many_threads_keep_the_figure_whole(board):
         board._on_sample(i * 0.1, 500 * MB)
     for t in threads:
         t.join()
-    assert list(figure_points(board, "fit:fit:mlp").x) == list(range(1, 21))
+    assert [row["n"] for row in board.chart._rows] == list(range(1, 21))
 
 
 def test_one_dashboard_per_kernel_also_across_reload(shell, monkeypatch):
     monkeypatch.setattr(dashboard_module, "_last", None)
     first = dashboard(mode="widget")
     assert dashboard() is first and keras_nbguard.get_session().dashboard is first
-    figure = first.figure
+    figure = first.chart
     shell.run_line_magic("reload_ext", "keras_nbguard")
     again = dashboard()
-    assert again is first and again.figure is figure
+    assert again is first and again.chart is figure
     assert again.session is keras_nbguard.get_session()
     again.detach()
 
@@ -423,7 +472,7 @@ def test_nbclient_execution_shows_the_static_view_updated_by_display_id(tmp_path
     assert "application/vnd.jupyter.widget-view+json" not in shown["data"]
     markup, text = shown["data"]["text/html"], shown["data"]["text/plain"]
     assert "keras-nbguard-static" in markup and "3 run(s)" in markup and "<svg" in markup
-    assert re.search(r"mlp: (⚠ )?RSS", text) and "per run over 3 runs" in text
+    assert re.search(r"mlp: (⚠ )?RSS", text) and "per run over runs 2–3" in text
     assert "current sequential (" in text and "mlp #3): model, history.model" in text
     assert "Loading widget" not in markup + text
     assert Session  # the notebook ran in its own kernel: nothing leaks into this process
@@ -458,9 +507,10 @@ def test_trend_is_the_current_kernels_over_two_real_processes(tmp_path):
     kernel(3, 60)
     second = kernel(6, 8)
     assert second["numbers"] == list(range(1, 10))  # numbering goes on across the restart
-    assert second["restarts"] == [4]  # the earlier kernel: shown, marked by a line
+    # the earlier kernel: shown, its line broken and marked between mlp #3 and mlp #4
+    assert [(m["label"], m["x"]) for m in second["restarts"]] == [("mlp", 3.5)]
     words = second["trend"]
-    assert "per run over 6 runs" in words, words  # not 9: the first kernel is not mixed in
+    assert "per run over runs 5–9" in words, words  # the first kernel is not mixed in
     per_run = float(words.split("RSS ")[1].split(" MiB")[0])
     assert 6 <= per_run <= 10, words  # mixed in, the restart's drop would make it negative
 

@@ -103,16 +103,22 @@ class PlotlyHandler(HistoryMixin, JupyterHandler):
 
 @cache
 def plotly_js() -> bytes:
-    from plotly.offline import get_plotlyjs
+    """The file plotly ships, read as it is: importing plotly.offline would take the server
+    seconds (plotly.io → nbformat → jsonschema) before the first dashboard could draw."""
+    from ..plotting import plotly_js_path
 
-    return get_plotlyjs().encode("utf-8")
+    path = plotly_js_path()
+    if path is None:
+        raise web.HTTPError(404, "plotly is not installed")
+    with open(path, "rb") as file:
+        return file.read()
 
 
 @cache
 def plotly_version() -> str:
-    from importlib.metadata import version
+    from ..plotting import plotly_tag
 
-    return version("plotly")
+    return plotly_tag()
 
 
 def routes(base_url: str) -> list[tuple[str, type[web.RequestHandler]]]:
