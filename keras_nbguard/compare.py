@@ -1,5 +1,5 @@
 """Two runs side by side: every figure, the change from the first to the second, and the findings
-that differ (``%nbguard compare mlp#3 mlp#7``, or two labels' last runs)."""
+that differ (``%nbguard compare mlp:3 mlp:7``, or two labels' last runs)."""
 
 from __future__ import annotations
 
@@ -11,19 +11,22 @@ from dataclasses import dataclass
 from .formatting import NA, fmt_bytes, fmt_seconds
 from .records import RunRecord
 
-SPEC = re.compile(r"^(?P<label>.*?)\s*#(?P<number>\d+)$")
+# "mlp:5" (an editor colours "mlp#5" as a comment), "mlp#5" and "mlp #5" as summaries write it
+SPEC = re.compile(r"^(?P<label>.*?)\s*[#:](?P<number>\d+)$")
 
 
 def find_run(records: Sequence[RunRecord], spec: str) -> RunRecord:
-    """The run ``spec`` names: ``label#n`` (or ``label #n``), or a label's last run."""
-    match = SPEC.match(spec.strip())
-    label = match.group("label") if match else spec.strip()
+    """The run ``spec`` names: ``label:n`` (or ``label#n``, ``label #n``), or a label's last run.
+    A label that is itself the whole spec ("cnn:3" used as a label) is taken as the label."""
+    spec = spec.strip()
+    match = None if any(r.label == spec for r in records) else SPEC.match(spec)
+    label = match.group("label") if match else spec
     runs = [r for r in records if r.label == label]
     if not runs:
         labels = ", ".join(sorted({repr(r.label) for r in records})) or "none yet"
         raise ValueError(
             f"no run labelled {label!r} (labels: {labels}); name a run as "
-            f"'label#3', or a label for its last run"
+            f"'label:3', or a label for its last run"
         )
     if match is None:
         return runs[-1]
@@ -38,7 +41,7 @@ def find_run(records: Sequence[RunRecord], spec: str) -> RunRecord:
 def compare_runs(records: Sequence[RunRecord], specs: Sequence[str]) -> Comparison:
     if len(specs) != 2:
         raise ValueError(
-            "%nbguard compare takes two runs: %nbguard compare mlp#3 mlp#7 (or two "
+            "%nbguard compare takes two runs: %nbguard compare mlp:3 mlp:7 (or two "
             "labels, for their last runs; quote a label with spaces)"
         )
     return Comparison(find_run(records, specs[0]), find_run(records, specs[1]))

@@ -245,6 +245,20 @@ def test_a_run_updates_the_plot_live_panels_and_models(keras_shell, board):
     assert [(m["start"], [r["n"] for r in m["rows"]]) for m in rows] == [(1, [2])]
 
 
+def test_a_run_is_named_label_colon_number_and_the_old_hash_still_works():
+    from keras_nbguard.compare import compare_runs, find_run
+
+    records = [make_record(label=label, run_number=n) for label, n in
+               (("mlp", 1), ("mlp", 5), ("cnn:3", 2))]
+    assert find_run(records, "mlp:5") is records[1]  # not read as a comment by an editor
+    assert find_run(records, "mlp#5") is records[1] and find_run(records, "mlp #5") is records[1]
+    assert find_run(records, "cnn:3") is records[2]  # a label that looks like a reference
+    pair = compare_runs(records, ["mlp:1", "mlp:5"])
+    assert (pair.first, pair.second) == (records[0], records[1])
+    with pytest.raises(ValueError, match="name a run as 'label:3'"):
+        find_run(records, "rnn:1")
+
+
 def test_two_runs_picked_are_compared_side_by_side(keras_shell, board):
     cell = "%%kerasrun --quiet --label pick\nmodel = make_model()\nmodel.fit(x, y, verbose=0)\n"
     for _ in range(2):
