@@ -1,59 +1,234 @@
-"""What an isolated cell reads and binds, told from its code (``ast``), and how names travel:
-by value with cloudpickle (functions and classes defined in the notebook included), modules by
-name. Nothing here starts a process."""
+"""What an isolated cell reads and binds, told from its code (``ast``, ``symtable``): the names
+to send in, the names to bring back (bound at its top level, or changed in place: ``n += 1``,
+``x[0] = ...``, ``a.b = ...``, ``items.append(...)``, ``model.fit(...)``, a function's ``global``),
+the names it deletes. How each name travels is ``sending.py``; nothing here starts a process."""
 
 from __future__ import annotations
 
 import ast
 import builtins
-import contextlib
-import sys
+import symtable
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from .receiving import unpack_input
+from .sending import SHARED_BYTES, Sent, pack_inputs
 
-def read_and_bound(source: str) -> tuple[list[str], list[str]]:
-    """(names the cell reads before it binds them, names it binds at its top level), each in the
-    order they first appear. A SyntaxError is left to the child, which reports it in the cell."""
+__all__ = [
+    "SHARED_BYTES",
+    "CellNames",
+    "Sent",
+    "cell_names",
+    "chosen",
+    "describe",
+    "free_reads",
+    "imports_of",
+    "pack_inputs",
+    "read_and_bound",
+    "settle",
+    "unpack_input",
+]
+
+# methods that change their object in place: the object comes back (lists, dicts, sets; Keras)
+MUTATORS = frozenset(
+    {"append", "extend", "insert", "update", "setdefault", "pop", "popitem", "remove", "discard"}
+    | {"add", "clear", "sort", "reverse"}
+    | {"fit", "adapt", "compile", "set_weights", "load_weights", "set_vocabulary"}
+)
+
+
+@dataclass
+class CellNames:
+    """``reads``: names the cell may read before it binds them (sent when the notebook has them);
+    ``binds``: names to bring back; ``in_place``: read names the cell changes in place (they
+    travel as a writable copy, never as the kernel's shared memory); ``deleted``: names the cell
+    ``del``\\ s at its top level (gone from the notebook too when the run succeeds)."""
+
+    reads: list[str] = field(default_factory=list)
+    binds: list[str] = field(default_factory=list)
+    in_place: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+
+def cell_names(source: str) -> CellNames:
+    """The names of a cell. A SyntaxError is left to the child, which reports it in the cell."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return [], []
-    loaded: dict[str, None] = {}
+        return CellNames()
+    reads: dict[str, None] = {}
+    bound: set[str] = set()  # surely bound by now (straight-line top-level code)
+    changed: dict[str, None] = {}
+    deleted: dict[str, None] = {}
+    for stmt in tree.body:
+        touched = changed_in_place(stmt)
+        changed.update(dict.fromkeys(touched))
+        for name in [*touched, *free_reads(stmt)]:  # n += 1 reads n
+            if name not in bound:
+                reads[name] = None
+        for name in _deleted_names(stmt):  # del x needs x
+            if name not in bound:
+                reads[name] = None
+            bound.discard(name)
+            deleted[name] = None
+        surely = _surely_bound(stmt)
+        bound |= surely
+        for name in surely:
+            deleted.pop(name, None)  # bound again after its del
+    binds = [n for n in _bound_anywhere(tree) if n in top_level_bound(tree)]
+    binds += [n for n in changed if n not in binds]
+    return CellNames(list(reads), binds, list(changed), list(deleted))
+
+
+def read_and_bound(source: str) -> tuple[list[str], list[str]]:
+    """(names the cell reads before it binds them, names to bring back)."""
+    names = cell_names(source)
+    return names.reads, names.binds
+
+
+def free_reads(stmt: ast.stmt) -> list[str]:
+    """The global names one statement reads, its functions' and comprehensions' included (not
+    their parameters or locals); builtins only where the notebook shadows them (``settle``)."""
+    try:
+        table = symtable.symtable(ast.unparse(stmt), "<cell>", "exec")
+    except (SyntaxError, ValueError):  # await at the top level: every name loaded
+        return [n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)]
+    found: dict[str, None] = {}
+    todo = [table]
+    while todo:
+        scope = todo.pop(0)
+        top = scope.get_type() == "module"
+        for sym in scope.get_symbols():
+            # global n; n = ... in a function reads n too (n += 1)
+            if (sym.is_referenced() and (top or sym.is_global())) or sym.is_declared_global():
+                found[sym.get_name()] = None
+        todo.extend(scope.get_children())
+    return list(found)
+
+
+def changed_in_place(stmt: ast.stmt) -> list[str]:
+    """Names a statement changes without rebinding them at the top level: ``n += 1``,
+    ``x[i] = ...``, ``a.b = ...``, ``del x[i]``, ``x.append(...)``, ``model.fit(...)``, and the
+    names its functions declare ``global``."""
+    found: dict[str, None] = {}
+    for node in _top_scope(stmt):
+        if isinstance(node, ast.AugAssign):
+            found.update(dict.fromkeys(_roots(node.target)))
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.Delete, ast.For, ast.With)):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, (ast.AnnAssign, ast.For)):
+                targets = [node.target]
+            elif isinstance(node, ast.Delete):
+                targets = node.targets
+            else:
+                targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+            for target in targets:
+                for part in _unpacked(target):
+                    if isinstance(part, (ast.Subscript, ast.Attribute)):
+                        found.update(dict.fromkeys(_roots(part)))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in MUTATORS
+        ):
+            found.update(dict.fromkeys(_roots(node.func.value)))
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Global):
+            found.update(dict.fromkeys(node.names))
+    return list(found)
+
+
+def _top_scope(stmt: ast.stmt) -> Iterable[ast.AST]:
+    """The nodes of a statement that run in the cell's own scope (not in its functions)."""
+    todo: list[ast.AST] = [stmt]
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def _unpacked(target: ast.expr) -> list[ast.expr]:
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [part for elt in target.elts for part in _unpacked(elt)]
+    if isinstance(target, ast.Starred):
+        return _unpacked(target.value)
+    return [target]
+
+
+def _roots(node: ast.expr) -> list[str]:
+    """``x`` of ``x``, ``x[i]``, ``x.a.b``, ``x[i].a``."""
+    while isinstance(node, (ast.Subscript, ast.Attribute, ast.Starred)):
+        node = node.value
+    return [node.id] if isinstance(node, ast.Name) else []
+
+
+def _deleted_names(stmt: ast.stmt) -> list[str]:
+    if isinstance(stmt, ast.Delete):
+        return [t.id for t in stmt.targets for t in _unpacked(t) if isinstance(t, ast.Name)]
+    return []
+
+
+def _surely_bound(stmt: ast.stmt) -> set[str]:
+    """Names a top-level statement binds whenever it completes (not in a branch or a loop)."""
+    targets: list[ast.expr] = []
+    if isinstance(stmt, ast.Assign):
+        targets = stmt.targets
+    elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) and (
+        isinstance(stmt, ast.AugAssign) or stmt.value is not None
+    ):
+        targets = [stmt.target]
+    elif isinstance(stmt, ast.With):
+        targets = [i.optional_vars for i in stmt.items if i.optional_vars is not None]
+    elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in stmt.names}
+    bound = {p.id for t in targets for p in _unpacked(t) if isinstance(p, ast.Name)}
+    for node in ast.walk(stmt):  # walrus
+        if isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name):
+            bound.add(node.target.id)
+    return bound
+
+
+def _bound_anywhere(tree: ast.AST) -> list[str]:
     stored: dict[str, None] = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            (loaded if isinstance(node.ctx, ast.Load) else stored)[node.id] = None
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            stored[node.id] = None
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             stored[node.name] = None
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:
                 stored[(alias.asname or alias.name).split(".")[0]] = None
-    top = _top_level_bound(tree)
-    builtin = set(dir(builtins))
-    # a name read anywhere may be read before it is bound (x = x + 1): send it if it exists
-    reads = [n for n in loaded if n not in builtin]
-    return reads, [n for n in stored if n in top]
+    return list(stored)
 
 
-def _top_level_bound(tree: ast.Module) -> set[str]:
+def top_level_bound(tree: ast.AST) -> set[str]:
     """Names bound at the cell's top level (not inside its functions and classes)."""
     bound: set[str] = set()
-    todo: list[ast.AST] = list(tree.body)
+    todo: list[ast.AST] = list(tree.body) if isinstance(tree, ast.Module) else [tree]
     while todo:
         node = todo.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             bound.add(node.name)
             continue
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, (ast.Load, ast.Del)):
             bound.add(node.id)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             bound.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, ast.Lambda):
-            continue
+        elif isinstance(node, (ast.Lambda, *_COMPREHENSIONS)):
+            continue  # their names are their own (a walrus in one: not followed)
         todo.extend(ast.iter_child_nodes(node))
     return bound
+
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 def imports_of(source: str) -> list[str]:
@@ -78,86 +253,26 @@ def chosen(given: str | None, default: Iterable[str]) -> list[str]:
     return [name.strip() for name in given.split(",") if name.strip()]
 
 
-SHARED_BYTES = 1 << 20  # numpy arrays from this size travel through shared memory
+def settle(
+    namespace: MutableMapping[str, Any],
+    bound: Mapping[str, Any],
+    deleted: Iterable[str] = (),
+    ok: bool = True,
+) -> None:
+    """The names the child brought back into the notebook; the names the cell deleted (and
+    did not bind again) out of it, once the run succeeded."""
+    namespace.update(bound)
+    if ok:
+        for name in deleted:
+            if name not in bound:
+                namespace.pop(name, None)
 
 
-def pack_inputs(
-    names: Iterable[str],
-    namespace: Mapping[str, Any],
-    explicit: bool,
-    shared: list[Any] | None,
-) -> dict[str, Any]:
-    """Each name the user's namespace has, pickled on its own so that a failure names it; a
-    large numpy array is copied once into shared memory instead (the child maps it, no pickle
-    and no pipe), its segment appended to ``shared`` for the caller to unlink after the run
-    (``shared`` None: children elsewhere, a Ray cluster; everything is pickled).
-    ``ValueError`` (a UsageError for the magic) for one that can't travel, before anything
-    starts; so is a name given with ``--inputs`` that does not exist."""
-    import cloudpickle
-
-    packed: dict[str, Any] = {}
-    for name in names:
-        if name not in namespace:
-            if explicit:
-                raise ValueError(f"--inputs: {name!r} is not defined in the notebook")
-            continue  # read before it is bound in the cell, or a name of the child's own
-        value = namespace[name]
-        if name.startswith("_") and not explicit:
-            continue  # IPython's _, __, _i3: not the user's
-        if shared is not None and _shareable(value):
-            packed[name] = _to_shared_memory(value, shared)
-            continue
-        try:
-            packed[name] = cloudpickle.dumps(value)
-        except Exception as exc:
-            raise ValueError(
-                f"--isolate can't send {name!r} ({type(value).__name__}) to the new process: "
-                f"{exc}. Make it inside the cell, or leave it out with --inputs"
-            ) from None
-    return packed
-
-
-def _shareable(value: Any) -> bool:
-    numpy = sys.modules.get("numpy")
-    return (
-        numpy is not None
-        and type(value) is numpy.ndarray
-        and value.nbytes >= SHARED_BYTES
-        and not value.dtype.hasobject
+def is_builtin(name: str, namespace: Mapping[str, Any]) -> bool:
+    """A builtin the notebook does not shadow (the child has its own)."""
+    return hasattr(builtins, name) and namespace.get(name, getattr(builtins, name)) is getattr(
+        builtins, name
     )
-
-
-def _to_shared_memory(array: Any, shared: list[Any]) -> tuple[str, str, tuple[int, ...], str]:
-    from multiprocessing import shared_memory
-
-    import numpy
-
-    segment = shared_memory.SharedMemory(create=True, size=array.nbytes)
-    shared.append(segment)
-    numpy.ndarray(array.shape, array.dtype, buffer=segment.buf)[...] = array
-    return ("shm", segment.name, array.shape, array.dtype.str)
-
-
-def unpack_input(sent: Any, attached: list[Any]) -> Any:
-    """In the child: a pickled value, or an array mapped from the kernel's shared memory
-    (read-only: it is the kernel's copy for this run)."""
-    if isinstance(sent, tuple) and sent[0] == "shm":
-        from multiprocessing import resource_tracker, shared_memory
-
-        import numpy
-
-        segment = shared_memory.SharedMemory(name=sent[1])
-        # before Python 3.13 attaching registers the segment too, and this process's exit would
-        # unlink it under the kernel (and warn of a leak): the kernel owns it
-        with contextlib.suppress(Exception):
-            resource_tracker.unregister(segment._name, "shared_memory")  # type: ignore[attr-defined]
-        attached.append(segment)
-        array = numpy.ndarray(sent[2], numpy.dtype(sent[3]), buffer=segment.buf)
-        array.flags.writeable = False
-        return array
-    import cloudpickle
-
-    return cloudpickle.loads(sent)
 
 
 def describe(value: Any) -> str:

@@ -1,0 +1,136 @@
+"""The child's side of ``sending.py``: each packet made into the value it stands for, once per
+key (a value sent under two names, or read by a replayed statement too, is one object here):
+an array mapped from the kernel (``shm.py``), a Keras object loaded with the notebook's classes,
+a saved tf.data pipeline, or the namespace an earlier cell's statements leave, replayed."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import linecache
+import os
+from typing import Any
+
+_MEMO: dict[str, Any] = {}  # what was already made, by key
+
+
+class InputFailed(Exception):
+    """A name could not be made here (a replayed statement failed, a class missing): said in
+    the user's terms, in the cell; nothing of the cell ran."""
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _span_start(source: str) -> int:
+    return len(source) - len(source.lstrip("\n")) + 1
+
+
+def unpack_input(sent: Any, attached: list[Any]) -> Any:
+    """In the child: the value a packet stands for, made once per key (an array mapped from the
+    kernel's shared memory is read-only: it is the kernel's copy for this run).
+    ``InputFailed`` with what went wrong, in the user's terms."""
+    import cloudpickle
+
+    if isinstance(sent, bytes):  # a plain pickle
+        return cloudpickle.loads(sent)
+    key = sent[1]
+    if key not in _MEMO:
+        if sent[0] == "replay":
+            made = _replayed(sent[3], attached)
+            if sent[2] not in made:
+                raise InputFailed(
+                    f"--isolate: replaying {sent[3].label} did not bind {sent[2]!r} "
+                    "in the new process"
+                )
+            value = made[sent[2]]
+            if sent[4] is not None and type(value).__name__ != sent[4]:
+                raise InputFailed(
+                    f"--isolate: replaying {sent[3].label} made {sent[2]!r} a "
+                    f"{type(value).__name__}, but the notebook's is a {sent[4]}: it did not "
+                    "come from that cell (a %reset since, or a cell run outside the history). "
+                    "Make it inside the cell, or leave it out with --inputs"
+                )
+            _MEMO[key] = value
+        else:
+            _MEMO[key] = _made(sent, attached)
+    return _MEMO[key]
+
+
+def _made(sent: tuple[Any, ...], attached: list[Any]) -> Any:
+    import cloudpickle
+
+    kind = sent[0]
+    if kind in ("shm", "file"):  # shared memory, or a temporary file when it had no room
+        from .shm import unpack
+
+        return unpack(sent, attached)
+    if kind == "keras":
+        import importlib
+
+        package = importlib.import_module(sent[2])
+        classes = cloudpickle.loads(sent[4])
+        try:
+            with package.utils.custom_object_scope(classes):
+                return cloudpickle.loads(sent[3])
+        except Exception as exc:
+            raise InputFailed(
+                f"--isolate: Keras could not load the notebook's {sent[5]} in the new process: "
+                f"{_short(exc)}"
+            ) from None
+    if kind == "tfdata":
+        return _dataset_from_zip(sent[2])
+    return cloudpickle.loads(sent[2])
+
+
+def _replayed(unit: Any, attached: list[Any]) -> dict[str, Any]:
+    """The namespace ``unit``'s statements leave, run once (their prints are not shown)."""
+    import builtins
+
+    key = unit.key
+    if key in _MEMO:
+        return _MEMO[key]
+    scratch: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    with contextlib.suppress(Exception):
+        from IPython import get_ipython
+
+        scratch["get_ipython"] = get_ipython
+    _MEMO[key] = scratch
+    for index in sorted(unit.statements):
+        for name, packet in unit.binds.get(index, {}).items():
+            scratch[name] = unpack_input(packet, attached)
+        source = unit.statements[index]
+        where = f"<{unit.label} replayed, line {_span_start(source)}>"
+        # its lines where inspect finds them: tf.function / autograph read the source
+        linecache.cache[where] = (len(source), None, source.splitlines(True), where)
+        try:
+            code = compile(source, where, "exec")
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(
+                io.StringIO()
+            ):
+                exec(code, scratch)  # the notebook's own statement, as it ran there
+        except Exception as exc:
+            line = _span_start(source)
+            raise InputFailed(
+                f"--isolate: replaying {unit.label} line {line} "
+                f"({source.strip().splitlines()[0][:60]}) in the new process failed: "
+                f"{_short(exc)}"
+            ) from None
+    return scratch
+
+
+def _dataset_from_zip(data: bytes) -> Any:
+    import atexit
+    import shutil
+    import tempfile
+    import zipfile
+
+    import tensorflow as tf
+
+    folder = tempfile.mkdtemp(prefix="nbguard-data-")
+    atexit.register(shutil.rmtree, folder, True)  # read lazily: kept while the child lives
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        archive.extractall(folder)
+    return tf.data.Dataset.load(os.path.join(folder, "data"))
