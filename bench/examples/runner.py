@@ -151,6 +151,8 @@ def run_example(shell: Any, name: str, mode: str, runs: int, keras: str) -> dict
             t0, cpu0 = time.perf_counter(), time.process_time()
             result = shell.run_cell(source, store_history=True)
             cell_s, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
+            if mode != "bare":
+                _flush_history()
             gc.collect()
             run: dict[str, Any] = {
                 "n": n,
@@ -173,6 +175,17 @@ def run_example(shell: Any, name: str, mode: str, runs: int, keras: str) -> dict
         if fit_timer:
             fit_timer.restore()
     return seen
+
+
+def _flush_history() -> None:
+    """Wait until the run history thread has written the run: ``gc.get_objects()`` while it
+    builds a tuple from a generator (``dataclasses.asdict``) makes CPython raise SystemError
+    there (a tuple being resized must have one reference), and that run's record is lost."""
+    import keras_nbguard
+
+    store = getattr(keras_nbguard.get_session(), "store", None)
+    if store is not None and hasattr(store, "flush"):
+        store.flush()
 
 
 def _model_class(keras: str) -> Any:
