@@ -20,16 +20,17 @@ from .session import Session, get_session
 if TYPE_CHECKING:  # loaded with the first run or call, to keep %load_ext cheap
     from .diagnosis import Findings
     from .freeing import FreeReport
-    from .prepare import RunOptions
+    from .options import RunOptions
     from .probes import LeakReport
     from .tracking import Run
     from .widget import Dashboard
 
+# No submodule may have one of these names: importing it would replace the function (the
+# modules are named for what they do: exporting, freeing, tracking; tests/test_api_faults.py).
 __all__ = [
     "CleanReport", "FitRecord", "FreeReport", "GpuReading", "InferenceRecord", "Leak", "LeakReport",
     "NbguardWarning", "RunRecord", "Session", "__version__", "configure", "dashboard", "diagnose",
-    "export",
-    "free", "get_session", "leaks", "runs", "runs_frame", "track",
+    "export", "free", "get_session", "leaks", "runs", "runs_frame", "track",
 ]
 
 
@@ -37,8 +38,8 @@ def track(label: str, **options: Any) -> AbstractContextManager[Run]:
     """Context manager: prepare and measure a block like ``%%kerasrun`` does a cell.
 
     ``with keras_nbguard.track("mlp") as run: model.fit(...)`` — afterwards ``run.record`` (and
-    ``run.fit_seconds`` etc.) hold the RunRecord. Options: clear, gpu_growth, gpu_limit_mb,
-    mixed_precision.
+    ``run.fit_seconds`` etc.) hold the RunRecord. Options: those of ``configure``, for this
+    block only (checked the same way).
     """
     return get_session().track(label, **options)
 
@@ -51,16 +52,22 @@ def runs(label: str | None = None, this_kernel: bool = False) -> list[RunRecord]
 
 def runs_frame(label: str | None = None, this_kernel: bool = False) -> Any:
     """``runs()`` as a pandas DataFrame, one row per run (needs pandas)."""
-    from .export import runs_frame as frame
+    from .exporting import runs_frame as frame
 
     return frame(runs(label, this_kernel))
 
 
-def export(path: str, label: str | None = None, this_kernel: bool = False) -> int:
-    """Write ``runs()`` to the CSV file ``path``; returns the number of runs written."""
-    from .export import write_csv
+def export(path: str, label: str | None = None, this_kernel: bool = False, *,
+           force: bool = False) -> int:
+    """Write ``runs()`` to the new CSV file ``path``; returns the number of runs written.
 
-    return write_csv(runs(label, this_kernel), path)
+    An existing file is replaced only with ``force=True``; a notebook or a SQLite database (the
+    run history) never. ``ValueError`` says why a file was not written."""
+    from .exporting import write_csv
+
+    session = get_session()
+    return write_csv(session.runs(label, this_kernel), path, force=force,
+                     protected=session.protected_paths())
 
 
 def diagnose(label: str | None = None) -> Findings:
@@ -100,8 +107,13 @@ def __getattr__(name: str) -> Any:
 
 
 def configure(**options: Any) -> RunOptions:
-    """Change the defaults of later runs (clear, gpu_growth, gpu_limit_mb, mixed_precision,
-    quiet)."""
+    """Change the defaults of later runs, checked as ``%nbguard config`` checks them:
+
+    clear, deep_clean, quiet, keep_stale (True/False); gpu_growth (True/False/None);
+    gpu_limit_mb, host_limit_mb (a positive whole number of MiB, None: no limit);
+    mixed_precision ("mixed_float16", "mixed_bfloat16" — "float16"/"bfloat16" mean those —
+    "float32", or None). A wrong value raises ``ValueError`` and changes nothing; an unknown
+    name ``TypeError``."""
     return get_session().configure(**options)
 
 

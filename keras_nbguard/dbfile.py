@@ -5,6 +5,7 @@ application's SQLite database, a text file — is left byte for byte as it was."
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from urllib.parse import quote
 
@@ -42,8 +43,9 @@ def _unmarked_but_ours(path: str) -> bool:
     the same new file this moment) or our ``meta`` table (a file from before the mark). Read
     only (``mode=ro``), so that asking changes nothing."""
     try:
-        db = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)
-    except sqlite3.Error:
+        # the name's bytes, quoted: a name that is not UTF-8 (a lone surrogate) opens too
+        db = sqlite3.connect(f"file:{quote(os.fsencode(path))}?mode=ro", uri=True)
+    except (sqlite3.Error, UnicodeError):
         return False
     try:
         tables = {row[0] for row in db.execute(

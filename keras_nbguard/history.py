@@ -6,7 +6,8 @@ before it are hidden from ``runs()``, the summary's trend and the dashboard, not
 database keeps them, the mark is kept in it too (a restarted kernel honours it), and
 ``%nbguard reset --undo`` brings them back. Run numbers never repeat within a notebook: the
 next run after a reset is numbered after the last one, hidden or not, and "vs previous"
-compares with it.
+compares with it. ``%nbguard reset --label a`` does the same for label ``a`` alone; a reset of
+every label drops the labels' own marks (it hides what they hid, and more).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class RunHistory:
         self._earlier: list[RunRecord] | None = []
         self._began = time.time()
         self.reset_at: float | None = None  # runs started before it are hidden
+        self.label_reset_at: dict[str, float] = {}  # the same, per label (reset --label)
         self._stored_last: dict[str, RunRecord | None] = {}  # per label, before this session
 
     def attach(self, store: Any) -> None:
@@ -38,8 +40,10 @@ class RunHistory:
         self._stored_last = {}
         self._began = time.time()
         self.reset_at = None
+        self.label_reset_at = {}
         if store is not None:
             self.reset_at = self._read(lambda: store.reset_mark(self.notebook), None)
+            self.label_reset_at = self._read(lambda: store.label_reset_marks(self.notebook), {})
 
     @property
     def earlier(self) -> list[RunRecord]:
@@ -95,28 +99,70 @@ class RunHistory:
             self._stored_last[label] = found
         return self._stored_last[label]
 
-    def reset(self) -> str:
-        """Hide every run so far (the database keeps them)."""
-        count = len(self.runs())
-        self.reset_at = time.time()
-        self._save_mark()
-        return (f"hid {count} run(s) from runs() and the dashboard; the database keeps them and "
-                f"%nbguard reset --undo shows them again")
+    def reset(self, label: str | None = None) -> str:
+        """Hide every run so far, or ``label``'s (the database keeps them)."""
+        count = len(self.runs(label))
+        now = time.time()
+        if label is None:
+            self.reset_at = now
+            self._save_mark(None, now)
+            for dropped in list(self.label_reset_at):  # older than this mark: nothing to add
+                self._drop_label_mark(dropped)
+            return (f"hid {count} run(s) from runs() and the dashboard; the database keeps "
+                    f"them and %nbguard reset --undo shows them again")
+        self.label_reset_at[label] = now
+        self._save_mark(label, now)
+        unknown = "" if self._has_label(label) else (
+            f" (no run is labelled {label!r} here; labels: "
+            f"{', '.join(sorted(self._labels())) or 'none yet'})")
+        return (f"hid {count} run(s) of {label!r} from runs() and the dashboard{unknown}; the "
+                f"database keeps them and %nbguard reset --undo --label {label} shows them again")
 
-    def undo_reset(self) -> str:
-        if self.reset_at is None:
-            return "no reset to undo"
-        hidden = [r for r in self.earlier + self.mine if not self._shown(r)]
-        self.reset_at = None
-        self._save_mark()
-        return f"showing {len(hidden)} hidden run(s) again"
+    def undo_reset(self, label: str | None = None) -> str:
+        """Show the runs a reset hid again: every label's, or ``label``'s own reset undone."""
+        if label is None:
+            if self.reset_at is None and not self.label_reset_at:
+                return "no reset to undo"
+            hidden = [r for r in self.earlier + self.mine if not self._shown(r)]
+            self.reset_at = None
+            self._save_mark(None, None)
+            for dropped in list(self.label_reset_at):
+                self._drop_label_mark(dropped)
+            return f"showing {len(hidden)} hidden run(s) again"
+        if label not in self.label_reset_at:
+            return f"no reset of {label!r} to undo" + self._still_hidden(label)
+        before = len(self.runs(label))
+        self._drop_label_mark(label)
+        return (f"showing {len(self.runs(label)) - before} hidden run(s) of {label!r} again"
+                + self._still_hidden(label))
+
+    def _still_hidden(self, label: str) -> str:
+        if self.reset_at is None or not any(
+                r.label == label and not self._shown(r) for r in self.earlier + self.mine):
+            return ""
+        return "; runs before the last reset of every label stay hidden (%nbguard reset --undo)"
 
     def _shown(self, record: RunRecord) -> bool:
-        return self.reset_at is None or record.started_at >= self.reset_at
+        mark = self.reset_at
+        if self.label_reset_at:
+            own = self.label_reset_at.get(record.label)
+            if own is not None and (mark is None or own > mark):
+                mark = own
+        return mark is None or record.started_at >= mark
 
-    def _save_mark(self) -> None:
+    def _has_label(self, label: str) -> bool:
+        return any(r.label == label for r in self.mine) or self._last_stored(label) is not None
+
+    def _labels(self) -> set[str]:
+        return {r.label for r in self.earlier + self.mine}
+
+    def _drop_label_mark(self, label: str) -> None:
+        self.label_reset_at.pop(label, None)
+        self._save_mark(label, None)
+
+    def _save_mark(self, label: str | None, at: float | None) -> None:
         if self.store is not None:
-            self._read(lambda: self.store.set_reset_mark(self.notebook, self.reset_at), None)
+            self._read(lambda: self.store.set_reset_mark(self.notebook, at, label), None)
 
     def _read(self, step: Callable[[], Any], default: Any) -> Any:
         try:

@@ -23,21 +23,86 @@ from . import gpu_setup
 from .cell import KerasrunCells, inside_a_cell, run_cell_body, run_cell_body_async
 from .collectors.gpu import TfGpu
 from .labels import CellLabels
-from .magic_options import isolation_arguments, run_option_arguments
-from .prepare import RunOptions, options_from
+from .magic_options import (
+    RUN_FLAGS,
+    SPELLING,
+    isolation_arguments,
+    run_changes,
+    run_option_arguments,
+)
+from .options import RunOptions, checked_options
 from .report import key_values, runs_table
 from .session import Session, set_session
 from .status import history_db_row, option_rows, status_rows
 
-SUBCOMMANDS = ("status", "runs", "config", "leaks", "free", "dashboard", "export", "reset",
-               "diagnose", "compare")
+
+@dataclasses.dataclass(frozen=True)
+class Subcommand:
+    """A ``%nbguard`` subcommand: the flags it takes (as typed) and the words after its name."""
+
+    flags: tuple[str, ...] = ()
+    operands: str = ""  # e.g. "FILE"; "" when it takes none
 
 
-def _options_from(args: argparse.Namespace, base: RunOptions) -> RunOptions:
+CONFIG_FLAGS = (*RUN_FLAGS, "--clear", "--deep-clean", "--release-stale", "--no-gpu-limit",
+                "--no-host-limit", "--no-mixed-precision", "--db")
+# One entry per subcommand, handled by ``KerasMagics._nbguard_<name>``; a new subcommand adds its
+# entry, its flags (``@argument`` on ``nbguard``) and its method.
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "status": Subcommand(),
+    "runs": Subcommand(("--label", "--this-kernel")),
+    "config": Subcommand(CONFIG_FLAGS),
+    "leaks": Subcommand(),
+    "free": Subcommand(("--all", "--containers")),
+    "dashboard": Subcommand(("--side", "--compact")),
+    "export": Subcommand(("--label", "--this-kernel", "--force"), "FILE"),
+    "reset": Subcommand(("--label", "--undo")),
+    "diagnose": Subcommand(("--label",)),
+    "compare": Subcommand(("--label", "--this-kernel"), "RUN RUN"),
+}
+
+
+def _checked(base: RunOptions, changes: dict[str, Any]) -> RunOptions:
     try:
-        return options_from(args, base)
+        return checked_options(base, SPELLING, **changes)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+@functools.lru_cache(maxsize=64)
+def _run_options(line: str, base: RunOptions) -> RunOptions:
+    """A re-run repeats its line on the same defaults: parsed and checked once."""
+    return _checked(base, run_changes(_parse_kerasrun(line)))
+
+
+def _flags_given(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The options on a parsed line, each by its long name (abbreviated or not when typed)."""
+    given = []
+    for action in parser._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        value = getattr(args, action.dest, None)
+        if action.nargs == 0:  # a switch: given when the value is its own (two share a dest)
+            hit = value == action.const and value != action.default
+        else:
+            hit = value != action.default
+        if hit:
+            given.append(max(action.option_strings, key=len))
+    return given
+
+
+def _check_subcommand(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Each subcommand takes its own flags and operands only: anything else is a UsageError that
+    says what it takes, never an option silently ignored."""
+    command = SUBCOMMANDS[args.command]
+    wrong = [flag for flag in _flags_given(parser, args) if flag not in command.flags]
+    if wrong:
+        takes = (f"it takes {', '.join(command.flags)}" if command.flags
+                 else "it takes no options")
+        raise UsageError(f"%nbguard {args.command} has no option {', '.join(wrong)}; {takes}")
+    if args.operands and not command.operands:
+        raise UsageError(f"%nbguard {args.command} takes no file name (got "
+                         f"{args.operands[0]!r})")
 
 
 @functools.lru_cache(maxsize=64)
@@ -129,7 +194,7 @@ class KerasMagics(Magics):
         label = args.label or self.labels.label_for(cell, self._cell_id)
         try:
             return run_isolated(self.session, self._shell, label, cell, args,
-                                _options_from(args, self.session.options), self._cell_id)
+                                _run_options(line, self.session.options), self._cell_id)
         except ValueError as exc:  # what can't be sent, a bad --sweep: before anything starts
             raise UsageError(str(exc)) from None
 
@@ -137,12 +202,11 @@ class KerasMagics(Magics):
     def _measured(self, line: str, cell: str) -> Iterator[None]:
         __tracebackhide__ = True
         args = _parse_kerasrun(line)
-        options = _options_from(args, self.session.options)
+        options = _run_options(line, self.session.options)
         label = args.label or self.labels.label_for(cell, self._cell_id)
         run = None
         try:
-            with self.session.track(label, cell_id=self._cell_id,
-                                    **dataclasses.asdict(options)) as run:
+            with self.session.track(label, cell_id=self._cell_id, run_options=options) as run:
                 yield
         finally:
             if run is not None and run.record is not None and not options.quiet:
@@ -150,9 +214,7 @@ class KerasMagics(Magics):
                 display(run.record.summary_bundle(), raw=True)
 
     @magic_arguments()
-    @argument("command", choices=SUBCOMMANDS,
-              help="status | runs | config | leaks | free | dashboard | export | reset | "
-                   "diagnose | compare")
+    @argument("command", choices=SUBCOMMANDS, help=" | ".join(SUBCOMMANDS))
     @argument("operands", nargs="*", help="export: the CSV file; compare: two runs (mlp#3 mlp#7).")
     @argument("--all", dest="free_all", action="store_true", help="free: current models too.")
     @argument("--undo", action="store_true", help="reset: show the hidden runs again.")
@@ -160,9 +222,13 @@ class KerasMagics(Magics):
               help="free: also set the slots of your lists, dicts, attributes and closures that "
                    "hold them to None.")
     @argument("--label", "-l", metavar="NAME", default=None,
-              help="runs, export, diagnose: only this label.")
+              help="runs, export, diagnose, compare: only this label; reset: hide (or with "
+                   "--undo show again) this label's runs only.")
     @argument("--this-kernel", action="store_true",
-              help="runs, export: only this kernel's runs (not earlier kernels').")
+              help="runs, export, compare: only this kernel's runs (not earlier kernels').")
+    @argument("--force", action="store_true",
+              help="export: replace an existing file (never the history database or a "
+                   "notebook).")
     @argument("--db", metavar="PATH", default=None,
               help="config: keep the run history in this SQLite file (':memory:': not on disk).")
     @argument("--side", action="store_true", help="dashboard: in a JupyterLab side panel.")
@@ -180,7 +246,7 @@ class KerasMagics(Magics):
     @run_option_arguments
     @line_magic
     def nbguard(self, line: str) -> Any:
-        """keras_nbguard commands.
+        """keras_nbguard commands; each takes only its own options.
 
         status   what the extension sees: configuration, GPU setup, runs so far, RSS now.
         runs     the runs of this notebook as a table (``--label NAME`` for one label).
@@ -191,65 +257,85 @@ class KerasMagics(Magics):
                  ``--containers``: also inside your lists/dicts/attributes), then clear.
         dashboard  the live dashboard widget (a static view without a widget frontend);
                  ``--side``: in a JupyterLab side panel; ``--compact``: one line.
-        export   write the runs to a CSV file: ``%nbguard export runs.csv`` (``--label``,
-                 ``--this-kernel`` to narrow).
+        export   write the runs to a new CSV file: ``%nbguard export runs.csv`` (``--label``,
+                 ``--this-kernel`` to narrow; ``--force`` to replace an existing file).
         reset    hide the runs so far from ``runs()`` and the dashboard (the database keeps
-                 them; run numbers go on); ``--undo`` shows them again.
+                 them; run numbers go on); ``--label NAME``: that label's only; ``--undo``
+                 shows them again.
         config   show the defaults every ``%%kerasrun`` starts from, or change them with the same
                  options ``%%kerasrun`` takes (plus --clear, --no-gpu-limit, --no-mixed-precision,
                  and --db PATH for where the run history is kept).
         """
-        args = self.nbguard.parser.parse_args(_shell_words(line))
-        if args.operands and args.command not in ("export", "compare"):
-            raise UsageError(f"%nbguard {args.command} takes no file name (got "
-                             f"{args.operands[0]!r})")
-        if args.command in ("export", "compare"):
-            try:
-                return self._with_operands(args)
-            except ValueError as exc:
-                raise UsageError(str(exc)) from None
-        if args.command == "reset":
-            return self.session.perform("reset_history" if not args.undo else "undo_reset")
-        if args.command == "diagnose":
-            return self.session.diagnose(args.label)
-        if args.command == "leaks":
-            return self.session.leaks()
-        if args.command == "free":
-            return self.session.free(include_current=args.free_all, containers=args.containers)
-        if args.command == "dashboard":
-            from .kernel_board import show
+        parser = self.nbguard.parser
+        args = parser.parse_args(_shell_words(line))
+        _check_subcommand(parser, args)
+        handler = getattr(self, f"_nbguard_{args.command}")
+        try:
+            return handler(args)
+        except ValueError as exc:  # the user's mistake, said in the user's terms
+            raise UsageError(str(exc)) from None
 
-            return show(self.session, side=args.side, compact=args.compact)
-        if args.command == "runs":
-            return runs_table(self.session.runs(args.label, args.this_kernel))
-        if args.command == "config":
-            options = _options_from(args, self.session.options)
-            for flag, name in (("no_gpu_limit", "gpu_limit_mb"), ("no_host_limit", "host_limit_mb"),
-                               ("no_mixed_precision", "mixed_precision")):
-                if getattr(args, flag):
-                    options = dataclasses.replace(options, **{name: None})  # type: ignore[arg-type]
-            self.session.options = options
-            if args.db is not None:
-                try:
-                    self.session.use_store(args.db)
-                except RuntimeError as exc:
-                    raise UsageError(str(exc)) from None
-            return key_values("keras_nbguard config",
-                              [*option_rows(options), history_db_row(self.session.store)])
+    def _nbguard_status(self, args: argparse.Namespace) -> Any:
         return key_values("keras_nbguard status", status_rows(self.session))
 
-    def _with_operands(self, args: argparse.Namespace) -> Any:
-        records = self.session.runs(args.label, args.this_kernel)
-        if args.command == "compare":
-            from .compare import compare_runs
+    def _nbguard_runs(self, args: argparse.Namespace) -> Any:
+        return runs_table(self.session.runs(args.label, args.this_kernel))
 
-            return compare_runs(records, args.operands)
-        from .export import write_csv
+    def _nbguard_leaks(self, args: argparse.Namespace) -> Any:
+        return self.session.leaks()
 
-        if len(args.operands) != 1:
+    def _nbguard_diagnose(self, args: argparse.Namespace) -> Any:
+        return self.session.diagnose(args.label)
+
+    def _nbguard_free(self, args: argparse.Namespace) -> Any:
+        return self.session.free(include_current=args.free_all, containers=args.containers)
+
+    def _nbguard_dashboard(self, args: argparse.Namespace) -> Any:
+        from .kernel_board import show
+
+        return show(self.session, side=args.side, compact=args.compact)
+
+    def _nbguard_reset(self, args: argparse.Namespace) -> Any:
+        return self.session.perform("undo_reset" if args.undo else "reset_history",
+                                    label=args.label)
+
+    def _nbguard_config(self, args: argparse.Namespace) -> Any:
+        changes = run_changes(args)
+        for flag, name in (("no_gpu_limit", "gpu_limit_mb"), ("no_host_limit", "host_limit_mb"),
+                           ("no_mixed_precision", "mixed_precision")):
+            if getattr(args, flag):
+                if changes.get(name) is not None:
+                    raise UsageError(f"give one of {SPELLING[name]} and "
+                                     f"--{flag.replace('_', '-')}, not both")
+                changes[name] = None
+        options = _checked(self.session.options, changes)
+        if args.db is not None:
+            try:
+                self.session.use_store(args.db)
+            except RuntimeError as exc:
+                raise UsageError(str(exc)) from None
+        self.session.options = options
+        return key_values("keras_nbguard config",
+                          [*option_rows(options), history_db_row(self.session.store)])
+
+    def _nbguard_compare(self, args: argparse.Namespace) -> Any:
+        from .compare import compare_runs
+
+        return compare_runs(self.session.runs(args.label, args.this_kernel), args.operands)
+
+    def _nbguard_export(self, args: argparse.Namespace) -> Any:
+        from .exporting import write_csv
+
+        if not args.operands:
             raise ValueError("%nbguard export needs a file name: %nbguard export runs.csv")
-        count = write_csv(records, os.path.expanduser(args.operands[0]))
+        if len(args.operands) > 1:
+            raise ValueError(f"%nbguard export takes one file name, not {len(args.operands)} "
+                             f"(put a name with spaces in quotes)")
+        path = os.path.expanduser(args.operands[0])
+        count = write_csv(self.session.runs(args.label, args.this_kernel), path,
+                          force=args.force, protected=self.session.protected_paths())
         print(f"keras_nbguard: wrote {count} run(s) to {args.operands[0]}")
+
 
 def load(shell: Any) -> KerasMagics:
     unload(shell)  # a second %load_ext must not double anything
@@ -283,6 +369,9 @@ def unload(shell: Any) -> None:
     shell.input_transformers_cleanup[:] = [
         t for t in shell.input_transformers_cleanup if not isinstance(t, KerasrunCells)]
     manager.magics["line"].pop("nbguard", None)
+    isolation = sys.modules.get("keras_nbguard.isolation")
+    if isolation is not None:  # --prestart's waiting process ends with the extension
+        isolation.close_spares()
     magics.session.close()
     board = getattr(magics.session, "dashboard", None)
     if board is not None:  # its pre/post_run_cell hooks and session listeners go too

@@ -2,34 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import gc
 import importlib
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import backends, gpu_setup
 from .backends import DEFAULT_POLICY
+from .options import RunOptions  # checked in options.py; here, what a run is prepared with
 
 if TYPE_CHECKING:
     from .collectors.gpu import NvmlReader, TfGpu
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """The per-run knobs: ``%%kerasrun`` options, or ``track()`` keyword arguments."""
-
-    clear: bool = True
-    deep_clean: bool = True  # also purge what clear_session leaves (see deepclean.py)
-    gpu_growth: bool | None = None  # None: leave as configured at load
-    gpu_limit_mb: int | None = None
-    host_limit_mb: int | None = None  # what a run may add to the kernel's RSS (host_limit.py)
-    mixed_precision: str | None = None  # a Keras dtype policy name, e.g. "mixed_float16"
-    quiet: bool = False
-    # keep earlier runs' models that only IPython's caches and Keras' History hold (autorelease.py)
-    keep_stale: bool = False
 
 
 @dataclass
@@ -111,32 +95,3 @@ def _set_policy(keras: backends.Keras, name: str, result: Prepared) -> None:
     except Exception as exc:
         result.warnings.append(f"dtype policy {name!r} not applied: {exc}")
 
-
-POLICIES = {"mixed_float16", "mixed_bfloat16", "float16", "bfloat16", "float32", "float64"}
-SHORT_POLICIES = {"float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
-
-
-def options_from(args: argparse.Namespace, base: RunOptions) -> RunOptions:
-    """``base`` changed by the options given on a ``%%kerasrun`` / ``%nbguard config`` line
-    (None: not given); ``ValueError`` says, in the user's terms, what is wrong."""
-    changes: dict[str, Any] = {}
-    for name in ("clear", "deep_clean", "gpu_growth", "quiet", "keep_stale"):
-        if getattr(args, name, None) is not None:
-            changes[name] = getattr(args, name)
-    if args.gpu_limit is not None:
-        if args.gpu_limit <= 0:
-            raise ValueError(f"--gpu-limit takes a positive number of MiB, not {args.gpu_limit}")
-        changes["gpu_limit_mb"] = args.gpu_limit
-    if getattr(args, "host_limit", None) is not None:
-        if args.host_limit <= 0:
-            raise ValueError(f"--host-limit takes a positive number of MiB, not {args.host_limit}")
-        changes["host_limit_mb"] = args.host_limit
-    if args.mixed_precision is not None:
-        policy = SHORT_POLICIES.get(args.mixed_precision, args.mixed_precision)
-        if policy not in POLICIES:
-            raise ValueError(
-                f"--mixed-precision: unknown policy {args.mixed_precision!r}; use "
-                f"mixed_float16 (GPUs) or mixed_bfloat16 (TPUs, recent CPUs/GPUs)"
-            )
-        changes["mixed_precision"] = policy
-    return dataclasses.replace(base, **changes)

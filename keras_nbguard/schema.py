@@ -32,9 +32,54 @@ CREATE TABLE IF NOT EXISTS epochs (run_id TEXT, epoch INTEGER, seconds REAL);
 LABEL_INDEX = "CREATE INDEX IF NOT EXISTS runs_by_label ON runs (notebook, label, started_at)"
 RUN_COLUMNS = ("id, notebook, {cell_id}, label, run_number, kernel_id, pid, pid_started, "
                "started_at, updated_at, status, last_rss")
+# A text SQLite can't hold as it is (a lone surrogate: "\udcff", what Python makes of a file name
+# that is not UTF-8) is kept as this mark + its JSON (ASCII, lossless); so is a text that starts
+# with the mark itself, so that reading back is never in doubt. Other texts are stored as they are.
+ESCAPED = "\x00"
 # Schema 1 had no cell ids and no per-epoch table.
 MIGRATIONS = {1: "ALTER TABLE runs ADD COLUMN cell_id TEXT;\n"
                  "CREATE TABLE IF NOT EXISTS epochs (run_id TEXT, epoch INTEGER, seconds REAL);"}
+
+
+def storable(params: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``params`` with each text SQLite can't take escaped (see ``ESCAPED``): any Python string
+    is stored, and a query by the same string finds it."""
+    if not any(isinstance(p, str) and _escape(p) for p in params):
+        return params
+    return tuple(ESCAPED + json.dumps(p) if isinstance(p, str) and _escape(p) else p
+                 for p in params)
+
+
+def _escape(value: str) -> bool:
+    if value.isascii():
+        return value[:1] == ESCAPED
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def text(value: Any) -> Any:
+    """A stored text as the Python string it was (``storable`` undone); anything else as is."""
+    if isinstance(value, str) and value[:1] == ESCAPED:
+        try:
+            return json.loads(value[1:])
+        except ValueError:
+            return value
+    return value
+
+
+def db_name(path: str) -> str | bytes:
+    """``path`` as ``sqlite3.connect`` takes it: a name that is not UTF-8 (a lone surrogate) as
+    the file system's bytes (``UnicodeEncodeError`` when not even those can name it)."""
+    if path.isascii():
+        return path
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(path)
+    return path
 
 
 class Unreadable(Exception):
@@ -196,14 +241,15 @@ def run_record(db: sqlite3.Connection, row: sqlite3.Row, status: str | None = No
         return RunRecord.from_dict({**json.loads(row["record"]), "pid": row["pid"]})
     shown = status or row["status"]
     samples = db.execute("SELECT t, rss FROM samples WHERE run_id = ? ORDER BY t",
-                         (row["id"],)).fetchall()
+                         (row["id"],)).fetchall()  # as stored: no storable() again
     rss = row["last_rss"]
     return RunRecord(
-        label=row["label"], status=shown, started_at=row["started_at"],
+        label=text(row["label"]), status=shown, started_at=row["started_at"],
         wall_seconds=row["updated_at"] - row["started_at"], fit_seconds=None, fits=(),
         rss_before=samples[0][1] if samples else None, rss_after=rss,
         rss_peak=max((s[1] for s in samples), default=rss),
         gpu=GpuReading(reason=f"not recorded: the run {shown}"), cleared=False, traces=None,
         run_number=row["run_number"], rss_samples=tuple((t, r) for t, r in samples),
-        notebook=row["notebook"], cell_id=row["cell_id"], kernel_id=row["kernel_id"],
+        notebook=text(row["notebook"]), cell_id=text(row["cell_id"]),
+        kernel_id=text(row["kernel_id"]),
         pid=row["pid"])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -20,7 +19,7 @@ from .history import RunHistory
 from .identity import kernel_id, notebook_key, process_started
 from .live_models import LiveModels
 from .notices import WarnOnce
-from .prepare import RunOptions
+from .options import RunOptions, checked_options
 from .records import RunRecord
 from .store import MEMORY, RunKey, Store
 from .tracking import Run, RunServices
@@ -71,7 +70,7 @@ class Session:
         self.live = LiveModels(shell, self.warn_once)
         self.census = NamespaceCensus(self.warn_once)
         self.dashboard: Any = None  # the kernel's Dashboard once shown
-        self._queued: list[str] = []
+        self._queued: list[tuple[str, dict[str, Any]]] = []
         # Held while a run starts and while a reset runs: a reset clicked from another thread
         # (widget messages on a subshell) never clears Keras in the middle of a fit.
         self._lock = threading.RLock()
@@ -96,11 +95,10 @@ class Session:
 
     # -- configuration ---------------------------------------------------------------------------
     def configure(self, **changes: Any) -> RunOptions:
-        """Change the defaults every later run starts from (same names as ``RunOptions``)."""
-        unknown = set(changes) - {f.name for f in dataclasses.fields(RunOptions)}
-        if unknown:
-            raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
-        self.options = dataclasses.replace(self.options, **changes)
+        """Change the defaults every later run starts from (same names as ``RunOptions``),
+        checked as the magics check them (options.py): ``ValueError`` for a wrong value,
+        ``TypeError`` for a name that is no option."""
+        self.options = checked_options(self.options, **changes)
         return self.options
 
     def use_store(self, path: str) -> Store:
@@ -135,12 +133,15 @@ class Session:
 
     @contextmanager
     def track(self, label: str, *, cell_id: str | None = None,
-              **options: Any) -> Iterator[Run]:
+              run_options: RunOptions | None = None, **options: Any) -> Iterator[Run]:
         """Prepare and measure a block like ``%%kerasrun`` does a cell (``options``: the
-        ``RunOptions`` fields that differ from the session's); the record is kept however the
-        block ends."""
+        ``RunOptions`` fields that differ from the session's, checked; ``run_options``: all of
+        them, checked already, as the magic has them); the record is kept however the block
+        ends."""
         __tracebackhide__ = True
-        run = self.begin(label, dataclasses.replace(self.options, **options), cell_id)
+        if run_options is None:
+            run_options = checked_options(self.options, **options)
+        run = self.begin(label, run_options, cell_id)
         error: BaseException | None = None
         try:
             yield run
@@ -204,8 +205,8 @@ class Session:
             self.past.add(record)
             self._record_end(run, record)
             self.events.emit("record", record)
-        for name in queued:
-            self.perform(name)
+        for name, arguments in queued:
+            self.perform(name, **arguments)
         return record
 
     # -- live models (live_models.py) ----------------------------------------------------------
@@ -237,36 +238,45 @@ class Session:
             feed.record_end(self.store, self.events, run, record, self.warn_once)
 
     # -- resets ----------------------------------------------------------------------------------
-    def perform(self, name: str) -> ActionReport:
-        """Run the reset ``name`` now, or right after the run in progress ends ("queued")."""
+    def perform(self, name: str, **arguments: Any) -> ActionReport:
+        """Run the reset ``name`` now, or right after the run in progress ends ("queued");
+        ``arguments`` go to it (``label=`` for the history resets: that label's runs only)."""
         if name not in self.actions:
             raise ValueError(f"unknown action {name!r}; one of: {', '.join(self.actions)}")
+        arguments = {k: v for k, v in arguments.items() if v is not None}
         with self._lock:
             if self.current is not None:
-                if name not in self._queued:
-                    self._queued.append(name)
+                if (name, arguments) not in self._queued:
+                    self._queued.append((name, arguments))
                 report = ActionReport(name, "queued",
                                       f"queued: runs when {self.current.label!r} ends")
             else:
-                report = self._perform_now(name)
+                report = self._perform_now(name, arguments)
         self.events.emit("action", report)
         return report
 
-    def _perform_now(self, name: str) -> ActionReport:
+    def _perform_now(self, name: str, arguments: dict[str, Any]) -> ActionReport:
         from .collectors.process import default_rss_reader
 
         read = default_rss_reader()
         before = read()
         try:
-            message = self.actions[name]()
+            message = self.actions[name](**arguments)
         except Exception as exc:
             return ActionReport(name, "failed", f"{type(exc).__name__}: {exc}", before, read())
         return ActionReport(name, "done", message, before, read())
 
+    def protected_paths(self) -> list[str]:
+        """Files an export must never replace: the history database (and its WAL files)."""
+        if self.store is None or self.store.in_memory:
+            return []
+        return [self.store.path + suffix for suffix in ("", "-wal", "-shm", "-journal")]
+
     def close(self) -> None:
-        """Make sure everything recorded so far is on disk (unload, reload, exit)."""
+        """Unload, reload: everything recorded so far is written, then the store's thread and
+        files are closed (a closed session keeps its runs in memory; it writes no more)."""
         if self.store is not None:
-            self.store.flush()
+            self.store.close()
 
 
 def _path(path: str) -> str:

@@ -11,6 +11,7 @@ writable yet), the store tries it again now and then and moves what it kept in m
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import threading
@@ -22,13 +23,24 @@ from typing import Any
 from .dbfile import NotOurs, file_owner
 from .died import DiedRun
 from .records import RunRecord
-from .schema import ENV_PATH, NewerDatabase, copy_runs, prepare, run_record, select_runs
+from .schema import (
+    ENV_PATH,
+    NewerDatabase,
+    copy_runs,
+    db_name,
+    prepare,
+    run_record,
+    select_runs,
+    storable,
+    text,
+)
 from .writer import Writer
 
 WRITE_TIMEOUT = 2.0  # one try of the writer thread (it tries again while a lock lasts)
 READ_TIMEOUT = 0.5  # seconds a cell's read may wait (only a schema change ever blocks a WAL read)
 MEMORY = ":memory:"
 RESET_KEY = "reset "  # meta key, + the notebook: when its history was last reset
+LABEL_RESET_KEY = "reset label "  # + JSON [notebook, label]: when that label's runs were
 DISK_RETRY_SECONDS = 30.0  # how often a store that fell back to memory tries its file again
 
 def default_path() -> str:
@@ -58,6 +70,7 @@ class Store:
         self.wanted: str | None = None  # the file to go back to, after a passing failure
         self._next_try = time.monotonic() + DISK_RETRY_SECONDS
         self._lock = threading.Lock()  # the writer's connection
+        self.closed = False
         self.db = self._open(self.path)
         self.writer = Writer(self.db, self._lock, self._warn)
         self._reader, self._read_lock = self._reader_for(self.db)
@@ -68,7 +81,7 @@ class Store:
         another process's lock (in memory, there is only the one database)."""
         if not self.in_memory:
             try:
-                return (sqlite3.connect(self.path, check_same_thread=False,
+                return (sqlite3.connect(db_name(self.path), check_same_thread=False,
                                         timeout=READ_TIMEOUT, isolation_level=None),
                         threading.Lock())
             except sqlite3.Error:
@@ -98,6 +111,8 @@ class Store:
                 self._fell_back(path, exc)
         except OSError as exc:
             self._fell_back(path, exc)
+        except UnicodeError as exc:  # a name no file system can take: it won't get better
+            self._warn(f"run history can't be kept in {path!r} ({exc}); keeping it in memory")
         self.path = MEMORY
         return self._connect(MEMORY)
 
@@ -119,7 +134,7 @@ class Store:
         return self._connect(path)
 
     def _connect(self, path: str) -> sqlite3.Connection:
-        db = sqlite3.connect(path, check_same_thread=False, timeout=WRITE_TIMEOUT,
+        db = sqlite3.connect(db_name(path), check_same_thread=False, timeout=WRITE_TIMEOUT,
                              isolation_level=None)
         try:
             db.execute(f"PRAGMA busy_timeout = {int(WRITE_TIMEOUT * 1000)}")
@@ -191,22 +206,33 @@ class Store:
         self.writer.submit(sql, params)
 
     def close(self) -> None:
+        """Write what is queued, end the writer thread, close every connection (and so every
+        file). Once closed, writes are dropped and reads find nothing; closing again is a
+        no-op."""
+        if self.closed:
+            return
         self.writer.close()
-        self.db.close()
-        if self._reader is not self.db:
-            self._reader.close()
-
+        with self._read_lock:  # a read going on ends first (in memory: the writer's lock too)
+            self.closed = True
+            if self._reader is not self.db:
+                self._reader.close()
+        with self._lock:
+            self.db.close()
 
     # -- reading -------------------------------------------------------------------------------
     def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self._read_lock:
-            return self._reader.execute(sql, params).fetchall()
+            if self.closed:
+                return []
+            return self._reader.execute(sql, storable(params)).fetchall()
 
     def _records(self, where: str, params: tuple[Any, ...], order: str = "started_at",
                  keep: Callable[[sqlite3.Row], bool] = lambda row: True) -> list[RunRecord]:
         with self._read_lock:
+            if self.closed:
+                return []
             return [run_record(self._reader, row)
-                    for row in select_runs(self._reader, where, params, order=order)
+                    for row in select_runs(self._reader, where, storable(params), order=order)
                     if keep(row)]
 
     def last_run(self, notebook: str, label: str, before: float) -> RunRecord | None:
@@ -241,12 +267,28 @@ class Store:
         rows = self._rows("SELECT value FROM meta WHERE key = ?", (RESET_KEY + notebook,))
         return float(rows[0][0]) if rows else None
 
-    def set_reset_mark(self, notebook: str, at: float | None) -> None:
+    def label_reset_marks(self, notebook: str) -> dict[str, float]:
+        """When each label of the notebook was last reset on its own (``reset --label``)."""
+        rows = self._rows("SELECT key, value FROM meta WHERE substr(key, 1, ?) = ?",
+                          (len(LABEL_RESET_KEY), LABEL_RESET_KEY))
+        marks = {}
+        for key, value in rows:
+            try:
+                where, label = json.loads(key[len(LABEL_RESET_KEY):])
+            except ValueError:
+                continue
+            if where == notebook:
+                marks[label] = float(value)
+        return marks
+
+    def set_reset_mark(self, notebook: str, at: float | None, label: str | None = None) -> None:
+        """Keep (``at``) or drop (None) the notebook's reset mark, or one label's."""
+        key = (RESET_KEY + notebook if label is None
+               else LABEL_RESET_KEY + json.dumps([notebook, label]))  # ASCII: any label fits
         if at is None:
-            self._submit("DELETE FROM meta WHERE key = ?", (RESET_KEY + notebook,))
+            self._submit("DELETE FROM meta WHERE key = ?", (key,))
         else:
-            self._submit("INSERT OR REPLACE INTO meta VALUES (?, ?)", (RESET_KEY + notebook,
-                                                                        repr(at)))
+            self._submit("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, repr(at)))
 
     def mark_dead_runs(self, alive: Callable[[int, float], bool],
                        notebook: str | None = None) -> list[DiedRun]:
@@ -263,7 +305,7 @@ class Store:
             # written by the writer thread: %load_ext never waits on a lock for it
             self._submit("UPDATE runs SET status = 'died' WHERE id = ? AND status = 'running'",
                          (run_id,))
-            died.append(DiedRun(label, number, updated - started, rss, pid))
+            died.append(DiedRun(text(label), number, updated - started, rss, pid))
         if died:  # rare: wait a moment, so that reads right after see them as died
             self.flush(READ_TIMEOUT)
         return died

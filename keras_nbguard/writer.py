@@ -3,12 +3,15 @@
 Statements are queued from any thread and written one transaction per batch. While another
 process holds a lock on the database, or the disk is full, the batch is kept (with whatever is
 queued meanwhile) and tried again after a pause: no run is dropped, and once it clears everything
-is written, with one warning when it starts and one when it is over.
+is written, with one warning when it starts and one when it is over. A write that can never
+succeed is rolled back and costs only its own figures: the rest of its batch, and the batches after
+it, still land. Any Python string is stored (schema.storable escapes what SQLite can't hold).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import queue
 import sqlite3
@@ -16,6 +19,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+from .schema import storable
 
 RETRY_SECONDS = (0.05, 0.2, 1.0, 2.0)  # the pauses while a lock or a full disk lasts
 Entry = tuple[str, tuple[Any, ...]] | None  # None: stop
@@ -31,8 +36,11 @@ class Writer:
         self._thread: threading.Thread | None = None
         self._waiting = False  # waiting for a lock or disk space to clear
         self._retries = 0
+        self.closed = False
 
     def submit(self, sql: str, params: tuple[Any, ...]) -> None:
+        if self.closed:  # a store closed on unload: its session writes no more
+            return
         self._queue.put((sql, params))
         self._ensure_thread()
 
@@ -43,20 +51,28 @@ class Writer:
 
     def flush(self, timeout: float = 5.0) -> None:
         """Wait (``timeout`` at most) until everything submitted so far is committed."""
+        if self.closed:
+            return
         done = threading.Event()
         self.submit("flush", (done,))
         done.wait(timeout)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 10.0) -> None:
+        """Write what is queued, then end the thread (``timeout`` at most while a lock lasts)."""
+        with self._lock:
+            self.closed = True  # no thread is started after this
         if self._thread is not None:
             atexit.unregister(self.flush)
             self._queue.put(None)
-            self._thread.join(10)
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                self._warn(f"run history: the database stayed locked for {timeout:.0f} s; what "
+                           f"was still queued stays in memory only")
 
     def _ensure_thread(self) -> None:
         if self._thread is None:
             with self._lock:
-                if self._thread is None:
+                if self._thread is None and not self.closed:
                     self._thread = threading.Thread(target=self._loop, daemon=True,
                                                     name="keras-nbguard-store")
                     self._thread.start()
@@ -99,28 +115,15 @@ class Writer:
     def _write(self, batch: list[Entry]) -> bool:
         """One transaction for ``batch``; False when it must be tried again (a lock held by
         another process, a full disk), True when it is written or never can be."""
-        waiting = []
         # Records are serialized before the lock and the write transaction are taken: a long
         # run's RSS series takes a while, and readers (the next run's begin) would wait on it.
-        batch[:] = [("finish", (e[1][0], e[1][1], json.dumps(e[1][1].to_dict())))
-                    if e is not None and e[0] == "finish" and len(e[1]) == 2 else e
-                    for e in batch]
+        batch[:] = [_serialized(e) for e in batch]
         try:
-            with self._lock:
-                self.db.execute("BEGIN IMMEDIATE")
-                for entry in batch:
-                    if entry is not None:
-                        waiting.extend(self._apply(*entry))
-                self.db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            try:
-                with self._lock:
-                    self.db.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            if _passing(exc):
+            waiting = self._transaction(batch)
+        except Exception as exc:
+            if isinstance(exc, sqlite3.Error) and _passing(exc):
                 return self._pause(exc)
-            self._warn(f"run history write failed ({exc}); those figures stay in memory only")
+            waiting = self._one_by_one(batch)
         self._retries = 0
         if self._waiting:
             self._waiting = False
@@ -130,14 +133,51 @@ class Writer:
             event.set()
         return True
 
+    def _transaction(self, batch: list[Entry]) -> list[threading.Event]:
+        """``batch`` in one transaction, rolled back whatever goes wrong: a transaction left
+        open would make every later batch fail ("cannot start a transaction within a
+        transaction")."""
+        waiting: list[threading.Event] = []
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                for entry in batch:
+                    if entry is not None:
+                        waiting.extend(self._apply(*entry))
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self.db.execute("ROLLBACK")
+                raise
+        return waiting
+
+    def _one_by_one(self, batch: list[Entry]) -> list[threading.Event]:
+        """After a failure that won't pass: each entry in a transaction of its own, so that
+        only the one SQLite refuses is lost (with a warning), not the runs written with it."""
+        waiting: list[threading.Event] = []
+        for entry in batch:
+            if entry is None:
+                continue
+            try:
+                waiting.extend(self._transaction([entry]))
+            except Exception as exc:
+                what = entry[0] if entry[0] in ("finish", "samples") else entry[0].split(" (")[0]
+                self._warn(f"run history write failed ({type(exc).__name__}: {exc}; in "
+                           f"{what!r}); that figure stays in memory only, the rest is written")
+        return waiting
+
     def _apply(self, sql: str, params: tuple[Any, ...]) -> list[threading.Event]:
         if sql == "flush":
             return [params[0]]
         if sql == "finish":
             run_id, record, payload = params
+            if payload is None:  # the record could not be serialized (see _serialized)
+                raise ValueError("the run's record could not be written as JSON")
             self.db.execute("UPDATE runs SET status = ?, updated_at = ?, last_rss = ?, "
                             "record = ? WHERE id = ?",
-                            (record.status, time.time(), record.rss_after, payload, run_id))
+                            storable((record.status, time.time(), record.rss_after, payload,
+                                      run_id)))
         elif sql == "samples":
             run_id, samples = params
             self.db.executemany("INSERT INTO samples VALUES (?, ?, ?)",
@@ -146,7 +186,7 @@ class Writer:
             self.db.execute("UPDATE runs SET updated_at = started_at + ?, last_rss = ? "
                             "WHERE id = ?", (samples[-1][0], samples[-1][1], run_id))
         else:
-            self.db.execute(sql, params)
+            self.db.execute(sql, storable(params))
         return []
 
     def _pause(self, exc: sqlite3.Error) -> bool:
@@ -158,6 +198,19 @@ class Writer:
         time.sleep(RETRY_SECONDS[min(self._retries, len(RETRY_SECONDS) - 1)])
         self._retries += 1
         return False
+
+
+def _serialized(entry: Entry) -> Entry:
+    """A ``finish`` entry with its record as JSON (ASCII: any label fits); None as the JSON
+    when the record can't be serialized, so that only that entry fails."""
+    if entry is None or entry[0] != "finish" or len(entry[1]) != 2:
+        return entry
+    run_id, record = entry[1]
+    try:
+        payload: str | None = json.dumps(record.to_dict())
+    except (TypeError, ValueError):
+        payload = None
+    return ("finish", (run_id, record, payload))
 
 
 def _passing(exc: sqlite3.Error) -> bool:

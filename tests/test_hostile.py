@@ -17,7 +17,7 @@ import pytest
 from helpers import make_record
 from jupyter_lab import CHROMIUM, chromium_page
 
-from keras_nbguard.export import write_csv
+from keras_nbguard.exporting import write_csv
 from keras_nbguard.figures import figure_data, hover_text
 from keras_nbguard.records import GpuReading
 from keras_nbguard.server.history import StoredRun

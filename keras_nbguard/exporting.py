@@ -2,16 +2,23 @@
 
 One row per run, one column per figure. An unknown figure is an empty CSV cell (``None`` / NaN
 in a frame), never 0, so a spreadsheet average is not dragged down by figures nobody measured.
+
+A file is only ever created, never silently replaced: an existing one needs ``force``, and a
+notebook, a SQLite database (the run history above all) or a ``protected`` path not even then.
+The module is ``exporting`` so that it never shadows the package's ``export()`` function.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from .dbfile import SQLITE_MAGIC
 from .records import RunRecord
 
 COLUMNS = (
@@ -74,26 +81,83 @@ def columns(records: Sequence[RunRecord]) -> list[str]:
     return [*COLUMNS, *params]
 
 
-def write_csv(records: Sequence[RunRecord], path: str | os.PathLike[str]) -> int:
-    """Write ``records`` to ``path`` (overwritten); returns how many rows were written.
+def write_csv(records: Sequence[RunRecord], path: str | os.PathLike[str], *,
+              force: bool = False, protected: Iterable[str] = ()) -> int:
+    """Write ``records`` to the new file ``path``; returns how many rows were written.
 
-    Raises ``ValueError`` in the user's terms when the file can't be written."""
+    ``force``: replace an existing file (whole, once the new one is written). Never a notebook,
+    a SQLite database or one of ``protected``. Raises ``ValueError`` in the user's terms when
+    the file can't or mustn't be written."""
     target = os.fspath(path)
+    _check_target(target, force, protected)
+    try:
+        if os.path.exists(target):  # force: written beside it, then put in its place at once
+            _replace(records, target)
+        else:
+            with open(target, "x", newline="", encoding="utf-8",
+                      errors="backslashreplace") as out:
+                _write_rows(records, out)
+    except FileExistsError as exc:  # made by someone else since the check
+        raise ValueError(f"can't export to {target}: it exists already; add --force "
+                         f"(force=True) to replace it") from exc
+    except OSError as exc:
+        raise ValueError(f"can't export to {target}: {exc.strerror or exc}") from exc
+    except UnicodeError as exc:
+        raise ValueError(f"can't export to {target!r}: no file can have that name "
+                         f"({exc})") from exc
+    return len(records)
+
+
+def _check_target(target: str, force: bool, protected: Iterable[str]) -> None:
     folder = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(folder):
         raise ValueError(f"can't export to {target}: folder {folder} does not exist")
     if os.path.isdir(target):
         raise ValueError(f"can't export to {target}: it is a folder; give a file name such as "
                          f"{os.path.join(target, 'runs.csv')}")
+    real = os.path.realpath(target)  # a link to the notebook is the notebook
+    if real.lower().endswith(".ipynb") or target.lower().endswith(".ipynb"):
+        raise ValueError(f"won't export to {target}: it is a notebook; give a .csv file name")
+    if real in {os.path.realpath(p) for p in protected}:
+        raise ValueError(f"won't export to {target}: it is the run history database (or one of "
+                         f"its files); give a .csv file name")
+    if not os.path.exists(target):
+        return
+    if _is_sqlite(real):
+        raise ValueError(f"won't export to {target}: it is a SQLite database (a run history?); "
+                         f"give a .csv file name")
+    if not force:
+        raise ValueError(f"won't export to {target}: it exists already; add --force "
+                         f"(force=True) to replace it")
+
+
+def _is_sqlite(path: str) -> bool:
     try:
-        with open(target, "w", newline="", encoding="utf-8") as out:
-            writer = csv.DictWriter(out, fieldnames=columns(records))
-            writer.writeheader()
-            for record in records:
-                writer.writerow({k: _cell(v) for k, v in run_row(record).items()})
-    except OSError as exc:
-        raise ValueError(f"can't export to {target}: {exc.strerror or exc}") from exc
-    return len(records)
+        with open(path, "rb") as f:
+            return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def _replace(records: Sequence[RunRecord], target: str) -> None:
+    real = os.path.realpath(target)
+    fd, temp = tempfile.mkstemp(prefix=".export-", suffix=".csv", dir=os.path.dirname(real))
+    try:
+        with open(fd, "w", newline="", encoding="utf-8", errors="backslashreplace") as out:
+            _write_rows(records, out)
+        os.chmod(temp, os.stat(real).st_mode & 0o777)
+        os.replace(temp, real)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+
+
+def _write_rows(records: Sequence[RunRecord], out: Any) -> None:
+    writer = csv.DictWriter(out, fieldnames=columns(records))
+    writer.writeheader()
+    for record in records:
+        writer.writerow({k: _cell(v) for k, v in run_row(record).items()})
 
 
 def _cell(value: Any) -> Any:
