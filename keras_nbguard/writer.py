@@ -156,6 +156,7 @@ class Writer:
         """After a failure that won't pass: each entry in a transaction of its own, so that
         only the one SQLite refuses is lost (with a warning), not the runs written with it."""
         waiting: list[threading.Event] = []
+        failed: list[str] = []
         for entry in batch:
             if entry is None:
                 continue
@@ -163,8 +164,11 @@ class Writer:
                 waiting.extend(self._transaction([entry]))
             except Exception as exc:
                 what = entry[0] if entry[0] in ("finish", "samples") else entry[0].split(" (")[0]
-                self._warn(f"run history write failed ({type(exc).__name__}: {exc}; in "
-                           f"{what!r}); that figure stays in memory only, the rest is written")
+                failed.append(f"{what}: {type(exc).__name__}: {exc}")
+        if failed:  # one warning for the batch
+            self._warn(f"run history: {len(failed)} write(s) failed ({failed[0]}"
+                       f"{' ...' if len(failed) > 1 else ''}); those figures stay in memory "
+                       f"only, the rest is written")
         return waiting
 
     def _apply(self, sql: str, params: tuple[Any, ...]) -> list[threading.Event]:

@@ -112,3 +112,49 @@ def test_config_db_in_memory_keeps_nothing_on_disk(shell, tmp_path):
     assert ("history db", "in memory (not kept)") in table.rows
     assert shell.run_cell("%%kerasrun --label ephemeral\npass").success
     assert [r.label for r in keras_nbguard.runs()] == ["ephemeral"]
+
+
+def test_export_never_overwrites_unless_forced_and_never_the_history_or_a_notebook(
+        shell, tmp_path, history_database, capsys):
+    assert shell.run_cell("%%kerasrun --label e --quiet\nz = 1").success
+    keras_nbguard.get_session().store.flush()
+    mine = tmp_path / "mine.csv"
+    mine.write_text("my own data\n")
+    with pytest.raises(UsageError, match="exists already; add --force"):
+        shell.run_line_magic("nbguard", f"export {mine}")
+    assert mine.read_text() == "my own data\n"
+    with pytest.raises(ValueError, match="exists already"):
+        keras_nbguard.export(str(mine))
+    shell.run_line_magic("nbguard", f"export {mine} --force")
+    assert [r["label"] for r in _rows(mine)] == ["e"]
+    assert keras_nbguard.export(str(mine), force=True) == 1
+
+    notebook = tmp_path / "analysis.ipynb"
+    notebook.write_text('{"cells": []}')
+    history_before = history_database.read_bytes()
+    for target in (history_database, notebook, tmp_path / "new.ipynb"):
+        with pytest.raises(UsageError, match="won't export"):
+            shell.run_line_magic("nbguard", f"export {target} --force")
+        with pytest.raises(ValueError, match="won't export"):
+            keras_nbguard.export(str(target), force=True)
+    link = tmp_path / "innocent.csv"
+    link.symlink_to(notebook)  # a link to the notebook is the notebook
+    with pytest.raises(ValueError, match="notebook"):
+        keras_nbguard.export(str(link), force=True)
+    other_db = tmp_path / "other.sqlite"
+    sqlite3.connect(other_db).execute("CREATE TABLE t (x)").connection.commit()
+    with pytest.raises(ValueError, match="SQLite database"):
+        keras_nbguard.export(str(other_db), force=True)
+    assert notebook.read_text() == '{"cells": []}'
+    assert history_database.read_bytes() == history_before
+    assert not (tmp_path / "new.ipynb").exists()
+    assert shell.run_cell("%%kerasrun --label after --quiet\nz = 1").success  # history intact
+    assert [r.label for r in keras_nbguard.runs()] == ["e", "after"]
+    assert not keras_nbguard.get_session().store.in_memory
+
+
+def test_export_writes_any_label_as_text(shell, tmp_path):
+    with keras_nbguard.track("lone \udcff"):
+        pass
+    keras_nbguard.export(str(tmp_path / "odd \udcff.csv"))
+    assert [r["label"] for r in _rows(tmp_path / "odd \udcff.csv")] == ["lone \\udcff"]

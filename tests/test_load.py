@@ -83,3 +83,27 @@ def test_unload_removes_every_hook(shell):
         assert not [f for f in sys.meta_path if type(f).__name__ == "ImportWatch"]
     finally:
         shell.run_line_magic("load_ext", "keras_nbguard")
+
+
+def test_unload_and_load_ten_times_leaves_no_thread_and_no_file_open(shell):
+    import threading
+
+    import psutil
+
+    process = psutil.Process()
+
+    def cycle() -> None:
+        shell.run_line_magic("unload_ext", "keras_nbguard")
+        shell.run_line_magic("load_ext", "keras_nbguard")
+        assert shell.run_cell("%%kerasrun --quiet --label cycle\nz = 1\n").success
+
+    cycle()  # whatever a first run starts once (IPython's own threads, imports)
+    threads, fds = threading.active_count(), process.num_fds()
+    store_threads = [t for t in threading.enumerate() if t.name == "keras-nbguard-store"]
+    for _ in range(10):
+        cycle()
+    assert threading.active_count() <= threads
+    assert process.num_fds() <= fds
+    assert [t for t in threading.enumerate() if t.name == "keras-nbguard-store"] != store_threads
+    assert len([t for t in threading.enumerate() if t.name == "keras-nbguard-store"]) == 1
+    assert [r.run_number for r in keras_nbguard.runs("cycle")] == list(range(1, 12))

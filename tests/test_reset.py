@@ -42,3 +42,32 @@ def test_a_restarted_kernel_honours_the_reset(shell, history_database):
     assert numbers() == [3, 4]  # and numbering goes on, never 1 again
     shell.run_line_magic("nbguard", "reset --undo")
     assert numbers() == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_reset_of_one_label_hides_only_its_runs_and_a_restart_honours_it(shell):
+    for label in ("a", "b", "a"):
+        run(shell, f"%%kerasrun --label {label} --quiet\nz = 1")
+    report = shell.run_line_magic("nbguard", "reset --label a")
+    assert report.status == "done" and "hid 2 run(s) of 'a'" in report.message
+    assert [r.label for r in keras_nbguard.runs()] == ["b"]  # b's run is still there
+    run(shell, CELL)
+    assert numbers() == [3]  # numbers go on
+    shell.run_line_magic("reload_ext", "keras_nbguard")  # the mark is in the database
+    assert [(r.label, r.run_number) for r in keras_nbguard.runs()] == [("b", 1), ("a", 3)]
+    undone = shell.run_line_magic("nbguard", "reset --undo --label a")
+    assert "showing 2 hidden run(s) of 'a' again" in undone.message
+    assert numbers() == [1, 2, 3]
+    # a reset of every label hides b too; --undo --label b can't show what that hid
+    shell.run_line_magic("nbguard", "reset")
+    assert keras_nbguard.runs() == []
+    assert "stay hidden" in shell.run_line_magic("nbguard", "reset --undo --label b").message
+    shell.run_line_magic("nbguard", "reset --undo")
+    assert len(keras_nbguard.runs()) == 4
+
+
+def test_reset_of_an_unknown_label_says_which_labels_there_are(shell):
+    run(shell, CELL)
+    message = shell.run_line_magic("nbguard", "reset --label typo").message
+    assert "hid 0 run(s) of 'typo'" in message and "labels: a" in message
+    assert numbers() == [1]

@@ -19,7 +19,7 @@ from keras_nbguard.died import process_alive
 from keras_nbguard.feed import RunFeed
 from keras_nbguard.schema import SCHEMA_VERSION
 from keras_nbguard.session import Session, using
-from keras_nbguard.store import MEMORY, Store
+from keras_nbguard.store import MEMORY, RunKey, Store
 
 
 def test_runs_survive_a_restart_and_numbers_continue(history_database, monkeypatch):
@@ -337,3 +337,66 @@ def test_five_kills_mid_run_leave_a_sound_database(history_database):
     with sqlite3.connect(history_database) as db:
         rows = db.execute("SELECT run_number, status FROM runs ORDER BY run_number").fetchall()
     assert rows == [(n, "died") for n in range(1, 6)]  # each told, none left 'running'
+
+
+# -- any Python string; a failed write costs only itself ---------------------------------------
+ODD = ["\udcff", "lone \ud800 high", "\x00starts with the mark", '\x00"\\udcff"', "plain", "ü ✓"]
+
+
+def test_labels_and_paths_with_any_python_string_are_stored_and_read_back_equal(tmp_path):
+    path = str(tmp_path / "his\udcfftory.sqlite")  # a file name that is not UTF-8
+    store = Store(path)
+    assert store.path == path and not store.in_memory
+    notebook = "/home/me/n\udcffb.ipynb"
+    with using(Session(store=store)) as session:
+        session.notebook = session.past.notebook = notebook
+        session.kernel_id = "kernel"
+        for label in ODD:
+            with keras_nbguard.track(label):
+                pass
+        key = RunKey(notebook, "\ud800cell", "kernel", os.getpid(), 0.0)
+        store.run_started("still-running", key, "\udcffgoing", 99, time.time() + 60, None)
+        session.close()
+    again = Store(path)
+    stored = again.runs(notebook=notebook, kernel_id="kernel")
+    assert [r.label for r in stored] == [*ODD, "\udcffgoing"]
+    assert {r.notebook for r in stored} == {notebook}
+    assert stored[-1].cell_id == "\ud800cell" and stored[-1].status == "running"
+    assert again.last_run(notebook, "\udcff", float("inf")).label == "\udcff"
+    assert again.last_run(notebook, '\x00"\\udcff"', float("inf")).label == '\x00"\\udcff"'
+    # what SQLite holds is valid text every reader can read (the escape is ASCII JSON)
+    with sqlite3.connect(os.fsencode(path)) as db:
+        assert ("plain",) in db.execute("SELECT label FROM runs").fetchall()
+    again.close()
+
+
+@pytest.mark.filterwarnings("default::keras_nbguard.notices.NbguardWarning")
+def test_a_failed_write_is_rolled_back_and_the_next_batch_still_lands(tmp_path):
+    warnings: list[str] = []
+    store = Store(str(tmp_path / "runs.sqlite"), warn=warnings.append)
+    key = RunKey("nb", None, "k", os.getpid(), 0.0)
+    store.run_started("good-1", key, "a", 1, 1.0, None)
+    store.run_started("bad", key, object(), 2, 2.0, None)  # SQLite can't take this value
+    store.run_started("good-2", key, "a", 3, 3.0, None)
+    store.flush()
+    assert not store.db.in_transaction  # nothing left open for the next batch to trip on
+    store.run_started("next-batch", key, "a", 4, 4.0, None)
+    store.flush()
+    with sqlite3.connect(tmp_path / "runs.sqlite") as db:
+        ids = [row[0] for row in db.execute("SELECT id FROM runs ORDER BY started_at")]
+    assert ids == ["good-1", "good-2", "next-batch"]
+    assert len(warnings) == 1 and "1 write(s) failed" in warnings[0]
+    store.close()
+
+
+def test_a_closed_store_writes_nothing_and_reads_nothing(tmp_path):
+    store = Store(str(tmp_path / "runs.sqlite"))
+    store.run_started("r", RunKey("nb", None, "k", os.getpid(), 0.0), "a", 1, 1.0, None)
+    store.close()
+    assert not store.writer._thread.is_alive()
+    store.close()  # again: nothing
+    store.run_started("late", RunKey("nb", None, "k", os.getpid(), 0.0), "a", 2, 2.0, None)
+    store.flush()
+    assert store.runs() == [] and store.reset_mark("nb") is None
+    with sqlite3.connect(tmp_path / "runs.sqlite") as db:
+        assert [row[0] for row in db.execute("SELECT id FROM runs")] == ["r"]
