@@ -10,7 +10,7 @@ from . import __version__, backends, gpu_setup
 from .collectors.allocators import JaxAllocator, TorchAllocator, jax_started
 from .collectors.gpu import TfGpu
 from .formatting import fmt_bytes
-from .prepare import RunOptions
+from .options import RunOptions
 
 if TYPE_CHECKING:
     from .session import Session
