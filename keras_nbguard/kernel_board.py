@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from IPython.core.error import UsageError
 
 from .compact import CompactLine
+from .side_panel import forget, remember
 from .widget import Dashboard
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ def show(session: Session, *, side: bool = False, compact: bool = False) -> None
         return
     board = dashboard(session)
     if not side:
+        forget(session.notebook)  # asked for under the cell: no panel at the next kernel
         display(board)
         return
     try:
@@ -71,3 +73,4 @@ def show(session: Session, *, side: bool = False, compact: bool = False) -> None
     # beside the notebook, half the main area: the right sidebar (250 px) is too narrow to plot
     with Sidecar(title="keras_nbguard", anchor="split-right"):
         display(board.widget)
+    remember(session.notebook)  # the notebook's next kernel opens it again (side_panel.py)

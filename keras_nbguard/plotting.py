@@ -24,7 +24,9 @@ CHART_CLASS = "keras-nbguard-chart"
 # plotly's autosize (at paint, and on window and panel resizes) follows the output area or panel.
 # A restarted kernel's widgets get "jupyter-widgets-disconnected" from ipywidgets: the banner
 # (in the header) shows then, in the cell and in the side panel alike.
+BOARD_CLASS = "keras-nbguard-board"
 CHART_STYLE = (f"<style>.{CHART_CLASS} {{min-width: 0; width: 100%; flex: 1 1 auto}}"
+               f".{BOARD_CLASS} .widget-html-content {{line-height: 1.45}}"
                ".jupyter-widgets-disconnected .nbguard-restart"
                " {display: block !important; padding: .4em .6em; margin: .2em 0;"
                " background: #fff3e0; border: 1px solid #ef6c00; color: #bf360c}</style>")

@@ -27,7 +27,7 @@ from .figures import figure_data, gpu_note, run_rows, trends
 from .findings_view import current_findings, findings_html
 from .formatting import fmt_bytes
 from .frontend import current_shell, widget_frontend
-from .plotting import CHART_STYLE, make_chart
+from .plotting import BOARD_CLASS, CHART_STYLE, make_chart
 from .records import RunRecord
 
 if TYPE_CHECKING:
@@ -250,6 +250,7 @@ class Dashboard:
                                                             layout=w.Layout(flex_flow="row wrap")),
                               self._bottom, self.picker.widget, self._out,
                               w.HTML(CHART_STYLE)])  # a <style>: shows nothing
+        self.widget.add_class(BOARD_CLASS)
 
     def _draw_widget(self, runs: list[RunRecord]) -> None:
         rows = run_rows(runs, self._memo)

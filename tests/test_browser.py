@@ -67,7 +67,7 @@ def check_live_and_queued(page, comms: str) -> None:
     page.wait_for_function(f"() => ({TRACES})().some(t => t.meta === 'live:epochs' "
                            "&& t.y.length >= 2)", timeout=30_000)
     assert not page.evaluate("window.nbguardDone")  # seen while the cell was busy
-    page.get_by_role("button", name="Clear Keras session").click()
+    page.get_by_role("button", name="Clear session", exact=True).click()
     if comms == "perCommTarget":
         page.wait_for_function(f"() => ({REPORTS})().includes(\"queued: runs when 'slow' ends\")",
                                timeout=20_000)
@@ -101,7 +101,7 @@ def check_dashboard(page, server, app: str, screenshot: Path | None) -> str:
                       "model = make_model()\\nmodel.fit(x, y, epochs=1, verbose=0)\\n')",
                 timeout=60)
     assert "True" in kernel_eval(page, "print('kept' in globals())")
-    page.get_by_role("button", name="Free flagged models").click()
+    page.get_by_role("button", name="Free flagged", exact=True).click()
     page.wait_for_function(f"() => ({REPORTS})().includes('free')", timeout=30_000)
     page.wait_for_function(f"() => !({MODELS})().includes('kept')", timeout=30_000)
     assert "False" in kernel_eval(page, "print('kept' in globals())")
@@ -153,40 +153,110 @@ def write_notebook(path: Path, cells: tuple[str, ...]) -> None:
     path.write_text(json.dumps(notebook))
 
 
-FIRST_PAINT_CELLS = ("%load_ext keras_nbguard\nimport keras_nbguard",
+FIRST_PAINT_CELLS = ("%load_ext keras_nbguard\nimport keras_nbguard, time",
                      "%%kerasrun --label mlp --quiet\nx = sum(range(10**6))",
-                     "keras_nbguard.dashboard()")
-STATIC_CHART = "() => !!document.querySelector('.jp-OutputArea-output svg polyline')"
+                     "%%kerasrun --label mlp --quiet\nx = sum(range(10**6))",
+                     "shown_at = time.time()\nkeras_nbguard.dashboard()",
+                     "probe_at = time.time()")
 PLOTLY = "() => !!document.querySelector('.jp-OutputArea-output .js-plotly-plot .main-svg')"
+# what would be cut at a narrow width: text wider than its box, a plot wider than the area,
+# a panel title past the plot's right edge
+CUT = """() => {
+    const out = document.querySelector('.jp-OutputArea-output .widget-vbox');
+    const area = out.getBoundingClientRect();
+    const cut = [];
+    for (const b of out.querySelectorAll('button'))
+        if (b.scrollWidth > b.clientWidth + 1) cut.push('button ' + b.innerText);
+    for (const h of out.querySelectorAll('.widget-html-content'))
+        if (h.scrollWidth > h.clientWidth + 1) cut.push('text ' + h.innerText.slice(0, 40));
+    const svg = out.querySelector('.js-plotly-plot .main-svg').getBoundingClientRect();
+    if (svg.right > area.right + 1) cut.push('plot ' + svg.width + ' > ' + area.width);
+    for (const t of out.querySelectorAll('.js-plotly-plot .annotation-text')) {
+        const r = t.getBoundingClientRect();
+        if (r.right > svg.right + 1 || r.left < svg.left - 1) cut.push('title ' + t.textContent);
+    }
+    return {width: area.width, cut};
+}"""
 
 
-def test_first_chart_at_once_and_the_figure_after_a_reload(tmp_path):
-    """A fresh kernel: the dashboard's first chart is on screen within 3 s of running the cell
-    (plotly's figure takes seconds to make: it comes after the cell); a reload keeps the data."""
-    with jupyter_server(tmp_path, "lab") as server, chromium_page() as page:
+def test_figure_in_a_fresh_kernel_the_next_cell_at_once_nothing_cut_at_540_px(tmp_path):
+    """A fresh kernel: the interactive figure comes from the page, not the kernel, so the cell
+    queued after the dashboard runs at once, and when the page says Idle the kernel is (a request
+    then is answered at once). The output area is ~540 px wide: nothing is cut. A reload keeps
+    the data. Times are printed (the goals are met in bench/bench_dashboard.py)."""
+    with jupyter_server(tmp_path, "lab") as server, chromium_page(656, 1400) as page:
         write_notebook(server.root / "paint.ipynb", FIRST_PAINT_CELLS)
         page.goto(server.page_url("paint.ipynb"))
         page.wait_for_selector(".jp-Notebook", timeout=90_000)
         wait_idle(page, 120)
+        page.evaluate("window.jupyterapp.commands.execute('application:toggle-left-area')")
         for index in range(3):
             page.evaluate(f"{NOTEBOOK_WIDGET}.content.activeCellIndex = {index}")
-            start = time.perf_counter()
-            if index < 2:  # the command's promise ends with the cell
-                page.evaluate("window.jupyterapp.commands.execute('notebook:run-cell')")
-            else:  # timed from the click: not awaited
-                page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-cell'); }")
-        page.wait_for_function(STATIC_CHART, timeout=60_000, polling=50)
-        first = time.perf_counter() - start
-        page.wait_for_function(PLOTLY, timeout=120_000, polling=100)
+            page.evaluate("window.jupyterapp.commands.execute('notebook:run-cell')")
+        wait_idle(page, 120)
+        page.evaluate(f"{NOTEBOOK_WIDGET}.content.activeCellIndex = 3")
+        start = time.perf_counter()
+        page.evaluate("() => { const run = c => window.jupyterapp.commands.execute(c); "
+                      "run('notebook:run-cell-and-select-next'); run('notebook:run-cell'); }")
+        page.wait_for_function(PLOTLY, timeout=120_000, polling=50)
         interactive = time.perf_counter() - start
-        print(f"first chart {first:.2f} s, interactive figure {interactive:.2f} s")
-        assert first <= 3.0
+        wait_idle(page, 60)
+        start = time.perf_counter()
+        answered = kernel_eval(page, "print(probe_at - shown_at)", timeout=60)
+        idle_answer = time.perf_counter() - start
+        next_cell = float(answered)
+        print(f"interactive figure {interactive:.2f} s after the click; the next cell ran "
+              f"{next_cell:.2f} s after the dashboard cell began; a request at Idle answered in "
+              f"{idle_answer:.2f} s")
+        assert next_cell <= 5.0  # at once (0.2-0.9 s here); plotly's figure used to take 10-15
+        assert idle_answer <= 5.0  # Idle means idle: no figure being made after the cells
         drawn = (f"() => ({TRACES})().some(t => t.meta === 'rss:after:mlp' "
-                 "&& t.y.length === 1)")  # the run fit nothing: its RSS is the figure
+                 "&& t.y.length === 2)")  # the runs fit nothing: RSS is their figure
         page.wait_for_function(drawn, timeout=30_000)
+        fit_note = page.inner_text(".js-plotly-plot")
+        assert "no fit in these runs" in fit_note and "no GPU" in fit_note  # empty panels say why
+        assert "run (of its label)" in fit_note  # the x axis says what it counts
+        time.sleep(0.5)  # plotly's resize to the area settles
+        seen = page.evaluate(CUT)
+        page.locator(".jp-OutputArea-output .widget-vbox").first.screenshot(
+            path=str(tmp_path / "narrow.png"))
+        print(f"output area {seen['width']:.0f} px; cut: {seen['cut']}")
+        assert 480 <= seen["width"] <= 600 and seen["cut"] == []
         page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")  # as autosave does
         page.reload()
         page.wait_for_function(drawn, timeout=60_000)
+        assert [e for e in page.errors] == []
+
+
+RESTART_CELLS = ("%load_ext keras_nbguard", "%%kerasrun --label mlp --quiet\nx = 1",
+                 "%nbguard dashboard", "%nbguard dashboard --side")
+PANEL = ".jp-LinkedOutputView"
+BANNERS = """() => [...document.querySelectorAll('.nbguard-restart')]
+    .filter(b => b.offsetParent !== null).map(b => !!b.closest('.jp-LinkedOutputView'))"""
+LIVE_PANEL = f"""() => [...document.querySelectorAll('{PANEL}')].some(p =>
+    p.querySelector('.js-plotly-plot .main-svg')
+    && !p.querySelector('.jupyter-widgets-disconnected'))"""
+
+
+def test_a_restart_is_said_in_the_cell_and_the_side_panel_which_comes_back(tmp_path):
+    with jupyter_server(tmp_path, "lab") as server, chromium_page(1300, 1100) as page:
+        write_notebook(server.root / "restart.ipynb", RESTART_CELLS)
+        page.goto(server.page_url("restart.ipynb"))
+        page.wait_for_selector(".jp-Notebook", timeout=90_000)
+        run_all(page, timeout=120)
+        page.wait_for_function(LIVE_PANEL, timeout=60_000)
+        assert page.evaluate(BANNERS) == []
+        page.evaluate(f"{NOTEBOOK_WIDGET}.sessionContext.session.kernel.restart()")
+        start = time.perf_counter()
+        page.wait_for_function(f"() => ({BANNERS})().length >= 2", timeout=30_000)
+        print(f"restart banner after {time.perf_counter() - start:.2f} s")
+        assert sorted(page.evaluate(BANNERS)) == [False, True]  # in the cell and in the panel
+        banner = page.locator(".nbguard-restart").first.inner_text()
+        assert "kernel restarted" in banner and "%load_ext keras_nbguard" in banner
+        page.screenshot(path=str(tmp_path / "restarted.png"))
+        wait_idle(page, 60)
+        kernel_eval(page, "%load_ext keras_nbguard", timeout=60)  # the new kernel
+        page.wait_for_function(LIVE_PANEL, timeout=60_000)  # the panel came back by itself
         assert [e for e in page.errors] == []
 
 
