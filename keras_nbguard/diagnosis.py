@@ -25,24 +25,27 @@ __all__ = ["MIN_RUNS", "Finding", "Findings", "Trend", "diagnose", "present", "s
 StaleNow = Callable[[str], tuple[int, ...]]
 
 
-def diagnose(records: Sequence[RunRecord], stale_now: StaleNow | None = None) -> Findings:
+def diagnose(records: Sequence[RunRecord], stale_now: StaleNow | None = None,
+             recent: int = RECENT) -> Findings:
     """Findings for ``records`` (one kernel's runs, oldest first; any labels), most important
     first. ``stale_now``: which earlier runs' models of a label are alive at this moment; None
-    takes the records' word (as they were when each run ended)."""
+    takes the records' word (as they were when each run ended). ``recent``: the latest runs of
+    each label whose own causes are read."""
     findings: list[Finding] = []
     by_label: dict[str, list[RunRecord]] = {}
     for record in records:
         by_label.setdefault(record.label, []).append(record)
     for runs in by_label.values():
-        findings += _label_findings(runs[-WINDOW:], stale_now)
+        findings += _label_findings(runs[-WINDOW:], stale_now, recent)
     return Findings(sorted(findings, key=lambda f: -f.weight))
 
 
-def _label_findings(runs: list[RunRecord], stale_now: StaleNow | None) -> list[Finding]:
+def _label_findings(runs: list[RunRecord], stale_now: StaleNow | None,
+                    recent: int) -> list[Finding]:
     latest = name_of(runs[-1])
     kept: dict[str, Finding] = {}
     # oldest first: a later run's finding of a kind replaces an earlier one's
-    for run in runs[-RECENT:]:
+    for run in runs[-recent:]:
         for finding in within_run(run):
             if finding.kind != "stale_models":
                 kept[finding.kind] = finding
@@ -121,5 +124,6 @@ def summary_lines(runs: Sequence[RunRecord], count: int = 2) -> tuple[str, ...]:
     """The top findings about ``runs[-1]`` (of its label), a line each, for its run summary (not
     the stale models: the summary has its own line for them; not an earlier run's own cause)."""
     latest = name_of(runs[-1])
-    findings = [f for f in diagnose(runs) if f.kind != "stale_models" and latest in f.runs]
+    findings = [f for f in diagnose(runs, recent=1)  # an earlier run's own causes: not here
+                if f.kind != "stale_models" and latest in f.runs]
     return tuple(f"{f.kind}: {f.message} — %nbguard diagnose" for f in findings[:count])

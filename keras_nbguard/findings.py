@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,16 +85,26 @@ class Trend:
         import statistics  # ~10 ms, and no run needs it before its record: not at %load_ext
 
         n = len(ys)
+        self._ys = ys
         self.slope = statistics.median(
-            (ys[j] - ys[i]) / (j - i) for i in range(n) for j in range(i + 1, n)
+            [(ys[j] - ys[i]) / (j - i) for i in range(n) for j in range(i + 1, n)]
         )
-        intercept = statistics.median(y - self.slope * x for x, y in enumerate(ys))
-        residuals = [y - (intercept + self.slope * x) for x, y in enumerate(ys)]
-        self.spread = 1.4826 * statistics.median(abs(r) for r in residuals)
+        intercept = statistics.median([y - self.slope * x for x, y in enumerate(ys)])
+        self.spread = 1.4826 * statistics.median(
+            [abs(y - (intercept + self.slope * x)) for x, y in enumerate(ys)]
+        )
         self.median = statistics.median(ys)
         self.rise = self.slope * (n - 1)
         self.share = self.rise / self.median if self.median > 0 else 0.0
-        self.p_value = _mann_kendall_p(ys)
+        self._p_value: float | None = None
+
+    @property
+    def p_value(self) -> float:
+        """Mann–Kendall's one-sided p-value that the series rises (made when first asked for:
+        most series fail the cheaper tests before)."""
+        if self._p_value is None:
+            self._p_value = _mann_kendall_p(self._ys)
+        return self._p_value
 
     def rises(self) -> bool:
         return (
@@ -148,16 +158,31 @@ def after_warmup(runs: Sequence[RunRecord]) -> list[RunRecord]:
     return this_kernel(runs)[1:][-WINDOW:]
 
 
-@dataclass(frozen=True)
 class RunTrend:
     """One series over a label's runs after the warm-up: the slope shown, the runs it spans and
     whether the diagnosis names it (``flagged``) — one computation for the dashboard, the
-    summary and the diagnosis."""
+    summary and the diagnosis. The line is fitted when first asked for (a run's own diagnosis
+    asks only once there are ``MIN_RUNS`` runs)."""
 
-    series: str  # "RSS" or "fit time"
-    runs: tuple[RunRecord, ...]  # the runs it is computed over, oldest first
-    trend: Trend | None  # None: fewer than 2 runs
-    flagged: bool
+    def __init__(self, series: str, runs: Sequence[RunRecord], values: Sequence[float],
+                 test: Callable[[Trend], bool]) -> None:
+        self.series = series  # "RSS" or "fit time"
+        self.runs = tuple(runs)  # the runs it is computed over, oldest first
+        self._values = values
+        self._test = test
+        self._trend: Trend | None = None
+
+    @property
+    def trend(self) -> Trend | None:
+        """The robust line; None with fewer than 2 runs."""
+        if self._trend is None and len(self._values) >= 2:
+            self._trend = Trend(self._values)
+        return self._trend
+
+    @property
+    def flagged(self) -> bool:
+        """Whether the diagnosis names this trend: ``MIN_RUNS`` runs at least, and its test."""
+        return len(self.runs) >= MIN_RUNS and self.trend is not None and self._test(self.trend)
 
     @property
     def slope(self) -> float | None:
@@ -183,26 +208,22 @@ class RunTrend:
         return f"{'⚠ ' if self.flagged else ''}{self.series} {rate} per run over {self.span}"
 
 
+def _grows(trend: Trend) -> bool:
+    return trend.slope >= GROWTH_BYTES_PER_RUN and trend.rise >= NOISE_FACTOR * trend.spread
+
+
 def rss_trend(runs: Sequence[RunRecord]) -> RunTrend:
     """RSS after each run: flagged when it grows ``GROWTH_BYTES_PER_RUN`` a run at least, beyond
     ``NOISE_FACTOR`` × its own spread, over ``MIN_RUNS`` runs at least (``state_growth``)."""
-    measured = tuple(r for r in after_warmup(runs) if r.status == "ok" and r.rss_after is not None)
-    if len(measured) < 2:
-        return RunTrend("RSS", measured, None, False)
-    trend = Trend([float(r.rss_after or 0) for r in measured])
-    flagged = (len(measured) >= MIN_RUNS and trend.slope >= GROWTH_BYTES_PER_RUN
-               and trend.rise >= NOISE_FACTOR * trend.spread)
-    return RunTrend("RSS", measured, trend, flagged)
+    measured = [r for r in after_warmup(runs) if r.status == "ok" and r.rss_after is not None]
+    return RunTrend("RSS", measured, [float(r.rss_after or 0) for r in measured], _grows)
 
 
 def fit_trend(runs: Sequence[RunRecord]) -> RunTrend:
     """Fit time of each run: flagged when it rises steadily and beyond the noise
     (``Trend.rises``) over ``MIN_RUNS`` runs at least (``run_slowdown``)."""
-    timed = tuple(r for r in after_warmup(runs) if r.status == "ok" and r.fit_seconds is not None)
-    if len(timed) < 2:
-        return RunTrend("fit time", timed, None, False)
-    trend = Trend([r.fit_seconds or 0.0 for r in timed])
-    return RunTrend("fit time", timed, trend, len(timed) >= MIN_RUNS and trend.rises())
+    timed = [r for r in after_warmup(runs) if r.status == "ok" and r.fit_seconds is not None]
+    return RunTrend("fit time", timed, [r.fit_seconds or 0.0 for r in timed], Trend.rises)
 
 
 def label_trends(runs: Sequence[RunRecord]) -> tuple[RunTrend, RunTrend]:
@@ -216,5 +237,6 @@ def trends_text(name: str, runs: Sequence[RunRecord]) -> str:
     rss, fit = label_trends(runs)
     parts = [t.text() for t in (rss, fit) if t.trend is not None]
     if not parts:
-        return f"{name}: a trend needs 2 runs after this kernel's first ({len(rss.runs)} so far)"
+        return (f"{name}: a trend needs 3 runs in this kernel, the first a warm-up "
+                f"({len(this_kernel(runs))} so far)")
     return f"{name}: " + "; ".join(parts)

@@ -242,6 +242,6 @@ def test_after_a_restart_the_trend_is_the_new_kernels_alone():
     earlier = grown(6, 4.0)
     now = grown(2, 0.5, kernel="k2", pid=2, first=7)
     assert trends_text("mlp", earlier + now) == (
-        "mlp: a trend needs 2 runs after this kernel's first (1 so far)")
+        "mlp: a trend needs 3 runs in this kernel, the first a warm-up (2 so far)")
     now = grown(4, 0.5, kernel="k1", pid=3, first=7)  # "Restart kernel": same id, new process
     assert label_trends(earlier + now)[0].span == "runs 8–10"
