@@ -34,7 +34,7 @@ def configure_at_load(tf: TfGpu | None,
     would otherwise take 75% of the GPU at its first computation, TensorFlow nearly all of it.
     torch grows on demand by itself. The user's own settings win."""
     environ.setdefault(JAX_PREALLOCATE, "false")  # read by JAX only, whatever the backend
-    if tf is None:
+    if tf is None or GROWTH_ENV in environ:  # TF reads the variable over tf.config
         environ.setdefault(GROWTH_ENV, "true")
         return []
     return set_growth(tf, True, environ)
@@ -154,6 +154,8 @@ def set_growth(tf: TfGpu | None, enabled: bool,
             tf.config.experimental.set_memory_growth(gpu, enabled)
         except (RuntimeError, ValueError) as exc:
             problems.append(f"GPU memory growth not set on {gpu.name}: {exc}")
+    # TF's allocator reads TF_FORCE_GPU_ALLOW_GROWTH over tf.config (ours, set at load, too)
+    environ[GROWTH_ENV] = "true" if enabled else "false"
     return problems
 
 

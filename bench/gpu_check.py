@@ -1,0 +1,405 @@
+"""The GPU check kit: what keras_nbguard claims about a GPU, measured on one, in one run.
+
+    python bench/gpu_check.py            # the whole kit (about 5 minutes on one GPU, at most 8)
+    python bench/gpu_check.py --quick    # 3 repeated runs instead of 10, no second backend
+    python bench/gpu_check.py --cpu-dry-run --quick   # the kit's own plumbing, here, no GPU
+
+Every check runs the product the way a user does: a real IPython shell in a fresh process
+(growth and caps are set before TensorFlow touches the GPU, so each setting needs its own
+process), ``%load_ext keras_nbguard`` first, then ``%%kerasrun`` cells; the figures are read
+back from the run records (``keras_nbguard.runs()``: collectors/gpu.py, collectors/allocators.py)
+and from NVML through ``NvmlReader``. Each check prints its figures and asserts what the README
+claims. Without a GPU, a driver or NVML it prints ``no GPU: <reason>`` and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+MIB = 2**20
+MARK = "GPU-KIT-RESULT "
+CAP_MIB = 1024  # --gpu-limit of the out-of-memory check
+SMALL_PART = 0.25  # growth on: a small fit's process use stays under this share of the device
+MOST = 0.5  # --no-gpu-growth: TensorFlow reserves more than this share of the device
+DRY_HOST_MIB = 150  # --cpu-dry-run: --host-limit in place of the GPU cap
+GIVEN_BACK_MIB = 256  # --isolate: the device's use after a run, over the kit's start, stays under
+
+
+# -- whether there is a GPU at all ---------------------------------------------------------------
+def no_gpu_reason() -> str | None:
+    """Why this machine can't run the kit (no NVML, no driver, no device), or None."""
+    from keras_nbguard.collectors.gpu import NvmlReader
+
+    _used, total, _process, why = NvmlReader().read()
+    if total is None:
+        return why or "NVML reports no device"
+    return None
+
+
+def device_used() -> int | None:
+    from keras_nbguard.collectors.gpu import NvmlReader
+
+    return NvmlReader().read()[0]
+
+
+# -- one fresh process: a real IPython shell running cells ---------------------------------------
+CHILD = r"""
+import json, os, sys, traceback
+sys.path.insert(0, {root!r})
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+shell.user_ns["_kit"] = {{}}
+cells, failed = json.loads(sys.stdin.read()), []
+for i, cell in enumerate(cells):
+    result = shell.run_cell(cell, store_history=True)
+    if not result.success and not cell.startswith("%%kerasrun"):
+        failed.append(f"cell {{i}}: {{result.error_before_exec or result.error_in_exec!r}}")
+import keras_nbguard
+records = [r.to_dict() for r in keras_nbguard.runs(this_kernel=True)]
+print({mark!r} + json.dumps({{"records": records, "kit": shell.user_ns["_kit"],
+                               "failed": failed}}, default=str), flush=True)
+"""
+
+
+def run_cells(cells: list[str], env: dict[str, str] | None = None,
+              timeout: float = 300) -> dict[str, Any]:
+    """Run ``cells`` in a fresh process's IPython shell; its run records and ``_kit`` back."""
+    with tempfile.TemporaryDirectory() as tmp:
+        child_env = {**os.environ, "KERAS_NBGUARD_DB": os.path.join(tmp, "runs.sqlite"),
+                     "IPYTHONDIR": os.path.join(tmp, "ipython"), "TF_CPP_MIN_LOG_LEVEL": "2",
+                     "PYTHONPATH": ROOT, **(env or {})}
+        proc = subprocess.run(
+            [sys.executable, "-c", CHILD.format(root=ROOT, mark=MARK)],
+            input=json.dumps(cells), capture_output=True, text=True, env=child_env,
+            timeout=timeout, cwd=tmp)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
+    if proc.returncode or not lines:
+        raise AssertionError(f"the check's process failed (rc {proc.returncode}):\n"
+                             f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    result = json.loads(lines[-1][len(MARK):])
+    assert not result["failed"], f"cells failed: {result['failed']}\n{proc.stderr[-3000:]}"
+    return result
+
+
+SETUP = """
+import numpy as np
+import keras
+from keras_nbguard.collectors.gpu import NvmlReader
+rng = np.random.default_rng(0)
+x = rng.random((2048, 32), dtype="float32"); y = rng.random((2048, 1), dtype="float32")
+images = rng.random((BATCH_ROWS, 64, 64, 3), dtype="float32")
+labels = rng.integers(0, 10, BATCH_ROWS)
+def mlp():
+    m = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"),
+                          keras.layers.Dense(1)])
+    m.compile("adam", "mse")
+    return m
+def convnet():
+    m = keras.Sequential([keras.Input((64, 64, 3))]
+                         + [keras.layers.Conv2D(64, 3, padding="same", activation="relu")
+                            for _ in range(3)]
+                         + [keras.layers.GlobalAveragePooling2D(),
+                            keras.layers.Dense(10, dtype="float32")])
+    m.compile("adam", "sparse_categorical_crossentropy")
+    return m
+_kit["after"] = []
+"""
+MLP_RUN = "m = mlp()\nm.fit(x, y, batch_size=64, epochs=1, verbose=0)\ndel m"
+NVML_AFTER = "_kit['after'].append(NvmlReader().read())"
+
+
+def conv_run(batch: int) -> str:
+    return (f"m = convnet()\nm.fit(images[:{2 * batch}], labels[:{2 * batch}], "
+            f"batch_size={batch}, epochs=1, verbose=0)\ndel m")
+
+
+def setup(rows: int = 256) -> list[str]:
+    return ["%load_ext keras_nbguard", SETUP.replace("BATCH_ROWS", str(rows))]
+
+
+# -- what a run record says about the GPU --------------------------------------------------------
+def gpu(record: dict[str, Any]) -> dict[str, Any]:
+    return record["gpu"]
+
+
+def mib(value: int | None) -> str:
+    return "n/a" if value is None else f"{value / MIB:,.0f} MiB"
+
+
+def process_use(record: dict[str, Any], baseline: int | None) -> tuple[int | None, str]:
+    """NVML's figure for the kernel's process; where NVML can't see it (containers list host
+    pids), the device's use over the kit's start, said so."""
+    g = gpu(record)
+    if g["nvml_process_used"] is not None:
+        return g["nvml_process_used"], "NVML process"
+    if g["nvml_used"] is not None and baseline is not None:
+        return g["nvml_used"] - baseline, "NVML device - start"
+    return None, g["reason"] or "n/a"
+
+
+@dataclass
+class Kit:
+    quick: bool = False
+    dry: bool = False  # --cpu-dry-run: the plumbing only, GPU assertions off
+    baseline: int | None = None  # the device's use before the kit started a process
+    lines: list[str] = field(default_factory=list)
+    calibration: tuple[float, float] | None = None  # (fixed, per sample) bytes of the convnet
+
+    def say(self, text: str = "") -> None:
+        print(text, flush=True)
+        self.lines.append(text)
+
+    def check(self, ok: bool, what: str) -> None:
+        self.say(f"  {'ok  ' if ok or self.dry else 'FAIL'} {what}")
+        if not self.dry:
+            assert ok, what
+
+    @property
+    def repeats(self) -> int:
+        return 3 if self.quick else 10
+
+    # -- 1 + 2 + 4 + 5a: growth on (the default at load), per-run figures, precision, repeats --
+    def growth_on(self) -> dict[str, Any]:
+        cells = [*setup(), f"%%kerasrun --quiet --label mlp\n{MLP_RUN}", NVML_AFTER]
+        for batch in (16, 32):
+            cells += [f"%%kerasrun --quiet --label conv{batch}\n{conv_run(batch)}"]
+        cells += [f"%%kerasrun --quiet --mixed-precision --label mixed32\n{conv_run(32)}"]
+        for _ in range(self.repeats):
+            cells += [f"%%kerasrun --quiet --label repeat\n{MLP_RUN}", NVML_AFTER]
+        result = run_cells(cells)
+        records = {r["label"]: r for r in result["records"]}
+        first = records["mlp"]
+        g = gpu(first)
+        used, how = process_use(first, self.baseline)
+        self.say("growth on at load (%load_ext, then a small fit):")
+        self.say(f"  process {mib(used)} ({how}) of a {mib(g['nvml_total'])} device")
+        self.check(used is not None and g["nvml_total"] is not None
+                   and used < SMALL_PART * g["nvml_total"],
+                   f"a small fit takes under {SMALL_PART:.0%} of the device")
+        self.per_run_table(result["records"])
+        p16, p32 = gpu(records["conv16"])["tf_peak"], gpu(records["conv32"])["tf_peak"]
+        if p16 is not None and p32 is not None and p32 > p16:
+            per = (p32 - p16) / 16
+            self.calibration = (p16 - 16 * per, per)
+        mixed = gpu(records["mixed32"])["tf_peak"]
+        self.say("--mixed-precision, the same convnet at batch 32:")
+        self.say(f"  allocator peak float32 {mib(p32)}, mixed_float16 {mib(mixed)}")
+        self.check(p32 is not None and mixed is not None and mixed < p32,
+                   "mixed precision peaks lower than float32")
+        repeats = [r for r in result["records"] if r["label"] == "repeat"]
+        over = self.repeated("in-process", repeats, result["kit"]["after"][1:])
+        peak = max((gpu(r)["tf_peak"] or 0) for r in repeats)
+        self.check(all(v is not None and v >= peak for v in over),
+                   f"in-process the kernel keeps its pool between runs (each at least the "
+                   f"runs' allocator peak, {mib(peak)}): only its end gives it back")
+        return result
+
+    def per_run_table(self, records: list[dict[str, Any]]) -> None:
+        self.say("per run: the allocator's view and the driver's, side by side")
+        self.say(f"  {'run':<10}{'alloc current':>15}{'alloc peak':>13}{'NVML process':>15}"
+                 f"{'NVML device':>14}{'process-peak':>15}")
+        for r in records:
+            g = gpu(r)
+            gap = (None if g["nvml_process_used"] is None or g["tf_peak"] is None
+                   else g["nvml_process_used"] - g["tf_peak"])
+            self.say(f"  {r['label']:<10}{mib(g['tf_current']):>15}{mib(g['tf_peak']):>13}"
+                     f"{mib(g['nvml_process_used']):>15}{mib(g['nvml_used']):>14}{mib(gap):>15}")
+            if g["reason"]:
+                self.say(f"    ({g['reason']})")
+        self.say("  The allocator counts the tensors it handed out (current) and their high mark"
+                 " since the run began (peak); NVML counts what the process holds on the device:"
+                 " the allocator's whole pool, grown in chunks and never given back, plus the"
+                 " CUDA context, cuDNN/cuBLAS workspaces and kernels (a few hundred MiB before"
+                 " any tensor). So NVML's process figure is the larger, and does not go down.")
+        known = [gpu(r) for r in records if gpu(r)["nvml_process_used"] is not None
+                 and gpu(r)["tf_peak"] is not None]
+        self.check(bool(known) and all(g["nvml_process_used"] >= g["tf_peak"] for g in known),
+                   "NVML's process use covers the allocator's peak in every run")
+        self.check(all(gpu(r)["tf_peak"] for r in records),
+                   "every run has an allocator peak")
+
+    def repeated(self, how: str, records: list[dict[str, Any]],
+                 after: list[list[Any]]) -> list[int | None]:
+        over = [None if a[0] is None or self.baseline is None else a[0] - self.baseline
+                for a in after]
+        self.say(f"{len(records)} repeated runs {how}: device use after each, over the kit's "
+                 f"start")
+        self.say("  " + ", ".join(mib(v) for v in over))
+        self.check(all(r["status"] == "ok" for r in records), f"every {how} run ended ok")
+        return over
+
+    # -- 1b: --no-gpu-growth, set before TensorFlow touches the GPU ------------------------------
+    def growth_off(self) -> None:
+        cells = [*setup(), f"%%kerasrun --quiet --no-gpu-growth --label mlp\n{MLP_RUN}"]
+        record = run_cells(cells)["records"][0]
+        used, how = process_use(record, self.baseline)
+        total = gpu(record)["nvml_total"]
+        self.say("--no-gpu-growth (keras imported in an earlier cell, GPU not yet touched):")
+        self.say(f"  process {mib(used)} ({how}) of a {mib(total)} device; "
+                 f"warnings: {record['warnings'] or 'none'}")
+        self.check(used is not None and total is not None and used > MOST * total,
+                   f"TensorFlow reserves most of the device (over {MOST:.0%})")
+
+    # -- 3: --gpu-limit: out of memory with advice, then the advised batch fits ------------------
+    def limit(self) -> None:
+        cap = CAP_MIB * MIB
+        # without a GPU (--cpu-dry-run) the same path under a host cap: oom, advice, smaller
+        flag = f"--host-limit {DRY_HOST_MIB}" if self.dry else f"--gpu-limit {CAP_MIB}"
+        if self.calibration is None:
+            big = 96 if self.dry else 512
+            self.say(f"--gpu-limit {CAP_MIB}: convnet not calibrated (no allocator peaks); "
+                     f"batch {big}")
+        else:
+            fixed, per = self.calibration
+            # the advice halves the batch: aim the half at 60% of the cap, the whole well over it
+            big = max(2, int(2 * (0.6 * cap - fixed) / per) // 2 * 2)
+            self.say(f"--gpu-limit {CAP_MIB}: convnet peak = {mib(int(fixed))} + "
+                     f"{per / MIB:.2f} MiB x batch (batch 16 and 32, uncapped); batch {big} "
+                     f"needs ~{mib(int(fixed + per * big))}")
+        cells = [*setup(2 * big), "import keras_nbguard",
+                 f"%%kerasrun {flag} --label big\n{conv_run(big)}",
+                 "import re\nr = keras_nbguard.runs(this_kernel=True)[-1]\n"
+                 "m = re.search(r'try batch_size=(\\d+)', ' '.join(r.advice))\n"
+                 "_kit['smaller'] = int(m.group(1)) if m else None",
+                 # the advised batch, under the same cap (a cell of its own, as a user would)
+                 "if _kit['smaller']:\n    try:\n        get_ipython().run_cell_magic("
+                 f"'kerasrun', '{flag} --label smaller', "
+                 "'m = convnet()\\nm.fit(images[:2 * %d], labels[:2 * %d], batch_size=%d, "
+                 "epochs=1, verbose=0)\\ndel m' % ((_kit['smaller'],) * 3))\n"
+                 "    except Exception as exc:\n        _kit['smaller_error'] = repr(exc)"]
+        result = run_cells(cells)
+        records = {r["label"]: r for r in result["records"]}
+        big_run, smaller = records["big"], result["kit"].get("smaller")
+        self.say(f"  batch {big}: {big_run['status']}, allocator peak "
+                 f"{mib(gpu(big_run)['tf_peak'])}")
+        for line in big_run["advice"]:
+            self.say(f"    advice: {line}")
+        self.check(big_run["status"] == "oom", f"batch {big} ends oom under the cap")
+        self.check(smaller is not None and f"batch_size={big}" in " ".join(big_run["advice"]),
+                   f"the advice names batch_size={big} and a smaller one ({smaller})")
+        run = records.get("smaller")
+        self.say(f"  batch {smaller}: {run['status'] if run else 'not run'}, allocator peak "
+                 f"{mib(gpu(run)['tf_peak']) if run else 'n/a'}")
+        self.check(run is not None and run["status"] == "ok"
+                   and (gpu(run)["tf_peak"] or 0) <= cap,
+                   "the smaller batch fits under the same cap")
+
+    # -- 5b: --isolate: each run's GPU memory given back ------------------------------------------
+    def isolate(self) -> None:
+        cells = setup()
+        for _ in range(self.repeats):
+            cells += [f"%%kerasrun --isolate --quiet --label repeat\n{MLP_RUN}", NVML_AFTER]
+        result = run_cells(cells, timeout=60 + 40 * self.repeats)
+        over = self.repeated("with --isolate", result["records"], result["kit"]["after"])
+        self.check(all(v is not None and v < GIVEN_BACK_MIB * MIB for v in over),
+                   f"each isolated run gives its GPU memory back (under {GIVEN_BACK_MIB} MiB "
+                   f"left over the start)")
+
+    # -- 6: JAX and torch, where installed with a GPU ---------------------------------------------
+    def backend(self, name: str) -> None:
+        probe = {"jax": "import jax\n_kit['gpu'] = jax.default_backend() == 'gpu'\n"
+                        "_kit['env'] = os.environ.get('XLA_PYTHON_CLIENT_PREALLOCATE')",
+                 "torch": "import torch\n_kit['gpu'] = torch.cuda.is_available()"}[name]
+        cells = ["%load_ext keras_nbguard", "import os, importlib.util\n"
+                 f"_kit['installed'] = importlib.util.find_spec({name!r}) is not None"]
+        cells += ["if _kit['installed']:\n" + "\n".join(f"    {line}" for line in
+                                                         probe.splitlines())]
+        cells += ["if _kit.get('gpu'):\n    exec(" + repr(SETUP.replace("BATCH_ROWS", "64"))
+                  + ")\n    get_ipython().run_cell_magic('kerasrun', '--quiet --label mlp', "
+                  + repr(MLP_RUN) + ")"]
+        result = run_cells(cells, env={"KERAS_BACKEND": name})
+        kit = result["kit"]
+        if not kit.get("installed") or not kit.get("gpu"):
+            why = "not installed" if not kit.get("installed") else "it sees no GPU"
+            self.say(f"Keras on {name}: skipped ({name} {why})")
+            return
+        record = result["records"][0]
+        g = gpu(record)
+        used, how = process_use(record, self.baseline)
+        self.say(f"Keras on {name}: allocator ({g['allocator']}) current {mib(g['tf_current'])}, "
+                 f"peak {mib(g['tf_peak'])}; process {mib(used)} ({how}) of "
+                 f"{mib(g['nvml_total'])}")
+        if name == "jax":
+            self.check(kit.get("env") == "false", "%load_ext turned JAX's preallocation off")
+        self.check(g["allocator"] == {"jax": "JAX", "torch": "torch"}[name]
+                   and bool(g["tf_peak"]), f"{name}'s own allocator gives the run's peak")
+        self.check(used is not None and g["nvml_total"] is not None
+                   and used < SMALL_PART * g["nvml_total"],
+                   f"on {name} a small fit takes under {SMALL_PART:.0%} of the device")
+
+    def all(self) -> list[str]:
+        """Every check, each on its own: one that fails is reported and the next still runs
+        (a GPU machine is lent for minutes; one run should say everything). The failures."""
+        started = time.monotonic()
+        self.baseline = device_used()
+        self.say(f"device use at the kit's start: {mib(self.baseline)}")
+        checks = [self.growth_on, self.growth_off, self.limit, self.isolate]
+        if not self.quick:
+            checks += [lambda: self.backend("jax"), lambda: self.backend("torch")]
+        failures = []
+        for check in checks:
+            try:
+                check()
+            except (AssertionError, subprocess.TimeoutExpired) as exc:
+                failures.append(str(exc).splitlines()[0] if str(exc) else repr(exc))
+                self.say(f"  FAILED: {exc}")
+        self.say(f"kit done in {time.monotonic() - started:.0f} s: "
+                 f"{len(failures)} check(s) failed" if failures else
+                 f"kit done in {time.monotonic() - started:.0f} s: every check passed")
+        return failures
+
+
+def describe_machine() -> str:
+    """GPU model, driver, CUDA and TF versions, the date: the heading of the kit's output."""
+    parts = [time.strftime("%Y-%m-%d")]
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        name = pynvml.nvmlDeviceGetName(handle)
+        parts.append(name.decode() if isinstance(name, bytes) else name)
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        parts.append(f"driver {driver.decode() if isinstance(driver, bytes) else driver}")
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion()
+        parts.append(f"CUDA {cuda // 1000}.{cuda % 1000 // 10}")
+    except Exception as exc:
+        parts.append(f"GPU: n/a ({exc})")
+    version = subprocess.run([sys.executable, "-c", "import tensorflow as tf; "
+                              "print(tf.__version__, tf.sysconfig.get_build_info()"
+                              ".get('cuda_version', 'no CUDA build'))"],
+                             capture_output=True, text=True,
+                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    parts.append(f"TensorFlow {version.stdout.strip() or 'n/a'}")
+    return ", ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="3 repeated runs instead of 10; no JAX/torch checks")
+    parser.add_argument("--cpu-dry-run", action="store_true",
+                        help="run every check's cells without a GPU: the kit's plumbing only")
+    args = parser.parse_args(argv)
+    if not args.cpu_dry_run:
+        why = no_gpu_reason()
+        if why is not None:
+            print(f"no GPU: {why}")
+            return 0
+    kit = Kit(quick=args.quick, dry=args.cpu_dry_run)
+    kit.say(f"keras_nbguard GPU check kit: {describe_machine()}")
+    return 1 if kit.all() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
