@@ -1,0 +1,155 @@
+"""keras_nbguard.batch_advice: the largest batch predicted to fit, from short steps on a copy of
+the model. The line, its linearity and the accumulation advice from given probes (pure); real
+TensorFlow on tiny models for the rest: the user's model untouched, probes under half the limit,
+and an accumulated fit at the advised batch staying under the same --host-limit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import run
+
+import keras_nbguard
+from keras_nbguard.batch_advisor import BatchAdvice, advise, batch_advice, batch_line_magic
+from keras_nbguard.batch_probe import Probe
+
+
+def probes(*pairs: tuple[int, float]) -> list[Probe]:
+    return [Probe(batch, peak, 0.1) for batch, peak in pairs]
+
+
+# -- the arithmetic, from given probes -------------------------------------------------------------
+def test_a_linear_model_gets_the_largest_batch_under_the_limit_less_the_margin():
+    advice = advise(probes((8, 58.0), (32, 82.0), (128, 178.0)), 1000.0, "given", "host",
+                    1.0, 2.0, 1.5)
+    assert advice.fixed_mib == pytest.approx(50.0) and advice.per_sample_mib == pytest.approx(1.0)
+    assert advice.linear and advice.batch_range is None
+    assert advice.batch_size == 900  # (1000 x 0.95 - 50) / 1 MiB per sample
+    assert advice.predict(900) <= advice.usable_mib < advice.predict(901)
+    assert advice.predicted[900] == pytest.approx(950.0)
+    assert advice.breakdown["weights_mib"] == 1.0 and advice.breakdown["optimizer_mib"] == 2.0
+    text = advice.text()
+    assert "batch_size=900 fits under 1,000 MiB" in text and "5% kept free" in text
+    assert "\n" not in text
+
+
+def test_memory_not_linear_in_the_batch_gets_a_range_and_says_so():
+    # quadratic: the line through all three misses the middle one by far more than noise
+    advice = advise(probes((10, 60.0), (100, 150.0), (200, 450.0)), 2000.0, "given", "host",
+                    None, None, 1.0)
+    assert not advice.linear
+    low, high = advice.batch_range
+    assert low < high and advice.batch_size == low
+    # the steepest segment (3 MiB per sample) bounds the safe end
+    assert low == int((2000 * 0.95 - (450 - 3 * 200)) / 3)
+    assert "not linear" in advice.text() and f"between {low:,} and {high:,}" in advice.text()
+
+
+def test_a_batch_smaller_than_wanted_names_the_accumulation_that_keeps_it():
+    advice = advise(probes((8, 18.0), (32, 42.0), (64, 74.0)), 300.0, "given", "host",
+                    4.0, 8.0, 1.0, user_batch=1000)
+    assert advice.batch_size == 275  # (285 - 10) / 1
+    batch, k = advice.accumulation
+    assert k * batch >= 1000 and k == 4 and batch == 250
+    # the accumulators (one per weight, 4 MiB) still fit at that batch
+    assert advice.predict(batch) + 4.0 <= advice.usable_mib
+    assert "gradient_accumulation_steps=4" in advice.text() and "batch_size=250" in advice.text()
+
+
+def test_probes_that_show_no_rise_give_an_upper_bound_and_say_so():
+    advice = advise(probes((8, 40.0), (64, 40.5), (256, 40.2)), 500.0, "given", "host",
+                    None, None, 1.0)
+    assert advice.per_sample_mib > 0 and "barely grows" in advice.text()
+
+
+def test_fewer_than_two_probes_is_no_advice_with_the_reason():
+    advice = advise(probes((8, 300.0)), 500.0, "given", "host", None, None, 1.0)
+    assert advice.batch_size is None and "fewer than two" in advice.text()
+
+
+def test_the_chart_shows_the_probes_the_line_the_limit_and_the_advice():
+    advice = advise(probes((8, 58.0), (32, 82.0), (128, 178.0)), 1000.0, "given", "host",
+                    1.0, 2.0, 1.5)
+    page = advice._repr_html_()
+    assert page.count("<svg") == 1 and page.count("<circle") == 3
+    assert "limit 1,000 MiB" in page and ">900</text>" in page
+
+
+def test_it_is_public():
+    assert keras_nbguard.batch_advice is batch_advice
+    assert "batch_advice" in keras_nbguard.__all__ and "BatchAdvice" in keras_nbguard.__all__
+
+
+# -- real TensorFlow ---------------------------------------------------------------------------
+@pytest.mark.slow
+def test_the_user_s_model_and_optimizer_are_unchanged_and_probes_stay_under_half(keras_shell):
+    ns = keras_shell.user_ns
+    assert run(keras_shell, "model = make_model()\nmodel.fit(x, y, batch_size=32, verbose=0)"
+               ).success
+    model = ns["model"]
+    weights = [w.copy() for w in model.get_weights()]
+    slots = [v.numpy() for v in model.optimizer.variables]
+    iterations = int(model.optimizer.iterations)
+    advice = batch_advice(model, ns["x"], ns["y"], limit_mib=256)
+    assert all(np.array_equal(a, b) for a, b in zip(weights, model.get_weights(), strict=True))
+    assert all(np.array_equal(a, b.numpy())
+               for a, b in zip(slots, model.optimizer.variables, strict=True))
+    assert int(model.optimizer.iterations) == iterations
+    assert isinstance(advice, BatchAdvice) and advice.where == "host (VmHWM)"
+    assert len(advice.probes) >= 2
+    assert all(p.peak_mib < 128 for p in advice.probes)  # half of the limit
+    assert advice.batch_size and advice.batch_size > 0 and advice.seconds > 0
+    assert advice.breakdown["weights_mib"] == pytest.approx(
+        sum(w.nbytes for w in weights) / 2**20)
+    assert advice.breakdown["optimizer_mib"] > advice.breakdown["weights_mib"]  # Adam: 2 slots
+
+
+@pytest.mark.slow
+def test_the_magic_line_looks_its_names_up(keras_shell):
+    assert run(keras_shell, "model = make_model()").success
+    advice = batch_line_magic(keras_shell, "batch model x y --limit 200 --steps 1")
+    assert advice.limit_mib == 200 and advice.limit_source == "given"
+    with pytest.raises(ValueError, match="no name nope"):
+        batch_line_magic(keras_shell, "model nope")
+    with pytest.raises(ValueError, match="positive whole number"):
+        batch_line_magic(keras_shell, "model x --limit lots")
+    with pytest.raises(ValueError, match="usage"):
+        batch_line_magic(keras_shell, "model")
+
+
+CONV = """
+import numpy as np, keras
+rng = np.random.default_rng(0)
+images = rng.random((1024, 32, 32, 3), dtype="float32"); labels = rng.integers(0, 10, 1024)
+def conv(accumulate=None):
+    m = keras.Sequential([keras.Input((32, 32, 3)),
+                          keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+                          keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+                          keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)])
+    m.compile(keras.optimizers.Adam(gradient_accumulation_steps=accumulate),
+              keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return m
+"""
+
+
+@pytest.mark.slow
+def test_an_accumulated_fit_at_the_advised_batch_stays_under_the_host_limit(shell):
+    """The user wants batch 1024, which needs more than the limit: the advice's smaller batch
+    with gradient_accumulation_steps=k runs under the same --host-limit."""
+    limit = 160
+    assert run(shell, CONV).success
+    advice = batch_advice(shell.user_ns["conv"](), shell.user_ns["images"],
+                          shell.user_ns["labels"], limit_mib=limit, batch_size=1024)
+    assert advice.batch_size is not None and advice.batch_size < 1024, advice.text()
+    assert advice.predict(1024) > limit
+    batch, k = advice.accumulation
+    assert k * batch >= 1024
+    shell.user_ns.update(batch=batch, k=k)
+    cell = (f"%%kerasrun --host-limit {limit} --label accumulated\n"
+            "m = conv(accumulate=k)\n"
+            "m.fit(images, labels, batch_size=batch, steps_per_epoch=k, verbose=0)\n"
+            "del m")
+    run(shell, cell)
+    record = keras_nbguard.runs("accumulated", this_kernel=True)[-1]
+    assert record.status == "ok", (advice.text(), record.error)
+    assert record.rss_peak - record.rss_before <= limit * 2**20
