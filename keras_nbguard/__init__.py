@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+from .batch_advisor import BatchAdvice, batch_advice
 from .call_records import FitRecord, InferenceRecord
 from .notices import NbguardWarning
 from .records import CleanReport, GpuReading, RunRecord
@@ -28,8 +29,9 @@ if TYPE_CHECKING:  # loaded with the first run or call, to keep %load_ext cheap
 # No submodule may have one of these names: importing it would replace the function (the
 # modules are named for what they do: exporting, freeing, tracking; tests/test_api_faults.py).
 __all__ = [
-    "CleanReport", "FitRecord", "FreeReport", "GpuReading", "InferenceRecord", "Leak", "LeakReport",
-    "NbguardWarning", "RunRecord", "Session", "__version__", "configure", "dashboard", "diagnose",
+    "BatchAdvice", "CleanReport", "FitRecord", "FreeReport", "GpuReading", "InferenceRecord",
+    "Leak", "LeakReport", "NbguardWarning", "RunRecord", "Session", "__version__", "batch_advice",
+    "configure", "dashboard", "diagnose",
     "export", "free", "get_session", "leaks", "runs", "runs_frame", "track",
 ]
 
