@@ -184,6 +184,12 @@ def test_page_lists_notebooks_runs_and_restarts(server):
     # its causes by kind, in words on hovering; escaped
     assert ("title='retracing: 40 tf.function traces in cnn #1 &lt;b&gt; — %nbguard diagnose'>"
             "retracing</td>") in page
+    assert "RSS per run [MiB]" in page and "[MB]" not in page  # the units of the figures
+    # a.ipynb's runs span a restart and a new kernel: the line breaks (a None) at each, marked
+    section = page.split("data-notebook='a.ipynb'")[1]
+    data = json.loads(section.split("class='nbguard-data'>")[1].split("</script>")[0])
+    rss = next(t for t in data["traces"] if t["uid"] == "rss:after:mlp")
+    assert rss["y"][3] is None and [m["label"] for m in data["restarts"]] == ["mlp"]
     assert "https://" not in page and "http://" not in page  # nothing from a CDN
     src = page.split("<script src='")[1].split("'")[0].replace("&amp;", "&")
     assert src.startswith("/keras-nbguard/static/plotly.min.js")

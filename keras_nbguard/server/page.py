@@ -16,8 +16,8 @@ from importlib.resources import files
 from typing import Any
 
 from ..figures import figure_data
-from ..formatting import NA, fmt_bytes, fmt_seconds
-from ..records import STATUSES
+from ..formatting import NA, fmt_bytes, fmt_seconds, fmt_stale
+from ..records import STATUSES, RunRecord
 from ..svg_charts import svg_chart
 from .history import StoredRun, notebook_summary
 
@@ -93,10 +93,9 @@ def index(groups: dict[str, list[StoredRun]]) -> str:
 
 def section(i: int, name: str, runs: Sequence[StoredRun]) -> str:
     records = [r.record for r in runs]
-    data = figure_data(records)
-    # restarts of the same kernel id (a new process) as well as new kernels and reset histories
-    changes = {x for x, r in enumerate(runs, 1) if r.change}
-    data["restarts"] = sorted(set(data["restarts"]) | changes)
+    # restarts of the same kernel id (a new process) as well as new kernels and reset histories:
+    # each label's line breaks there
+    data = figure_data(records, breaks=frozenset(i for i, r in enumerate(runs) if r.change))
     trends = "".join(f"<div>{html.escape(t)}</div>" for t in data["trends"])
     note = (f"<p class='nbguard-note'>{html.escape(data['gpu_note'])}</p>"
             if data["gpu_note"] else "")
@@ -132,6 +131,16 @@ def kernel_name(run: StoredRun) -> str:
     return kernel if run.pid is None else f"kernel {kernel}, pid {run.pid}"
 
 
+def findings_cell(r: RunRecord) -> tuple[str, str]:
+    """The stored findings of a run, as kinds (and their words, for the tooltip)."""
+    kinds = [f.split(":", 1)[0] for f in r.findings]
+    words = list(r.findings)
+    if r.stale_models is not None and r.stale_models.count:
+        kinds.append(f"stale_models ({r.stale_models.count})")
+        words.append(f"stale_models: {fmt_stale(r.stale_models)}")
+    return ", ".join(kinds) or "none", "\n".join(words)
+
+
 def row(x: int, run: StoredRun) -> str:
     r = run.record
     status = r.status + (" (process gone)" if run.inferred else "")
@@ -144,8 +153,9 @@ def row(x: int, run: StoredRun) -> str:
         (status, why), (fmt_seconds(r.wall_seconds), ""), (fmt_seconds(r.fit_seconds), ""),
         (fmt_bytes(r.rss_before), ""), (fmt_bytes(r.rss_after), ""), (fmt_bytes(r.rss_peak), ""),
         (fmt_bytes(gpu), r.gpu.reason or ""),
-        # the causes' kinds; hovering shows them in words
-        (", ".join(f.split(":", 1)[0] for f in r.findings), "\n".join(r.findings)),
+        # the causes' kinds and the stale models (what the dashboard listed after the run);
+        # hovering shows them in words
+        findings_cell(r),
     ]
     tds = []
     for i, (text, title) in enumerate(cells):
