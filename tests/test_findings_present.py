@@ -195,7 +195,7 @@ def test_a_second_kernel_on_the_same_history_shows_none_of_the_first_ones_models
         assert run(keras_shell, KEPT).success
     session = keras_nbguard.get_session()
     assert kinds(keras_nbguard.diagnose()) == ["stale_models"]  # here, in the first kernel
-    session.close()  # on disk
+    session.store.flush()  # on disk
     env = {**os.environ, "KERAS_NBGUARD_DB": str(history_database),
            "KERAS_NBGUARD_NOTEBOOK": session.notebook}
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(SECOND_KERNEL)], env=env,
