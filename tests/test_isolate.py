@@ -152,7 +152,10 @@ def test_the_kernel_imports_no_tensorflow_for_an_isolated_run(tmp_path):
 def local_ray():
     ray = pytest.importorskip("ray", reason="Ray is not installed (the test extra installs it)")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    os.environ.pop("RAY_ADDRESS", None)
+    from keras_nbguard.isolation import ray_cluster
+
+    ray_cluster.connect()  # a local Ray, as --cluster ray starts one: on 127.0.0.1 only
     yield ray
     ray.shutdown()
 
@@ -171,6 +174,12 @@ def test_a_sweep_on_a_real_local_ray_cluster(iso_shell, local_ray):
     records = keras_nbguard.runs("on_ray")
     assert sorted(r.params["units"] for r in records) == [2, 4]
     assert all(r.status == "ok" and r.isolated.startswith("Ray task") for r in records)
+    import psutil
+
+    ours = {p.pid for p in psutil.Process().children(recursive=True)}
+    listening = {c.laddr.ip for c in psutil.net_connections("inet")
+                 if c.status == psutil.CONN_LISTEN and c.pid in ours}
+    assert listening and listening <= {"127.0.0.1"}, listening  # nothing on outside addresses
 
 
 def test_cluster_ray_without_ray_says_which_extra(iso_shell, monkeypatch):

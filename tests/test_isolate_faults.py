@@ -6,10 +6,10 @@ model must come back; the small ``/dev/shm`` in a private mount namespace (``uns
 from __future__ import annotations
 
 import _thread
+import contextlib
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -29,13 +29,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def gone_after(pids, seconds: float = 5.0) -> list[int]:
-    """The pids still running (not a zombie) ``seconds`` from now."""
+    """The pids still running (not a zombie) ``seconds`` from now; killed then, so that a
+    failing test leaves no process behind either."""
     time.sleep(seconds)
     alive = []
     for pid in pids:
         try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            process = psutil.Process(pid)
+            if process.status() != psutil.STATUS_ZOMBIE:
                 alive.append(pid)
+                process.kill()
         except psutil.NoSuchProcess:
             pass
     return alive
@@ -215,13 +218,26 @@ def test_a_spare_is_not_used_once_the_kernel_changed(shell, tmp_path, monkeypatc
 
 @pytest.mark.slow
 def test_reloading_the_extension_closes_the_spare(shell):
-    me = psutil.Process()
+    spares = []
     for _ in range(4):
         assert run(shell, PRESTART).success
+        from keras_nbguard.isolation import _SPARES
+
+        spares.append(_SPARES[keras_nbguard.get_session()].child.popen.pid)
         shell.run_line_magic("reload_ext", "keras_nbguard")
-    left = [p.pid for p in me.children(recursive=True)
-            if "keras_nbguard.isolation.child" in " ".join(p.cmdline())]
-    assert gone_after(left, 1) == []
+    assert gone_after([*spares, *our_children()], 1) == []
+
+
+def our_children() -> list[int]:
+    """This process's isolated children, zombies included."""
+    found = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if "keras_nbguard.isolation.child" in " ".join(process.cmdline()):
+                found.append(process.pid)
+        except psutil.Error:  # a zombie, or gone already
+            found.append(process.pid)
+    return found
 
 
 @pytest.mark.slow
@@ -307,3 +323,103 @@ def test_an_unreachable_ray_cluster_is_a_clear_error(shell, monkeypatch):
     out = seen.stdout + seen.stderr
     assert "can't reach the Ray cluster at 127.0.0.1:1 (RAY_ADDRESS)" in out
     assert keras_nbguard.runs() == []
+
+
+RAY_KERNEL = """
+import keras_nbguard
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+shell.run_cell("%load_ext keras_nbguard")
+result = shell.run_cell('''%%kerasrun --cluster ray --sweep "units=2,4" --label apart --quiet
+import os
+width = units * 2
+pid = os.getpid()
+''')
+print("RUNS", sorted((r.params["units"], r.status) for r in keras_nbguard.runs("apart")))
+print("VALUES", sorted(v["width"] for v in (result.result or {}).values()))
+print("ERROR", result.error_in_exec)
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cluster_processes(temp: str) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if temp in " ".join(process.cmdline()):
+                found.append(process)
+                found.extend(process.children(recursive=True))
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def ray_apart(tmp_path_factory):
+    """A Ray cluster started apart from any kernel (``ray start --head``) on 127.0.0.1, with
+    Ray's default token authentication; only its own processes are ended after (``ray stop``
+    would end every Ray on the machine)."""
+    pytest.importorskip("ray", reason="Ray is not installed (the test extra installs it)")
+    import tempfile
+
+    home = tmp_path_factory.mktemp("ray_home")
+    temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's sockets are made in it
+    port = _free_port()
+    env = {**os.environ, "HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # else Ray turns 127.0.0.1 into outside
+    env.pop("RAY_ADDRESS", None)
+    ray = os.path.join(os.path.dirname(sys.executable), "ray")
+    try:
+        started = subprocess.run(
+            [ray, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
+             "--num-cpus", "2", "--include-dashboard=false", "--disable-usage-stats",
+             "--temp-dir", temp], env=env, capture_output=True, text=True, timeout=400)
+        if started.returncode != 0:
+            last = (started.stderr or started.stdout).strip().splitlines()[-1:]
+            pytest.skip(f"`ray start` failed on this machine: {last}")
+        token = home / ".ray" / "auth_token"
+        yield f"127.0.0.1:{port}", token.read_text().strip() if token.exists() else None, temp
+    finally:
+        for process in _cluster_processes(temp):
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _ray_kernel(tmp_path, address: str, token: str | None) -> subprocess.CompletedProcess:
+    env = {**env_with_path(tmp_path), "RAY_ADDRESS": address, "RAY_USAGE_STATS_ENABLED": "0",
+           "HOME": str(tmp_path)}  # not the cluster's home: the token comes from the variable
+    if token is not None:
+        env["RAY_AUTH_TOKEN"] = token
+    return subprocess.run([sys.executable, "-c", RAY_KERNEL], env=env, capture_output=True,
+                          text=True, timeout=400)
+
+
+@pytest.mark.slow
+def test_a_sweep_on_a_ray_cluster_started_apart(ray_apart, tmp_path):
+    address, token, temp = ray_apart
+    done = _ray_kernel(tmp_path, address, token)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "RUNS [(2, 'ok'), (4, 'ok')]" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert "VALUES [4, 8]" in done.stdout
+    listening = {c.laddr.ip for c in psutil.net_connections("inet")
+                 if c.status == psutil.CONN_LISTEN
+                 and c.pid in {p.pid for p in _cluster_processes(temp)}}
+    assert listening <= {"127.0.0.1"}, listening  # nothing on the machine's outside address
+
+
+@pytest.mark.slow
+def test_a_ray_cluster_that_refuses_the_token_is_a_clear_error(ray_apart, tmp_path):
+    address, token, _ = ray_apart
+    if token is None:
+        pytest.skip("this Ray cluster started without token authentication")
+    done = _ray_kernel(tmp_path, address, "0" * len(token))
+    assert "refused this kernel's token" in done.stdout + done.stderr, done.stdout[-2000:]
+    assert "RUNS []" in done.stdout

@@ -4,13 +4,17 @@ back (``Transfer``). A model comes back once: a History that held it holds the l
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import tempfile
 import time
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from .parent import ChildResult
+from .receiving import keras_scope
 from .run import IsolatedRun, Transfer
 
 
@@ -18,7 +22,6 @@ def received(done: ChildResult, run: IsolatedRun | None = None) -> dict[str, Any
     """The names the cell bound in the child, and its last value under ``__value__`` (a value
     that can't travel is shown as IPython would show it). What fails to load is named in the
     run's "not sent back" instead of failing the cell."""
-    import cloudpickle
 
     began = time.perf_counter()
     result = done.result or {}
@@ -43,7 +46,7 @@ def received(done: ChildResult, run: IsolatedRun | None = None) -> dict[str, Any
         if sent[0] == "keras":
             continue
         try:
-            value = cloudpickle.loads(sent[1])
+            value = _loads(sent[1])
         except Exception as exc:
             failed[key] = f"could not be unpickled here: {exc}"
             continue
@@ -53,7 +56,7 @@ def received(done: ChildResult, run: IsolatedRun | None = None) -> dict[str, Any
             _attach(value, models[sent[2]])
         bound[key] = value
     if result.get("value") is not None:
-        bound["__value__"] = cloudpickle.loads(result["value"])
+        bound["__value__"] = _loads(result["value"])
     elif result.get("bundle"):
         from IPython.display import publish_display_data
 
@@ -78,8 +81,33 @@ def _attach(callback: Any, model: Any) -> None:
         callback.model = model
 
 
+@contextlib.contextmanager
+def _banners_kept_out() -> Iterator[None]:
+    """The kernel's first import of the framework (to load a model that came back) has
+    TensorFlow write its start-up log lines to fd 2, which a notebook shows in a pink box: they
+    go to a scratch file instead (Python's own errors still reach the cell: an exception)."""
+    if "tensorflow" in sys.modules:
+        yield
+        return
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+
+
 def _load_model(package: str, data: bytes) -> Any:
     """A model the child saved in the Keras format (bytes: the child may be on another machine)."""
+    with _banners_kept_out():
+        if package == "tf_keras":
+            import tf_keras
+        else:
+            import keras
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "model.keras")
         with open(path, "wb") as out:
@@ -87,7 +115,27 @@ def _load_model(package: str, data: bytes) -> Any:
         if package == "tf_keras":
             import tf_keras
 
-            return tf_keras.models.load_model(path)
+            with keras_scope(_notebook_classes()):
+                return tf_keras.models.load_model(path)
         import keras
 
-        return keras.saving.load_model(path)
+        with keras_scope(_notebook_classes()):  # a custom layer's class, the notebook's own
+            return keras.saving.load_model(path)
+
+
+def _loads(data: bytes) -> Any:
+    """A pickle from the child: Keras objects in it (a History's model) made of the notebook's
+    classes are loaded with them."""
+    import cloudpickle
+
+    with keras_scope(_notebook_classes()):
+        return cloudpickle.loads(data)
+
+
+def _notebook_classes() -> dict[str, type]:
+    from IPython import get_ipython
+
+    from .sending import notebook_classes
+
+    shell = get_ipython()
+    return notebook_classes(shell.user_ns) if shell is not None else {}

@@ -25,6 +25,7 @@ from .parent import ChildResult
 INSTALL = "--cluster ray needs Ray, which is not installed here: pip install 'keras_nbguard[ray]'"
 CONNECT_SECONDS = 10.0
 LOCAL_IP = "127.0.0.1"
+CLUSTERS_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # Ray's: off, it keeps 127.0.0.1 as given
 
 OnDone = Callable[[dict[str, Any], ChildResult, "BaseException | None"], None]
 
@@ -86,12 +87,37 @@ def connect() -> Any:
         # this package reaches the workers through Ray's runtime environment
         package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         options["runtime_env"] = {"py_modules": [package]}
-        if where is not None and where[0] in ("127.0.0.1", "localhost"):
-            options["_node_ip_address"] = LOCAL_IP  # a cluster on this machine's loopback
+    loopback = address is None or (where is not None and where[0] in ("127.0.0.1", "localhost"))
+    if loopback:  # ours, or one on this machine's loopback: nothing on outside addresses
+        options["_node_ip_address"] = LOCAL_IP
+        with _loopback_only(ray):
+            _init_within(ray, options, address)
     else:
-        options["_node_ip_address"] = LOCAL_IP  # ours: nothing listens on outside addresses
-    _init_within(ray, options, address)
+        _init_within(ray, options, address)
     return ray
+
+
+@contextlib.contextmanager
+def _loopback_only(ray: Any) -> Iterator[None]:
+    """A local Ray listening on 127.0.0.1 only. Ray turns 127.0.0.1 into the machine's outside
+    address unless it thinks clusters are off (as on macOS and Windows): so they are, while the
+    local Ray starts (its processes inherit the environment then; a private part of Ray, left
+    alone if it changed)."""
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    before = getattr(constants, "ENABLE_RAY_CLUSTER", None)
+    saved = os.environ.get(CLUSTERS_ENV)
+    os.environ[CLUSTERS_ENV] = "0"
+    if isinstance(before, bool):
+        constants.ENABLE_RAY_CLUSTER = False  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        if isinstance(before, bool):
+            constants.ENABLE_RAY_CLUSTER = before  # type: ignore[union-attr]
+        if saved is None:
+            os.environ.pop(CLUSTERS_ENV, None)
+        else:
+            os.environ[CLUSTERS_ENV] = saved
 
 
 def _init_within(ray: Any, options: dict[str, Any], address: str | None) -> None:
