@@ -9,6 +9,7 @@ import contextlib
 import io
 import linecache
 import os
+from collections.abc import Iterator
 from typing import Any
 
 _MEMO: dict[str, Any] = {}  # what was already made, by key
@@ -67,22 +68,50 @@ def _made(sent: tuple[Any, ...], attached: list[Any]) -> Any:
         from .shm import unpack
 
         return unpack(sent, attached)
+    if kind == "tfdata":
+        return _dataset_from_zip(sent[2])
+    if kind == "class":
+        return _classes(sent[2])[sent[3]]
     if kind == "keras":
-        import importlib
-
-        package = importlib.import_module(sent[2])
-        classes = cloudpickle.loads(sent[4])
+        shared, extra = sent[4]
+        classes = {**_classes(shared), **(cloudpickle.loads(extra) if extra else {})}
         try:
-            with package.utils.custom_object_scope(classes):
+            with keras_scope(classes):
                 return cloudpickle.loads(sent[3])
         except Exception as exc:
             raise InputFailed(
                 f"--isolate: Keras could not load the notebook's {sent[5]} in the new process: "
                 f"{_short(exc)}"
             ) from None
-    if kind == "tfdata":
-        return _dataset_from_zip(sent[2])
-    return cloudpickle.loads(sent[2])
+    with keras_scope(_classes(sent[3] if len(sent) > 3 else None)):
+        return cloudpickle.loads(sent[2])
+
+
+def _classes(ref: tuple[str, bytes] | None) -> dict[str, Any]:
+    """The notebook's Keras classes, made once for the job."""
+    if ref is None:
+        return {}
+    if ref[0] not in _MEMO:
+        import cloudpickle
+
+        _MEMO[ref[0]] = cloudpickle.loads(ref[1])
+    return _MEMO[ref[0]]
+
+
+@contextlib.contextmanager
+def keras_scope(classes: dict[str, Any]) -> Iterator[None]:
+    """Keras (3, or 2: tf_keras) finds ``classes`` by name while loading (a custom layer, a
+    GAN): the notebook's classes, importable nowhere else."""
+    import sys
+
+    with contextlib.ExitStack() as stack:
+        if classes:
+            for package in ("keras", "tf_keras"):
+                module = sys.modules.get(package)
+                scope = getattr(getattr(module, "utils", None), "custom_object_scope", None)
+                if scope is not None:
+                    stack.enter_context(scope(classes))
+        yield
 
 
 def _replayed(unit: Any, attached: list[Any]) -> dict[str, Any]:

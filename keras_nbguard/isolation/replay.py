@@ -91,7 +91,8 @@ class History:
             tree = ast.parse(text)
         except SyntaxError:
             return text
-        call = tree.body[0].value if len(tree.body) == 1 else None  # type: ignore[attr-defined]
+        first = tree.body[0] if len(tree.body) == 1 else None
+        call = first.value if isinstance(first, ast.Expr) else None
         if not (
             isinstance(call, ast.Call)
             and isinstance(call.func, ast.Attribute)

@@ -11,23 +11,29 @@ names, or read by a replayed statement too, is made once in the child."""
 
 from __future__ import annotations
 
-import io
-import os
 import secrets
-import sys
 import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ..formatting import fmt_size
+from .kinds import (
+    OWN_WORDS,
+    SHARED_BYTES,
+    Unsendable,
+    dataset_zip,
+    is_dataset,
+    keras_bytes,
+    keras_package,
+    notebook_classes,
+    shareable,
+    short,
+    this_process_own,
+)
 
-SHARED_BYTES = 1 << 20  # numpy arrays from this size travel through shared memory
-TFDATA_BYTES = 256 << 20  # the most a tf.data pipeline may weigh, saved (it is materialized)
-
-
-class Unsendable(Exception):
-    """One way a value could not take, and why."""
+__all__ = ["SHARED_BYTES", "Sent", "Unsendable", "notebook_classes", "pack_inputs"]
 
 
 @dataclass
@@ -134,8 +140,8 @@ class _Packer:
         if at == history.binding(name, history.end) and name in self.namespace:
             value = self.namespace[name]
             for way in self._ways(value, writable):
-                if way == "replay" and _this_process_own(value):
-                    reasons.append(f"replay: {_OWN_WORDS}")
+                if way == "replay" and this_process_own(value):
+                    reasons.append(f"replay: {OWN_WORDS}")
                     continue
                 try:
                     if way == "replay":
@@ -151,9 +157,9 @@ class _Packer:
     def _ways(self, value: Any, writable: bool) -> list[str]:
         if isinstance(value, types.ModuleType):
             return ["module"]
-        if self.shared is not None and not writable and _shareable(value):
+        if self.shared is not None and not writable and shareable(value):
             return ["shared memory"]
-        if _is_dataset(value):
+        if is_dataset(value):
             return ["replay", "tf.data"]
         if keras_package(value):
             return ["keras", "replay"]
@@ -173,21 +179,41 @@ class _Packer:
             packet: Any = pack_array(key, value, self.shared)  # type: ignore[arg-type]
             size = value.nbytes
         elif way == "keras":
-            data, custom = _keras_bytes(value, self.namespace)
-            packet = ("keras", key, keras_package(value), data, custom, type(value).__name__)
+            data, extra = keras_bytes(value, self.namespace)
+            classes = (self.classes, extra)
+            packet = ("keras", key, keras_package(value), data, classes, type(value).__name__)
             size = len(data)
         elif way == "tf.data":
-            data = _dataset_zip(value)
+            data = dataset_zip(value)
             packet, size = ("tfdata", key, data), len(data)
+        elif self.classes is not None and any(
+            value is c for c in notebook_classes(self.namespace).values()
+        ):  # the class itself: the very one the child loads the notebook's models with
+            name = next(n for n, c in notebook_classes(self.namespace).items() if c is value)
+            packet, size = ("class", key, self.classes, name), 0
         else:
             try:
                 data = cloudpickle.dumps(value)
             except Exception as exc:
-                raise Unsendable(f"it can't be pickled ({_short(exc)})") from None
-            packet, size = ("value", key, data), len(data)
+                raise Unsendable(f"it can't be pickled ({short(exc)})") from None
+            packet, size = ("value", key, data, self.classes), len(data)
         label = "module" if way == "module" else f"{way} {fmt_size(size)}"
         self.packets[(id(value), way)] = (packet, label)  # the namespace keeps value (its id)
         return packet, label
+
+    @cached_property
+    def classes(self) -> tuple[str, bytes] | None:
+        """The notebook's Keras classes, pickled once for the whole job (key, bytes): what the
+        child loads Keras objects with, wherever they are (a model, a list of layers)."""
+        import cloudpickle
+
+        found = notebook_classes(self.namespace)
+        if not found:
+            return None
+        try:
+            return (f"{self.token}:classes", cloudpickle.dumps(found))
+        except Exception:
+            return None
 
     def _replay(
         self, name: str, at: Any, point: tuple[int, int], into: Any, kind: str | None = None
@@ -275,118 +301,3 @@ def _ranges(numbers: list[int]) -> str:
         else:
             runs.append([n])
     return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
-
-
-def _short(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
-    return text if len(text) <= 160 else text[:157] + "..."
-
-
-def _shareable(value: Any) -> bool:
-    numpy = sys.modules.get("numpy")
-    return (
-        numpy is not None
-        and type(value) is numpy.ndarray
-        and value.nbytes >= SHARED_BYTES
-        and not value.dtype.hasobject
-    )
-
-
-# what only means something in this process: a replay would make another one (or truncate a file)
-_OWN_MODULES = frozenset(
-    {"_io", "io", "socket", "_socket", "ssl", "subprocess", "_thread", "threading"}
-    | {"multiprocessing", "sqlite3", "select", "selectors", "asyncio", "queue"}
-)
-_OWN_WORDS = (
-    "it is this kernel's own (a file, socket, lock, thread or process): a replay would make "
-    "another one"
-)
-
-
-def _this_process_own(value: Any) -> bool:
-    return (type(value).__module__ or "").split(".")[0] in _OWN_MODULES
-
-
-def _is_dataset(value: Any) -> bool:
-    tf = sys.modules.get("tensorflow")
-    data = getattr(tf, "data", None)
-    return data is not None and isinstance(value, data.Dataset)
-
-
-def keras_package(value: Any) -> str | None:
-    """"keras" or "tf_keras" for an object of Keras' own classes (or a subclass of them)."""
-    return keras_package_of(type(value))
-
-
-def _keras_bytes(value: Any, namespace: Mapping[str, Any]) -> tuple[bytes, bytes]:
-    """Keras' own serialization (its pickling writes the Keras format: config, weights,
-    vocabularies), with the notebook's classes it is made of, to be found when the child loads
-    it (they are not importable there)."""
-    import cloudpickle
-
-    try:
-        data = cloudpickle.dumps(value)
-    except Exception as exc:
-        raise Unsendable(f"Keras could not save it ({_short(exc)})") from None
-    classes: dict[str, Any] = {}
-    flatten = getattr(value, "_flatten_layers", None)
-    parts = list(flatten()) if callable(flatten) else []
-    for cls in {type(part) for part in [value, *parts]}:
-        for base in cls.__mro__:
-            if base.__module__ == "__main__":
-                classes[base.__name__] = base
-    for name, obj in notebook_classes(namespace).items():
-        classes.setdefault(name, obj)
-    try:
-        custom = cloudpickle.dumps(classes)
-    except Exception as exc:
-        raise Unsendable(f"its classes can't be pickled ({_short(exc)})") from None
-    return data, custom
-
-
-def notebook_classes(namespace: Mapping[str, Any]) -> dict[str, type]:
-    """The Keras classes the notebook defines (a custom layer, a GAN): what Keras must be given
-    to load a model made of them, in the child or back in the kernel."""
-    return {
-        name: obj
-        for name, obj in list(namespace.items())
-        if isinstance(obj, type) and obj.__module__ == "__main__" and keras_package_of(obj)
-    }
-
-
-def keras_package_of(cls: type) -> str | None:
-    for base in cls.__mro__:
-        root = (base.__module__ or "").split(".")[0]
-        if root in ("keras", "tf_keras"):
-            return root
-    return None
-
-
-def _dataset_zip(dataset: Any) -> bytes:
-    """The pipeline's elements, saved by ``tf.data`` and zipped (it runs the pipeline here)."""
-    import tempfile
-    import zipfile
-
-    import tensorflow as tf
-
-    length = int(dataset.cardinality())
-    if length == tf.data.INFINITE_CARDINALITY:
-        raise Unsendable("it repeats forever, so it can't be saved")
-    if length == tf.data.UNKNOWN_CARDINALITY:
-        raise Unsendable("tf.data can't tell its length (it may never end), so it isn't saved")
-    for first in dataset.take(1):
-        each = sum(int(t.numpy().nbytes) for t in tf.nest.flatten(first))
-        if each * length > TFDATA_BYTES:
-            raise Unsendable(
-                f"saved, it would be about {fmt_size(each * length)} "
-                f"(over {fmt_size(TFDATA_BYTES)})"
-            )
-    with tempfile.TemporaryDirectory() as folder:
-        dataset.save(os.path.join(folder, "data"))
-        out = io.BytesIO()
-        with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as archive:
-            for root, _, files in os.walk(folder):
-                for file in files:
-                    path = os.path.join(root, file)
-                    archive.write(path, os.path.relpath(path, folder))
-    return out.getvalue()

@@ -1,0 +1,229 @@
+"""``%%kerasrun --isolate``: how the names a cell reads reach the new process, on a real shell
+with real child processes and real TensorFlow there. Read-then-write names go in and come back
+(``n += 1``, ``x[0] = ...``, ``items.append``, ``del``, ``global``); an adapted
+``TextVectorization``, a sub-model with a custom layer and a tf.data pipeline built in a setup
+cell reach the child (Keras' own serialization, or the setup cell's statements replayed, or
+``tf.data`` save/load), and the run's record says which way each name took."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from helpers import run
+from IPython.utils.capture import capture_output
+
+import keras_nbguard
+
+pytestmark = pytest.mark.slow
+
+
+def _cell_number(shell) -> int:
+    """The number of the cell last run (its place in ``In``)."""
+    return len(shell.user_ns["_ih"]) - 1
+
+
+def _sent(label: str) -> str:
+    (record,) = keras_nbguard.runs(label)
+    assert record.status == "ok", record.error
+    return record.isolated
+
+
+def test_read_then_write_names_go_in_and_come_back(shell):
+    setup = ("import numpy as np\nn = 5\nitems = [1]\ncounter = 0\ngone = 'x'\n"
+             "arr = np.zeros(2**18)\n")  # 2 MiB: shared memory, were it only read
+    assert run(shell, setup).success
+    cell = ("%%kerasrun --isolate --label rw --quiet\n"
+            "n += 1\n"
+            "items.append(n)\n"
+            "arr[0] = 7\n"
+            "del gone\n"
+            "def bump():\n"
+            "    global counter\n"
+            "    counter += 1\n"
+            "bump()\n")
+    with capture_output() as seen:
+        result = run(shell, cell)
+    assert result.success, (result.error_in_exec, seen.stdout, seen.stderr)
+    ns = shell.user_ns
+    assert ns["n"] == 6 and ns["items"] == [1, 6] and ns["counter"] == 1
+    assert ns["arr"][0] == 7 and ns["arr"].flags.writeable  # a writable copy went, and came back
+    assert "gone" not in ns
+    words = _sent("rw")
+    assert "n (pickle" in words and "arr (pickle" in words  # not the kernel's read-only pages
+    assert "items (pickle" in words and "counter (pickle" in words
+
+
+TEXT_SETUP = """\
+import numpy as np
+import tensorflow as tf
+import keras
+texts = np.array(["the cat sat", "a dog ran far", "the dog sat down", "cats and dogs play"] * 8)
+labels = np.array([0, 1, 1, 0] * 8, "float32")
+vectorize_layer = keras.layers.TextVectorization(
+    max_tokens=50, output_mode="int", output_sequence_length=6)
+vectorize_layer.adapt(texts)
+def vectorize_text(text, label):
+    return vectorize_layer(text), label
+raw_train_ds = tf.data.Dataset.from_tensor_slices((texts, labels)).batch(4)
+train_ds = raw_train_ds.map(vectorize_text)
+train_ds = train_ds.cache().prefetch(2)
+"""
+
+TEXT_TRAIN = """%%kerasrun --isolate --label text --quiet
+model = keras.Sequential([keras.Input((6,), dtype="int64"), keras.layers.Embedding(51, 4),
+                          keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+model.compile("adam", keras.losses.BinaryCrossentropy(from_logits=True))
+model.fit(train_ds, epochs=1, verbose=0)
+vocab = vectorize_layer.get_vocabulary()
+tokens = vectorize_layer(["the dog sat"]).numpy().tolist()
+batches = sum(1 for _ in train_ds)
+"""
+
+
+def test_an_adapted_text_vectorization_and_its_pipeline_reach_the_child(shell):
+    assert run(shell, TEXT_SETUP).success
+    setup = _cell_number(shell)
+    with capture_output() as seen:
+        result = run(shell, TEXT_TRAIN)
+    assert result.success, (result.error_in_exec, seen.stdout, seen.stderr)
+    ns = shell.user_ns
+    layer = ns["vectorize_layer"]
+    assert ns["vocab"] == layer.get_vocabulary()  # the same vocabulary in the child
+    assert ns["tokens"] == layer(["the dog sat"]).numpy().tolist()
+    assert ns["batches"] == 8  # the whole pipeline, rebuilt there
+    (record,) = keras_nbguard.runs("text")
+    assert record.fits and record.fits[0].epochs == 1  # it trained, in the child
+    words = _sent("text")
+    assert "vectorize_layer (keras" in words  # weights and vocabulary: Keras' own format
+    # the pipeline: the setup cell's statements that built it (lines 11-13), not the others
+    assert f"train_ds (replayed In[{setup}] lines 11-13)" in words, words
+    assert "keras (module)" in words
+
+
+PIPELINE_SETUP = """\
+import numpy as np
+import tensorflow as tf
+import keras
+rng = np.random.default_rng(0)
+ds_train = tf.data.Dataset.from_tensor_slices(
+    (rng.integers(0, 256, (256, 28, 28, 1), dtype="uint8"), rng.integers(0, 10, 256)))
+def normalize_img(image, label):
+    return tf.cast(image, tf.float32) / 255.0, label
+ds_train = ds_train.map(normalize_img, num_parallel_calls=tf.data.AUTOTUNE)
+ds_train = ds_train.cache()
+ds_train = ds_train.shuffle(256)
+ds_train = ds_train.batch(64)
+ds_train = ds_train.prefetch(tf.data.AUTOTUNE)
+"""
+
+PIPELINE_TRAIN = """%%kerasrun --isolate --label pipeline --quiet
+model = keras.Sequential([keras.Input((28, 28, 1)), keras.layers.Flatten(),
+                          keras.layers.Dense(10)])
+model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+history = model.fit(ds_train, epochs=1, verbose=0)
+shapes = [tuple(x.shape) for x, _ in ds_train]
+top = float(max(float(tf.reduce_max(x)) for x, _ in ds_train))
+"""
+
+
+def test_a_tf_data_pipeline_built_in_a_setup_cell_is_replayed_for_an_isolated_fit(shell):
+    assert run(shell, PIPELINE_SETUP).success
+    setup = _cell_number(shell)
+    with capture_output() as seen:
+        result = run(shell, PIPELINE_TRAIN)
+    assert result.success, (result.error_in_exec, seen.stdout, seen.stderr)
+    ns = shell.user_ns
+    assert ns["shapes"] == [(64, 28, 28, 1)] * 4  # map, cache, shuffle, batch: as built here
+    assert 0.9 < ns["top"] <= 1.0  # normalized by the notebook's own function
+    assert len(ns["history"].history["loss"]) == 1
+    words = _sent("pipeline")
+    # every statement of the chain, the data's own included; rng went by value (pickle)
+    assert f"ds_train (replayed In[{setup}] lines 5-6, 9-13)" in words, words
+
+
+SUBMODEL_SETUP = """\
+import numpy as np
+import keras
+
+class Scale(keras.layers.Layer):  # the notebook's own class: not importable in the child
+    def __init__(self, factor=2.0, **kwargs):
+        super().__init__(**kwargs)
+        self.factor = factor
+    def call(self, x):
+        return x * self.factor
+    def get_config(self):
+        return {**super().get_config(), "factor": self.factor}
+
+latent_dim = 4
+generator = keras.Sequential(
+    [keras.Input((latent_dim,)), keras.layers.Dense(8), Scale(3.0)], name="generator")
+noise = np.random.default_rng(0).random((16, latent_dim), dtype="float32")
+expected = generator.predict(noise, verbose=0)
+"""
+
+SUBMODEL_TRAIN = """%%kerasrun --isolate --label submodel --quiet
+same = bool(np.allclose(generator.predict(noise, verbose=0), expected))
+factor = (type(generator.layers[-1]).__name__, generator.layers[-1].factor)
+combined = keras.Sequential([generator, keras.layers.Dense(1)])
+combined.compile("adam", "mse")
+combined.fit(noise, np.zeros((16, 1)), epochs=1, verbose=0)
+"""
+
+
+def test_a_sub_model_built_in_a_setup_cell_is_used_in_an_isolated_cell(shell):
+    assert run(shell, SUBMODEL_SETUP).success
+    with capture_output() as seen:
+        result = run(shell, SUBMODEL_TRAIN)
+    assert result.success, (result.error_in_exec, seen.stdout, seen.stderr)
+    ns = shell.user_ns
+    assert ns["same"] is True  # its weights came along
+    assert ns["factor"] == ("Scale", 3.0)  # and the notebook's class it is made of
+    assert ns["combined"].predict(ns["noise"], verbose=0).shape == (16, 1)
+    words = _sent("submodel")
+    assert "generator (keras" in words and "noise (pickle" in words
+
+
+def test_a_pipeline_with_no_cell_to_replay_is_saved_by_tf_data(shell):
+    # made outside the notebook's history (as %run or a helper module would)
+    made = ("import tensorflow as tf\n"
+            "saved_ds = tf.data.Dataset.range(10).map(lambda v: v * 2).batch(4)\n"
+            "forever_ds = tf.data.Dataset.range(3).repeat()\n")
+    assert shell.run_cell(made, store_history=False).success
+    with capture_output() as seen:
+        result = run(shell, "%%kerasrun --isolate --label saved --quiet\n"
+                            "total = int(sum(int(tf.reduce_sum(b)) for b in saved_ds))\n")
+    assert result.success, (result.error_in_exec, seen.stdout, seen.stderr)
+    assert shell.user_ns["total"] == 90
+    assert "saved_ds (tf.data " in _sent("saved")
+    with capture_output() as seen:  # no way at all: said before anything starts
+        assert not run(shell, "%%kerasrun --isolate --label never\nnext(iter(forever_ds))\n").success
+    said = seen.stderr + seen.stdout
+    assert "can't send 'forever_ds' (_RepeatDataset)" in said
+    assert "no earlier cell" in said and "repeats forever" in said
+    assert keras_nbguard.runs("never") == []
+
+
+def test_a_replay_that_fails_in_the_child_says_which_cell_and_line(shell, tmp_path):
+    path = tmp_path / "lines.txt"
+    path.write_text("a\nb\n")
+    assert run(shell, f"path = {str(path)!r}").success
+    assert run(shell, "size = 2\nlines = (line for line in open(path))\n").success
+    setup = _cell_number(shell)
+    os.unlink(path)  # the replay will not find it
+    with capture_output() as seen:
+        result = run(shell, "%%kerasrun --isolate --label gone\nfirst = next(lines)\n")
+    assert not result.success
+    said = seen.stderr + seen.stdout
+    assert f"replaying In[{setup}] line 2" in said and "FileNotFoundError" in said, said
+    (record,) = keras_nbguard.runs("gone")
+    assert record.status == "error" and f"In[{setup}]" in record.error
+
+
+def test_what_is_this_kernels_own_is_not_replayed(shell):
+    assert run(shell, "import threading\nlock = threading.Lock()").success
+    with capture_output() as seen:
+        assert not run(shell, "%%kerasrun --isolate --label locked\nwith lock:\n    pass\n").success
+    said = seen.stderr + seen.stdout
+    assert "can't send 'lock' (lock)" in said and "this kernel's own" in said
+    assert keras_nbguard.runs("locked") == []
