@@ -4,6 +4,7 @@
     python bench/bench_examples.py                          # 7 examples x 3 ways x 12 runs
     python bench/bench_examples.py --only mnist_convnet --modes bare,kerasrun --runs 8
     python bench/bench_examples.py --keras tf_keras          # the examples that run on Keras 2
+    python bench/bench_examples.py --only gan --save out/    # keep the runs; --load out/ reprints
 
 Each (example, way) runs in a fresh Python process (``bench/examples/runner.py``): a real
 IPython shell, the setup cell once, the train cell N times. Per example it prints:
@@ -28,6 +29,7 @@ noisy (the RSS slopes are what to trust).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -134,6 +136,10 @@ def main() -> None:
     parser.add_argument("--only", default=None, help=f"comma-separated, of: {', '.join(every)}")
     parser.add_argument("--modes", default=",".join(MODES), help=f"of: {', '.join(MODES)}")
     parser.add_argument("--keras", choices=("keras3", "tf_keras"), default="keras3")
+    parser.add_argument("--save", metavar="DIR", help="keep each (example, way)'s runs as JSON")
+    parser.add_argument(
+        "--load", metavar="DIR", help="measure nothing: print the figures --save kept in DIR"
+    )
     args = parser.parse_args()
     names = args.only.split(",") if args.only else list(every)
     modes = args.modes.split(",")
@@ -154,7 +160,9 @@ def main() -> None:
     table: dict[str, dict[str, dict[str, Any]]] = {}
     for name in names:
         for mode in modes:
-            seen = measure(name, mode, args.runs, args.keras)[name]
+            seen = _seen(name, mode, args)
+            if seen is None:
+                continue
             got = table.setdefault(name, {})[mode] = figures(seen)
             print(
                 f"  {name:>20} {mode:>8}: {_f(got['lsq'])} [{_f(got['ts'])}] MiB/run, fit "
@@ -178,6 +186,18 @@ def main() -> None:
     print(f"wall: {time.perf_counter() - t0:.0f} s")
 
 
+def _seen(name: str, mode: str, args: argparse.Namespace) -> dict[str, Any] | None:
+    """One (example, way): measured (and kept under --save), or read back (--load)."""
+    kept = Path(args.load or args.save or ".") / f"{args.keras}-{name}-{mode}.json"
+    if args.load:
+        return json.loads(kept.read_text()) if kept.exists() else None
+    seen: dict[str, Any] = measure(name, mode, args.runs, args.keras)[name]
+    if args.save:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(json.dumps(seen))
+    return seen
+
+
 def _table(table: dict[str, dict[str, dict[str, Any]]], modes: list[str], runs: int) -> None:
     head = " | ".join(f"{m + ' MiB/run':>20}" for m in modes)
     print(
@@ -185,12 +205,7 @@ def _table(table: dict[str, dict[str, dict[str, Any]]], modes: list[str], runs: 
         f"kerasrun (x) | findings | earlier alive ({'/'.join(modes)})"
     )
     for name, by_mode in table.items():
-        slopes = " | ".join(
-            f"{_f(by_mode[m]['lsq']) + ' [' + _f(by_mode[m]['ts']) + ']':>20}"
-            if not by_mode[m]["errors"]
-            else f"{'failed ' + by_mode[m]['ok'] + ' ok':>20}"
-            for m in modes
-        )
+        slopes = " | ".join(f"{_slope_cell(by_mode.get(m)):>20}" for m in modes)
         fits = by_mode.get("kerasrun") or by_mode.get("bare") or {}
         fit = f"{_f(fits.get('fit1'), '{:.2f}')} / {_f(fits.get('fitN'), '{:.2f}')}"
         b, k = by_mode.get("bare"), by_mode.get("kerasrun")
@@ -201,8 +216,16 @@ def _table(table: dict[str, dict[str, dict[str, Any]]], modes: list[str], runs: 
                 f"cpu x{k['cpu'] / b['cpu']:.2f})"
             )
         found = len(set(k["diagnose"]) | set(k["findings"])) if k else "-"
-        alive = "/".join(str(by_mode[m]["earlier_alive"]) for m in modes)
+        alive = "/".join(str(by_mode[m]["earlier_alive"]) if m in by_mode else "-" for m in modes)
         print(f"{name:>20} | {slopes} | {fit:>22} | {cell:>26} | {found!s:>8} | {alive}")
+
+
+def _slope_cell(got: dict[str, Any] | None) -> str:
+    if got is None:
+        return "-"
+    if got["errors"] or got["setup_error"]:
+        return f"failed ({got['ok']} ok)"
+    return f"{_f(got['lsq'])} [{_f(got['ts'])}]"
 
 
 if __name__ == "__main__":
