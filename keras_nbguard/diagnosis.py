@@ -5,7 +5,9 @@ the earlier runs' models checked against those still alive now.
 The causes are in ``causes_across.py`` (a label's runs) and ``causes_within.py`` (one run);
 what a finding is, the one trend and every threshold, in ``findings.py``. A label's causes within
 a run are read over its ``RECENT`` runs, each finding naming its run (``mlp #3``): a cause shown
-under run #1 is still there after run #2. Per label and kind the latest run's finding is kept.
+under run #1 is still there after run #2 — unless run #2 did the same work without it (it
+traced and did not retrace, it fit without the slow callback): then it is fixed. Per label and
+kind the latest run's finding is kept.
 """
 
 from __future__ import annotations
@@ -43,27 +45,38 @@ def diagnose(records: Sequence[RunRecord], stale_now: StaleNow | None = None,
 def _label_findings(runs: list[RunRecord], stale_now: StaleNow | None,
                     recent: int) -> list[Finding]:
     latest = name_of(runs[-1])
-    kept: dict[str, Finding] = {}
-    # oldest first: a later run's finding of a kind replaces an earlier one's
-    for run in runs[-recent:]:
-        for finding in within_run(run):
-            if finding.kind != "stale_models":
-                kept[finding.kind] = finding
-    for finding in across_runs(runs):
-        was = kept.get(finding.kind)
-        if was is None or _last_run(runs, finding) >= _last_run(runs, was):
-            kept[finding.kind] = finding
+    order = {name_of(r): i for i, r in enumerate(runs)}
+    found = [f for run in runs[-recent:] for f in within_run(run) if f.kind != "stale_models"]
+    found += across_runs(runs)
+    kept: dict[str, tuple[int, Finding]] = {}
+    for finding in found:
+        at = max((order.get(name, -1) for name in finding.runs), default=-1)
+        if any(_clears(later, finding.kind) for later in runs[at + 1:]):
+            continue  # a later run did the same work without it: fixed, or gone
+        if finding.kind not in kept or at >= kept[finding.kind][0]:
+            kept[finding.kind] = (at, finding)  # per kind, the latest run's
+    findings = [f for _, f in kept.values()]
     stale = _stale(runs[-1], stale_now)
     if stale is not None:
-        kept[stale.kind] = stale
+        findings.append(stale)
     # a cause of an earlier run that the latest one no longer shows comes after the present ones
     return [f if latest in f.runs else dataclasses.replace(f, weight=f.weight / 2)
-            for f in kept.values()]
+            for f in findings]
 
 
-def _last_run(runs: list[RunRecord], finding: Finding) -> int:
-    order = {name_of(r): i for i, r in enumerate(runs)}
-    return max((order.get(name, -1) for name in finding.runs), default=-1)
+def _clears(run: RunRecord, kind: str) -> bool:
+    """Whether ``run`` (a later run of the label, without a finding of ``kind``) did the work
+    that showed the cause before — then the cause is fixed, or gone. A run that traced nothing
+    (its functions cached) says nothing about retracing: the earlier finding stands."""
+    if run.status != "ok":
+        return False
+    if kind == "retracing":
+        return bool(run.traces)
+    if kind in ("callbacks", "checkpoint_io", "input_pipeline", "epoch_slowdown"):
+        return bool(run.fits)
+    if kind == "gpu_growth_not_set":
+        return run.gpu.known
+    return True
 
 
 def _stale(run: RunRecord, stale_now: StaleNow | None) -> Finding | None:

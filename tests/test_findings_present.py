@@ -146,6 +146,17 @@ def test_a_run_that_traces_more_than_the_runs_before_it_is_named_and_stays_named
     assert keras_nbguard.runs("more")[-1].findings == ()  # run 4's own summary: not its cause
 
 
+def test_a_cause_of_an_earlier_run_stays_until_a_later_run_does_the_same_work_without_it():
+    from keras_nbguard.diagnosis import diagnose
+
+    traced = make_record(label="t", run_number=1, traces=12, signatures=(("scale", 12),))
+    cached = make_record(label="t", run_number=2, traces=0)  # found its traces cached
+    (finding,) = diagnose([traced, cached])
+    assert finding.kind == "retracing" and finding.runs == ("t #1",)  # still there, naming #1
+    fixed = make_record(label="t", run_number=3, traces=1, signatures=(("scale", 1),))
+    assert diagnose([traced, cached, fixed]) == []  # traced again, once: fixed
+
+
 KEPT = ("%%kerasrun --label kept --quiet\nkept.append(make_model())\n"
         "kept[-1].fit(x, y, epochs=1, verbose=0)")
 
