@@ -123,6 +123,12 @@ def test_a_function_traced_for_as_many_numbers_as_tensorflow_warns_at_is_retraci
     assert f"(TensorFlow warns from {RETRACE_THRESHOLD})" in finding.message
     record = keras_nbguard.runs("many")[-1]  # and the run's own summary says it
     assert record.findings == (f"retracing: {finding.message} — %nbguard diagnose",)
+    # a reset hides the runs: their findings go with them, in diagnose and the dashboard
+    keras_shell.run_line_magic("nbguard", "reset")
+    assert keras_nbguard.diagnose() == []
+    assert current_findings(keras_nbguard.get_session()) == []
+    keras_shell.run_line_magic("nbguard", "reset --undo")
+    assert kinds(keras_nbguard.diagnose()) == ["retracing"]
 
 
 def test_a_run_that_traces_more_than_the_runs_before_it_is_named_and_stays_named(keras_shell):
