@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import importlib
 import os
 from dataclasses import dataclass, field
@@ -36,12 +35,10 @@ def prepare(
     if options.mixed_precision and not kerases:
         kerases = _import_for_policy(result)  # the user asked for a Keras policy: the price
     if options.clear and kerases:
-        for keras in kerases:
-            result.warnings += clear_keeping_policy(keras, options.mixed_precision)
+        for keras in kerases:  # no gc here: the run collects once, after it let go of all
+            result.warnings += clear_keeping_policy(keras, options.mixed_precision, collect=False)
         result.cleared = True
-    elif options.clear:
-        gc.collect()  # no Keras yet: gc is all the cleaning there is
-    elif options.mixed_precision:
+    elif options.mixed_precision and not options.clear:
         for keras in kerases:
             _set_policy(keras, options.mixed_precision, result)
     result.warnings += backends.unsupported_loaded()
@@ -58,16 +55,17 @@ def _import_for_policy(result: Prepared) -> list[backends.Keras]:
     return backends.loaded()
 
 
-def clear_keeping_policy(keras: backends.Keras, policy: str | None = None) -> list[str]:
+def clear_keeping_policy(keras: backends.Keras, policy: str | None = None,
+                         collect: bool = True) -> list[str]:
     """``clear_session()``, then the dtype policy it reset put back (``policy`` instead, when
     given); on torch, the CUDA cache emptied. Every clear of ours goes through here: runs, free,
-    the button. Returns what could not be done, in words.
+    the button. Returns what could not be done, in words. ``collect=False``: the caller collects.
 
     Keras 3's ``clear_session`` silently resets the global dtype policy to float32: a user's own
     mixed precision would be lost between runs.
     """
     policy_before = keras.policy_name()
-    keras.clear_session()
+    keras.clear_session(collect=collect)
     wanted = policy or policy_before
     problems: list[str] = []
     if wanted and wanted != DEFAULT_POLICY and keras.policy_name() != wanted:
@@ -94,4 +92,3 @@ def _set_policy(keras: backends.Keras, name: str, result: Prepared) -> None:
         keras.set_policy(name)
     except Exception as exc:
         result.warnings.append(f"dtype policy {name!r} not applied: {exc}")
-
