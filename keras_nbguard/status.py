@@ -38,6 +38,7 @@ def status_rows(session: Session) -> list[tuple[str, str]]:
         ("keras", keras),
         *(("keras unsupported", why) for why in backends.unsupported_loaded()),
         ("gpu", gpu_status(backends.current_backend())),
+        ("gc", session.frozen.describe()),
         *option_rows(session.options),
         history_db_row(session.store),
     ]
