@@ -10,6 +10,8 @@ from typing import Any
 from .compare import Comparison
 from .records import RunRecord
 
+CHOICES = 40  # runs offered (newest first); the others: %nbguard compare mlp:3 mlp:7
+
 
 class ComparePicker:
     """Two dropdowns of the runs (newest first) and their comparison under them."""
@@ -31,11 +33,14 @@ class ComparePicker:
         """New choices after a run or a reset: the latest two until the user picks; then the
         picks stay while their runs do."""
         self._runs = {_name(r): r for r in reversed(records)}
-        names = list(self._runs)
         kept = (self.first.value, self.second.value) if self._picked else (None, None)
+        # the latest runs, and the ones picked: the options travel to the page on every change
+        names = list(self._runs)[:CHOICES]
+        names += [k for k in dict.fromkeys(kept) if k in self._runs and k not in names]
         self._updating = True  # no comparison drawn for the in-between states
         try:
-            self.first.options = self.second.options = names
+            if list(self.first.options) != names:
+                self.first.options = self.second.options = names
             # by default the run before the latest, against the latest
             self.first.value = kept[0] if kept[0] in self._runs else _default_first(names)
             self.second.value = kept[1] if kept[1] in self._runs else (names[0] if names else None)

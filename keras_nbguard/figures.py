@@ -97,24 +97,43 @@ def kernel_epochs(records: Sequence[RunRecord], breaks: frozenset[int] = frozens
     return epochs
 
 
-def run_rows(records: Sequence[RunRecord], memo: dict[int, tuple[RunRecord, str]] | None = None,
+Memo = dict[int, tuple[RunRecord, dict[str, Any]]]
+
+
+def run_rows(records: Sequence[RunRecord], memo: Memo | None = None,
              breaks: frozenset[int] = frozenset()) -> list[dict[str, Any]]:
     """One plain row per run, what every chart draws from: ``g`` its line (label, and a sweep's
     point), ``c`` the line's colour, ``n`` its run number (the x axis), ``s`` its status, ``k`` its
     kernel process (a line breaks where it changes), each series' value by its key (None:
-    unknown) and ``text``, the hover box."""
-    groups = list(dict.fromkeys(group_of(r) for r in records))
+    unknown) and ``text``, the hover box.
+
+    ``memo`` (optional, kept by the caller between calls) keeps each record's own part of its row
+    (the hover text is the costliest), so a dashboard adding its 500th run makes one row."""
+    bases = _bases(records, memo)
+    groups = list(dict.fromkeys(base["g"] for base in bases))
     colours = label_colours(groups)
-    texts = _hover_texts(records, memo)
-    rows = []
-    for r, k in zip(records, kernel_epochs(records, breaks), strict=True):
-        row: dict[str, Any] = {"g": group_of(r), "n": r.run_number, "s": r.status, "k": k}
-        row["c"] = colours[row["g"]]
-        for _panel, _series, key, value, _dash, _legend in SERIES:
-            row[key] = value(r)
-        row["text"] = texts[id(r)]
-        rows.append(row)
-    return rows
+    return [{**base, "k": k, "c": colours[base["g"]]}
+            for base, k in zip(bases, kernel_epochs(records, breaks), strict=True)]
+
+
+def _base_row(r: RunRecord) -> dict[str, Any]:
+    row: dict[str, Any] = {"g": group_of(r), "n": r.run_number, "s": r.status}
+    for _panel, _series, key, value, _dash, _legend in SERIES:
+        row[key] = value(r)
+    row["text"] = hover_text(r)
+    return row
+
+
+def _bases(records: Sequence[RunRecord], memo: Memo | None) -> list[dict[str, Any]]:
+    if memo is None:
+        return [_base_row(r) for r in records]
+    fresh: Memo = {}
+    for r in records:
+        hit = memo.get(id(r))  # the memo holds its records, so an id is never reused meanwhile
+        fresh[id(r)] = hit if hit is not None and hit[0] is r else (r, _base_row(r))
+    memo.clear()
+    memo.update(fresh)
+    return [fresh[id(r)][1] for r in records]
 
 
 def trend_text(records: Sequence[RunRecord], label: str) -> str:
@@ -132,8 +151,7 @@ def group_of(r: RunRecord) -> str:
     return f"{r.label} {fmt_params(r.params)}"
 
 
-def figure_data(records: Sequence[RunRecord],
-                memo: dict[int, tuple[RunRecord, str]] | None = None,
+def figure_data(records: Sequence[RunRecord], memo: Memo | None = None,
                 breaks: frozenset[int] = frozenset()) -> dict[str, Any]:
     """Everything the across-runs panels show, computed from ``run_rows`` alone.
 
@@ -212,19 +230,6 @@ def trends(records: Sequence[RunRecord]) -> list[str]:
     current = group_of(records[-1]) if records else None
     order = ([current] if current else []) + [lb for lb in reversed(labels) if lb != current]
     return [trend_text(records, label) for label in order]
-
-
-def _hover_texts(records: Sequence[RunRecord],
-                 memo: dict[int, tuple[RunRecord, str]] | None) -> dict[int, str]:
-    if memo is None:
-        return {id(r): hover_text(r) for r in records}
-    fresh = {}
-    for r in records:
-        hit = memo.get(id(r))  # the memo holds its records, so an id is never reused meanwhile
-        fresh[id(r)] = hit if hit is not None and hit[0] is r else (r, hover_text(r))
-    memo.clear()
-    memo.update(fresh)
-    return {key: text for key, (_, text) in fresh.items()}
 
 
 def gpu_note(record: RunRecord) -> str:
