@@ -536,3 +536,27 @@ def test_a_sweeps_points_are_lines_of_their_own():
     fits = {t["label"]: t["x"] for t in data["traces"] if t["uid"].startswith("fit:fit:")}
     assert fits == {"sweep units=32": [1, 3], "sweep units=64": [2, 4]}
     assert data["trends"][0].startswith("sweep units=64")  # the last run's point first
+
+
+def test_a_sweep_reads_as_one_table_that_fills_in():
+    from keras_nbguard.sweep_table import SweepTable
+
+    points = [{"units": u} for u in (16, 32, 64, 128)]
+    table = SweepTable("mlp", points)
+    assert table.summary() == "sweep mlp: 0 done, 0 running, 4 left of 4"
+    table.started(points[0])
+    table.started(points[1])
+    table.finished(points[0], make_record(label="mlp", run_number=1, fit_seconds=2.0,
+                                          params=points[0]))
+    table.finished(points[1], make_record(label="mlp", run_number=2, fit_seconds=1.5,
+                                          params=points[1], findings=("retracing: 9 traces",)))
+    table.started(points[2])
+    done = table.summary()
+    assert done.startswith("sweep mlp: 2 done, 1 running, 1 left of 4, about ") and "left" in done
+    rows = table.rows()  # the running point first, then the latest ended
+    assert [(r[1], r[2]) for r in rows] == [("units=64", "running"), ("units=32", "ok"),
+                                            ("units=16", "ok")]
+    assert rows[1][0] == "★" and rows[1][5] == "retracing: 9 traces"  # the fastest, marked
+    table.finished(points[2], status="died")  # nothing came back
+    markup = table.bundle()["text/html"]
+    assert markup.count("<tr>") == 4 and "died" in markup and "%nbguard runs" in markup
