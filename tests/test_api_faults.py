@@ -88,7 +88,8 @@ def test_the_magics_map_float16_as_configure_does(shell):
 # -- each subcommand takes its own flags ---------------------------------------------------------
 
 @pytest.mark.parametrize("line, message", [
-    ("runs --db x.sqlite", "%nbguard runs has no option --db; it takes --label, --this-kernel"),
+    ("runs --db {tmp}/x.sqlite", "%nbguard runs has no option --db; it takes --label, "
+                                 "--this-kernel"),
     ("status --gpu-limit 5", "%nbguard status has no option --gpu-limit; it takes no options"),
     ("leaks --label a", "%nbguard leaks has no option --label"),
     ("reset --all", "%nbguard reset has no option --all; it takes --label, --undo"),
@@ -101,6 +102,7 @@ def test_the_magics_map_float16_as_configure_does(shell):
 def test_a_flag_the_subcommand_does_not_take_is_a_usage_error(shell, tmp_path, line, message):
     db_before = keras_nbguard.get_session().store.path
     options_before = keras_nbguard.get_session().options
+    line = line.format(tmp=tmp_path)
     if message is None:
         shell.run_line_magic("nbguard", line)
         return
