@@ -154,13 +154,14 @@ class Kit:
     baseline: int | None = None  # the device's use before the kit started a process
     lines: list[str] = field(default_factory=list)
     calibration: tuple[float, float] | None = None  # (fixed, per sample) bytes of the convnet
+    only: list[str] = field(default_factory=list)  # --only: these checks, in this order
 
     def say(self, text: str = "") -> None:
         print(text, flush=True)
         self.lines.append(text)
 
     def check(self, ok: bool, what: str) -> None:
-        self.say(f"  {'ok  ' if ok or self.dry else 'FAIL'} {what}")
+        self.say(f"  {'ok  ' if ok else 'dry ' if self.dry else 'FAIL'} {what}")
         if not self.dry:
             assert ok, what
 
@@ -261,16 +262,18 @@ class Kit:
                      f"batch {big}")
         else:
             fixed, per = self.calibration
-            # the advice halves the batch: aim the half at 60% of the cap, the whole well over it
-            big = max(2, int(2 * (0.6 * cap - fixed) / per) // 2 * 2)
+            # the advice halves the batch: aim the half at 70% of the cap, the whole well over
+            # it (under a cap cuDNN picks algorithms with smaller workspaces: needs drop)
+            big = max(2, int(2 * (0.7 * cap - fixed) / per) // 2 * 2)
             self.say(f"--gpu-limit {CAP_MIB}: convnet peak = {mib(int(fixed))} + "
                      f"{per / MIB:.2f} MiB x batch (batch 16 and 32, uncapped); batch {big} "
                      f"needs ~{mib(int(fixed + per * big))}")
         cells = [*setup(2 * big), "import keras_nbguard",
                  f"%%kerasrun {flag} --label big\n{conv_run(big)}",
                  "import re\nr = keras_nbguard.runs(this_kernel=True)[-1]\n"
-                 "m = re.search(r'try batch_size=(\\d+)', ' '.join(r.advice))\n"
-                 "_kit['smaller'] = int(m.group(1)) if m else None",
+                 # the smallest batch the advice names (its wording may change)
+                 "named = [int(b) for b in re.findall(r'batch_size=(\\d+)', ' '.join(r.advice))]\n"
+                 f"_kit['smaller'] = min((b for b in named if b < {big}), default=None)",
                  # the advised batch, under the same cap (a cell of its own, as a user would)
                  "if _kit['smaller']:\n    try:\n        get_ipython().run_cell_magic("
                  f"'kerasrun', '{flag} --label smaller', "
@@ -296,11 +299,14 @@ class Kit:
 
     # -- 5b: --isolate: each run's GPU memory given back ------------------------------------------
     def isolate(self) -> None:
-        cells = setup()
+        cells = [*setup(), "_kit['before'] = NvmlReader().read()"]
         for _ in range(self.repeats):
             cells += [f"%%kerasrun --isolate --quiet --label repeat\n{MLP_RUN}", NVML_AFTER]
-        result = run_cells(cells, timeout=60 + 40 * self.repeats)
-        over = self.repeated("with --isolate", result["records"], result["kit"]["after"])
+        result = run_cells(cells, timeout=(300 if self.dry else 120) + 60 * self.repeats)
+        before, after = result["kit"]["before"], result["kit"]["after"]
+        self.say(f"  the kernel before its first run: device {mib(before[0])}; the kernel's own "
+                 f"process after the last: {mib(after[-1][2] if after else None)}")
+        over = self.repeated("with --isolate", result["records"], after)
         self.check(all(v is not None and v < GIVEN_BACK_MIB * MIB for v in over),
                    f"each isolated run gives its GPU memory back (under {GIVEN_BACK_MIB} MiB "
                    f"left over the start)")
@@ -343,9 +349,11 @@ class Kit:
         started = time.monotonic()
         self.baseline = device_used()
         self.say(f"device use at the kit's start: {mib(self.baseline)}")
-        checks = [self.growth_on, self.growth_off, self.limit, self.isolate]
-        if not self.quick:
-            checks += [lambda: self.backend("jax"), lambda: self.backend("torch")]
+        named = {"growth_on": self.growth_on, "growth_off": self.growth_off,
+                 "limit": self.limit, "isolate": self.isolate,
+                 "jax": lambda: self.backend("jax"), "torch": lambda: self.backend("torch")}
+        wanted = self.only or [n for n in named if not (self.quick and n in ("jax", "torch"))]
+        checks = [named[name] for name in wanted]
         failures = []
         for check in checks:
             try:
@@ -388,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="3 repeated runs instead of 10; no JAX/torch checks")
+    parser.add_argument("--only", metavar="A,B", default="",
+                        help="these checks only: growth_on, growth_off, limit, isolate, jax, "
+                             "torch (limit calibrates itself from growth_on when run after it)")
     parser.add_argument("--cpu-dry-run", action="store_true",
                         help="run every check's cells without a GPU: the kit's plumbing only")
     args = parser.parse_args(argv)
@@ -396,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
         if why is not None:
             print(f"no GPU: {why}")
             return 0
-    kit = Kit(quick=args.quick, dry=args.cpu_dry_run)
+    kit = Kit(quick=args.quick, dry=args.cpu_dry_run,
+              only=[name for name in args.only.split(",") if name])
     kit.say(f"keras_nbguard GPU check kit: {describe_machine()}")
     return 1 if kit.all() else 0
 
