@@ -91,21 +91,34 @@ def read_and_bound(source: str) -> tuple[list[str], list[str]]:
 def free_reads(stmt: ast.stmt) -> list[str]:
     """The global names one statement reads, its functions' and comprehensions' included (not
     their parameters or locals); builtins only where the notebook shadows them (``settle``)."""
+    now, later = reads_now_and_later(stmt)
+    return [*now, *(n for n in later if n not in now)]
+
+
+def reads_now_and_later(stmt: ast.stmt) -> tuple[list[str], list[str]]:
+    """(names the statement reads as it runs, names only its functions read, when called:
+    those see the notebook's value at the call, not the one the statement saw)."""
     try:
         table = symtable.symtable(ast.unparse(stmt), "<cell>", "exec")
     except (SyntaxError, ValueError):  # await at the top level: every name loaded
-        return [n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)]
-    found: dict[str, None] = {}
-    todo = [table]
+        return [n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)], []
+    now: dict[str, None] = {}
+    later: dict[str, None] = {}
+    todo: list[tuple[symtable.SymbolTable, bool]] = [(table, False)]
     while todo:
-        scope = todo.pop(0)
+        scope, deferred = todo.pop(0)
         top = scope.get_type() == "module"
         for sym in scope.get_symbols():
             # global n; n = ... in a function reads n too (n += 1)
             if (sym.is_referenced() and (top or sym.is_global())) or sym.is_declared_global():
-                found[sym.get_name()] = None
-        todo.extend(scope.get_children())
-    return list(found)
+                (later if deferred else now)[sym.get_name()] = None
+        for child in scope.get_children():  # a def's or lambda's body runs when called
+            called = child.get_type() == "function" and child.get_name() not in _EAGER
+            todo.append((child, deferred or called))
+    return list(now), [n for n in later if n not in now]
+
+
+_EAGER = frozenset({"listcomp", "setcomp", "dictcomp", "genexpr"})  # run as the statement runs
 
 
 def changed_in_place(stmt: ast.stmt) -> list[str]:

@@ -26,6 +26,7 @@ class Statement:
     binds: frozenset[str]
     changes: frozenset[str]  # changed in place (x.append, x[i] = ..., model.fit)
     reads: tuple[str, ...]
+    late: frozenset[str]  # read only by its functions, when called: the notebook's value now
 
 
 @dataclass
@@ -59,7 +60,7 @@ class History:
 
     @cached_property
     def cells(self) -> dict[int, list[Statement]]:
-        from .names import changed_in_place, free_reads, top_level_bound
+        from .names import changed_in_place, reads_now_and_later, top_level_bound
 
         cells: dict[int, list[Statement]] = {}
         for number, text in enumerate(self.inputs):
@@ -71,6 +72,7 @@ class History:
             lines = source.splitlines(keepends=True)
             statements = []
             for stmt in tree.body:
+                now, later = reads_now_and_later(stmt)
                 end = stmt.end_lineno or stmt.lineno
                 text_of = "".join(lines[stmt.lineno - 1 : end])
                 statements.append(
@@ -78,7 +80,8 @@ class History:
                         source="\n" * (stmt.lineno - 1) + text_of,
                         binds=frozenset(top_level_bound(stmt)),
                         changes=frozenset(changed_in_place(stmt)),
-                        reads=tuple(free_reads(stmt)),
+                        reads=(*now, *later),
+                        late=frozenset(later),
                     )
                 )
             cells[number] = statements

@@ -135,9 +135,10 @@ class _Packer:
         value when nothing bound it since, else (or when it can't travel) by replaying the
         statement that bound it. Packet None: replayed within ``into``, the same unit."""
         history = self.history
-        at = history.binding(name, point)
+        top = point == history.end  # the cell's own reads: the history is read only to replay
+        at = None if top else history.binding(name, point)
         reasons: list[str] = []
-        if at == history.binding(name, history.end) and name in self.namespace:
+        if name in self.namespace and (top or at == history.binding(name, history.end)):
             value = self.namespace[name]
             for way in self._ways(value, writable):
                 if way == "replay" and this_process_own(value):
@@ -145,13 +146,14 @@ class _Packer:
                     continue
                 try:
                     if way == "replay":
+                        at = history.binding(name, point) if top else at
                         return self._replay(name, at, point, into, type(value).__name__)
                     return self._by_value(value, way)
                 except Unsendable as exc:
                     reasons.append(f"{way}: {exc}")
             raise Unsendable("; ".join(reasons))
         if at is None:
-            raise Unsendable("no value: no earlier cell binds it")
+            raise Unsendable("no earlier cell of this notebook binds it")
         return self._replay(name, at, point, into)
 
     def _ways(self, value: Any, writable: bool) -> list[str]:
@@ -260,14 +262,16 @@ class _Packer:
         unit.statements[index] = statement.source
         self.count += 1
         for read in statement.reads:
-            at = self.history.binding(read, (unit.cell, index))
+            # a function's global: the value a call sees now; else the one the statement saw
+            point = self.end if read in statement.late else (unit.cell, index)
+            at = self.history.binding(read, point)
             if read.startswith("__") or (
                 at is None and (read not in self.namespace or is_builtin(read, self.namespace))
             ):
                 continue  # a builtin, or a name the cell binds itself before it reads it
             try:
                 packet, _ = self.resolve(
-                    read, (unit.cell, index), writable=read in statement.changes, into=unit
+                    read, point, writable=read in statement.changes, into=unit
                 )
             except Unsendable as exc:
                 raise Unsendable(f"{read!r}, which can't be sent either ({exc})") from None
