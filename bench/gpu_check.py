@@ -31,6 +31,7 @@ MARK = "GPU-KIT-RESULT "
 CAP_MIB = 1024  # --gpu-limit of the out-of-memory check
 SMALL_PART = 0.25  # growth on: a small fit's process use stays under this share of the device
 MOST = 0.5  # --no-gpu-growth: TensorFlow reserves more than this share of the device
+ADVICE_MIB = 900  # batch_advice's limit inside the --gpu-limit process (the rest: its own use)
 DRY_HOST_MIB = 150  # --cpu-dry-run: --host-limit in place of the GPU cap
 GIVEN_BACK_MIB = 256  # --isolate: the device's use after a run, over the kit's start, stays under
 
@@ -256,6 +257,7 @@ class Kit:
         cap = CAP_MIB * MIB
         # without a GPU (--cpu-dry-run) the same path under a host cap: oom, advice, smaller
         flag = f"--host-limit {DRY_HOST_MIB}" if self.dry else f"--gpu-limit {CAP_MIB}"
+        advice_mib = int(0.9 * DRY_HOST_MIB) if self.dry else ADVICE_MIB
         if self.calibration is None:
             big = 96 if self.dry else 512
             self.say(f"--gpu-limit {CAP_MIB}: convnet not calibrated (no allocator peaks); "
@@ -279,7 +281,15 @@ class Kit:
                  f"'kerasrun', '{flag} --label smaller', "
                  "'m = convnet()\\nm.fit(images[:2 * %d], labels[:2 * %d], batch_size=%d, "
                  "epochs=1, verbose=0)\\ndel m' % ((_kit['smaller'],) * 3))\n"
-                 "    except Exception as exc:\n        _kit['smaller_error'] = repr(exc)"]
+                 "    except Exception as exc:\n        _kit['smaller_error'] = repr(exc)",
+                 # batch_advice on the GPU (its allocator's peaks), then its batch under the cap
+                 "advice = keras_nbguard.batch_advice(convnet(), images, labels, "
+                 f"limit_mib={advice_mib})\n"
+                 "_kit['advice'] = advice.text()\n_kit['advised'] = advice.batch_size\n"
+                 "if advice.batch_size:\n    get_ipython().run_cell_magic('kerasrun', "
+                 f"'{flag} --label advised', 'm = convnet()\\nm.fit(images, labels, "
+                 "batch_size=%d, steps_per_epoch=2, epochs=1, verbose=0)\\ndel m' % "
+                 "min(advice.batch_size, len(images)))"]
         result = run_cells(cells)
         records = {r["label"]: r for r in result["records"]}
         big_run, smaller = records["big"], result["kit"].get("smaller")
@@ -296,6 +306,12 @@ class Kit:
         self.check(run is not None and run["status"] == "ok"
                    and (gpu(run)["tf_peak"] or 0) <= cap,
                    "the smaller batch fits under the same cap")
+        advised = records.get("advised")
+        self.say(f"  {result['kit'].get('advice')}")
+        self.say(f"  the advised batch under the cap: {advised['status'] if advised else 'not run'}"
+                 f", allocator peak {mib(gpu(advised)['tf_peak']) if advised else 'n/a'}")
+        self.check(advised is not None and advised["status"] == "ok",
+                   f"batch_advice's batch (for {advice_mib} MiB) fits under the same cap")
 
     # -- 5b: --isolate: each run's GPU memory given back ------------------------------------------
     def isolate(self) -> None:
