@@ -197,7 +197,8 @@ def test_a_pipeline_with_no_cell_to_replay_is_saved_by_tf_data(shell):
     assert shell.user_ns["total"] == 90
     assert "saved_ds (tf.data " in _sent("saved")
     with capture_output() as seen:  # no way at all: said before anything starts
-        assert not run(shell, "%%kerasrun --isolate --label never\nnext(iter(forever_ds))\n").success
+        cell = "%%kerasrun --isolate --label never\nnext(iter(forever_ds))\n"
+        assert not run(shell, cell).success
     said = seen.stderr + seen.stdout
     assert "can't send 'forever_ds' (_RepeatDataset)" in said
     assert "no earlier cell" in said and "repeats forever" in said
