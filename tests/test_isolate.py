@@ -219,8 +219,10 @@ def test_prestart_hands_the_next_run_a_process_with_the_imports_loaded(iso_shell
     assert iso_shell.user_ns["was_loaded"] is True  # the cell's imports, loaded beforehand
     first, second = keras_nbguard.runs("warm")
     assert second.wall_seconds < first.wall_seconds  # no framework import inside the run
+    waiting = spares.child  # the next run's, started as this one ended
+    assert waiting is not None and waiting.alive()
     spares.close()
-    assert spares.child is None and spare.popen.poll() is not None
+    assert spares.child is None and waiting.popen.poll() is not None
 
 
 FLAT = """

@@ -166,7 +166,10 @@ class Child:
         if self._ended_at is not None and time.monotonic() - self._ended_at > END_SECONDS:
             self._ended(None)  # a result but no last word: stuck in its exit
         elif self._ended_at is None and self.popen.poll() is not None:
-            self._ended(None)  # gone without a word (and without closing the pipe?)
+            if self.inbox.poll(0):  # it wrote, then exited, since the inbox was looked at
+                self.step(True, on_message)
+            else:
+                self._ended(None)  # gone without a word
 
     def _ended(self, threads: list[str] | None) -> None:
         done = self._finish_once()
