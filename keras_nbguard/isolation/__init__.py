@@ -229,10 +229,14 @@ def _spare_of(session: Session) -> Spare:
 
 
 def close_spares() -> None:
-    """``%unload_ext`` / ``%reload_ext``: no pre-started process outlives the extension."""
+    """``%unload_ext`` / ``%reload_ext``: no pre-started process outlives the extension, nor
+    one still exiting after its run (with what its cell started)."""
     for spare in list(_SPARES.values()):
         spare.close()
     _SPARES.clear()
+    from .parent import kill_all
+
+    kill_all()
 
 
 def _finish(

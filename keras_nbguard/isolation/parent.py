@@ -308,14 +308,14 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
-def _kill_all() -> None:
-    """The kernel is exiting: no child of it lives on."""
+def kill_all() -> None:
+    """The kernel is exiting, or the extension unloading: no child of it lives on."""
     for child in list(_LIVE):
         with contextlib.suppress(Exception):
             child.kill()
 
 
-atexit.register(_kill_all)
+atexit.register(kill_all)
 
 
 class Spare:
