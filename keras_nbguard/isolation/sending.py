@@ -173,7 +173,7 @@ class _Packer:
             return known
         import cloudpickle
 
-        key = f"{self.token}:{id(value)}:{way}"
+        key, asked = f"{self.token}:{id(value)}:{way}", way
         size: int
         if way == "shared memory":
             from .shm import pack_array  # room checked first: a full /dev/shm is SIGBUS
@@ -192,7 +192,8 @@ class _Packer:
             value is c for c in notebook_classes(self.namespace).values()
         ):  # the class itself: the very one the child loads the notebook's models with
             name = next(n for n, c in notebook_classes(self.namespace).items() if c is value)
-            packet, size = ("class", key, self.classes, name), 0
+            packet, size = ("class", key, self.classes, name), len(self.classes[1])
+            way = "class"  # its size: all the notebook's Keras classes, sent once for the run
         else:
             try:
                 data = cloudpickle.dumps(value)
@@ -200,7 +201,7 @@ class _Packer:
                 raise Unsendable(f"it can't be pickled ({short(exc)})") from None
             packet, size = ("value", key, data, self.classes), len(data)
         label = "module" if way == "module" else f"{way} {fmt_size(size)}"
-        self.packets[(id(value), way)] = (packet, label)  # the namespace keeps value (its id)
+        self.packets[(id(value), asked)] = (packet, label)  # the namespace keeps value (its id)
         return packet, label
 
     @cached_property
