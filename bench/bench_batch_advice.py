@@ -103,8 +103,8 @@ class Truth:
         return self.runs[batch]["peak"] <= self.limit
 
     def largest(self, fits: int, over: int) -> int:
-        """Bisection between a batch that fits and one that does not, to 4%."""
-        while over - fits > max(1, fits // 25):
+        """Bisection between a batch that fits and one that does not, to 5%."""
+        while over - fits > max(1, fits // 20):
             mid = (fits + over) // 2
             if self.fits(mid):
                 fits = mid
@@ -177,7 +177,7 @@ def main(names: list[str]) -> None:
     print()
     print(f"{'model':<10}{'limit':>7}{'advised':>9}{'fits':>6}{'1.25x':>8}{'over':>6}"
           f"{'largest':>9}{'adv/lgst':>9}{'advice s':>10}{'LT trials':>10}{'LT s':>8}"
-          f"{'ratio':>7}")
+          f"{'ratio':>7}  range")
     for r in rows:
         if not r.get("advised"):
             print(f"{r['name']:<10} no advice: {r['advice']['text']}")
@@ -185,7 +185,8 @@ def main(names: list[str]) -> None:
         print(f"{r['name']:<10}{r['limit']:>7}{r['advised']:>9,}{'yes' if r['fits'] else 'NO':>6}"
               f"{r['above']:>8,}{'yes' if r['above_over'] else 'NO':>6}{r['largest']:>9,}"
               f"{r['advised'] / r['largest']:>9.0%}{r['advice_s']:>10.1f}{r['trials']:>10}"
-              f"{r['lightning_s']:>8.1f}{r['advice_s'] / r['lightning_s']:>7.0%}")
+              f"{r['lightning_s']:>8.1f}{r['advice_s'] / r['lightning_s']:>7.0%}  "
+              f"{'-'.join(map(str, r['range'])) if r['range'] else 'linear'}")
     print(f"\nlimit: MiB a fit may add over its start (VmHWM - RSS before); a trial: {STEPS} "
           f"steps in a fresh process; LT: Lightning's doubling-then-bisecting trials at the "
           f"fit time measured here per batch (no process start counted); ratio: advice time / "

@@ -216,13 +216,20 @@ def advise(probes: list[Probe], limit_mib: float, limit_source: str, where: str,
     batch = _largest(fixed, slope, usable)
     linear, batch_range = True, None
     if len(probes) >= 3:
+        # the line misses a probe by more than noise, or the first and last steps' slopes
+        # (each a clear rise) differ by more than 30%: the third probe says "not linear"
         worst = max(abs(p.peak_mib - (fixed + slope * p.batch)) for p in probes)
-        if worst > max(0.15 * span, 4.0):  # the line misses a probe by more than noise
+        steps = [(b.peak_mib - a.peak_mib, b.batch - a.batch)
+                 for a, b in itertools.pairwise(probes)]
+        (rise0, n0), (rise1, n1) = steps[0], steps[-1]
+        first, last = rise0 / n0, rise1 / n1
+        bent = (min(rise0, rise1) >= max(8.0, 0.05 * limit_mib)
+                and abs(last - first) > 0.3 * max(first, last))
+        if bent or worst > max(0.15 * span, 4.0):
             linear = False
-            steepest = max((b.peak_mib - a.peak_mib) / (b.batch - a.batch)
-                           for a, b in itertools.pairwise(probes))
-            low = _largest(probes[-1].peak_mib - steepest * probes[-1].batch, steepest, usable)
-            batch_range = (min(low, batch), max(low, batch))
+            ends = [batch] + [_largest(probes[-1].peak_mib - s * probes[-1].batch, s, usable)
+                              for s in (first, last) if s > 0]
+            batch_range = (min(ends), max(ends))
             batch = batch_range[0]
     first_step = 0.0
     if warmup is not None:
