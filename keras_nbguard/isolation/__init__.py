@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 from ..prepare import RunOptions
 from . import names, sweep
 from .back import received
-from .parent import Child, ChildResult, Spare
+from .parent import Child, ChildResult
 from .run import IsolatedRun, Transfer
+from .spare import Spare
 
 if TYPE_CHECKING:
     from ..session import Session
@@ -96,8 +97,9 @@ def run_isolated(
             "outputs": names.chosen(args.outputs, found.binds),
             "params": {},
         }
-        transfer = Transfer(names=len(sent.inputs),
-                            nbytes=sum(size_of(p) for p in sent.inputs.values()))
+        transfer = Transfer(
+            names=len(sent.inputs), nbytes=sum(size_of(p) for p in sent.inputs.values())
+        )
         notes = tuple(n for n in (getattr(s, "note", None) for s in (sent, *shared)) if n)
         run = _Cell(session, shell, options, cell_id, transfer, notes)
         if plan is None:
@@ -109,9 +111,7 @@ def run_isolated(
             segment.unlink()
 
 
-def _one(
-    cell: _Cell, job: dict[str, Any], args: argparse.Namespace, deleted: Sequence[str]
-) -> Any:
+def _one(cell: _Cell, job: dict[str, Any], args: argparse.Namespace, deleted: Sequence[str]) -> Any:
     spare = _spare_of(cell.session)
     run, bound = _watched(cell, job, spare, into_namespace=True, deleted=deleted)
     if args.prestart:
@@ -152,7 +152,10 @@ def _sweep(cell: _Cell, job: dict[str, Any], args: argparse.Namespace, plan: swe
 
 
 def _watched(
-    cell: _Cell, job: dict[str, Any], spare: Spare, into_namespace: bool = False,
+    cell: _Cell,
+    job: dict[str, Any],
+    spare: Spare,
+    into_namespace: bool = False,
     deleted: Sequence[str] = (),
 ) -> tuple[IsolatedRun, dict[str, Any]]:
     """One child, watched live: its prints and displays into the cell, its epochs and RSS to the

@@ -111,8 +111,16 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
                 shell.user_ns[name] = unpack_input(sent, _ATTACHED)
         except Exception as exc:  # a name that could not be made here: said, nothing ran
             send("stream", "stderr", f"{exc}\n")
-            return {"record": None, "success": False, "error": str(exc), "outputs": {},
-                    "not_sent": {}, "value": None, "bundle": None, "pid": os.getpid()}
+            return {
+                "record": None,
+                "success": False,
+                "error": str(exc),
+                "outputs": {},
+                "not_sent": {},
+                "value": None,
+                "bundle": None,
+                "pid": os.getpid(),
+            }
         shell.user_ns.update(job["params"])
         head = f"%%kerasrun --label {shlex.quote(job['label'])} --quiet {job['options']}"
         result = shell.run_cell(f"{head.rstrip()}\n{job['source']}", store_history=True)

@@ -5,7 +5,8 @@ its cell starts is in that group. When the kernel dies — even by SIGKILL — t
 nothing; the child ends the group itself: Linux sends it a parent-death signal (``prctl``), and a
 watchdog thread checks ``getppid`` twice a second where there is no such signal or the signal's
 handler can't run. At the end, the threads the cell left get a short grace, then a word and an
-exit that does not wait for them."""
+exit that does not wait for them. The kernel's side reads the group from outside (``exited``,
+``group_members``)."""
 
 from __future__ import annotations
 
@@ -39,8 +40,9 @@ def guard(parent: int) -> None:
         signal.signal(signal.SIGTERM, end_group)
     if os.getppid() != parent:  # the kernel died before the signal was asked for
         end_group()
-    threading.Thread(target=_watch, args=(parent,), name="keras_nbguard-watchdog",
-                     daemon=True).start()
+    threading.Thread(
+        target=_watch, args=(parent,), name="keras_nbguard-watchdog", daemon=True
+    ).start()
 
 
 def _watch(parent: int) -> None:
@@ -63,8 +65,7 @@ def stray_threads(grace: float = THREAD_GRACE) -> list[str]:
 
 def _non_daemon() -> list[threading.Thread]:
     main = threading.main_thread()
-    return [t for t in threading.enumerate()
-            if t is not main and not t.daemon and t.is_alive()]
+    return [t for t in threading.enumerate() if t is not main and not t.daemon and t.is_alive()]
 
 
 def _wake_idle_pools() -> None:
@@ -76,3 +77,41 @@ def _wake_idle_pools() -> None:
         pools._shutdown = True
         for queue in list(pools._threads_queues.values()):
             queue.put(None)
+
+
+# -- in the kernel: the child's group, seen from outside ----------------------------------
+
+
+def exited(pid: int) -> bool:
+    """Whether the child has exited, leaving it to be reaped (Linux: waitid's WNOWAIT)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped already
+        return True
+    except (AttributeError, OSError):  # no waitid here: tell by its status instead
+        return _status(pid) in (None, "zombie")
+    return info is not None
+
+
+def _status(pid: int) -> str | None:
+    try:
+        import psutil
+
+        return str(psutil.Process(pid).status())
+    except Exception:
+        return None
+
+
+def group_members(pgid: int) -> list[int]:
+    try:
+        import psutil
+
+        pids = psutil.pids()
+    except Exception:
+        return []
+    members = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if os.getpgid(pid) == pgid:
+                members.append(pid)
+    return members

@@ -4,7 +4,7 @@ cell while sampling its RSS, and hand over what it gave back (``ChildResult``).
 Each child leads a process group of its own (``start_new_session``): what its cell starts is in
 it, and ends with it — on an interrupt (``kill``), when its result is in (``close``: the group is
 ended once the child has gone), and when the kernel dies (the child's ``guard``: a parent-death
-signal and a watchdog). ``Spare`` is the next run's process, pre-started (``--prestart``)."""
+signal and a watchdog). The next run's process, pre-started, is ``spare.Spare``."""
 
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
+
+from .guard import exited, group_members
+from .spare import Context
 
 SAMPLE_SECONDS = 0.1  # the child's RSS, read from here: also what a died run keeps
 END_SECONDS = 4.0  # after its result: for the child's word on stray threads (it waits 1.5 s)
@@ -51,32 +54,6 @@ class ChildResult:
     sent_bytes: int = 0  # the job as sent (arrays in shared memory counted at their size)
 
 
-@dataclass(frozen=True)
-class Context:
-    """What a child inherits from the kernel as it starts: a pre-started one is used only while
-    the kernel's are still the same."""
-
-    cwd: str
-    environ: tuple[tuple[str, str], ...]
-    path: tuple[str, ...]
-
-    @classmethod
-    def now(cls) -> Context:
-        return cls(os.getcwd(), tuple(sorted(os.environ.items())), tuple(sys.path))
-
-    def changed(self, other: Context) -> str | None:
-        """What changed from ``self`` to ``other``, in words (None: nothing)."""
-        if self.cwd != other.cwd:
-            return "the working folder changed"
-        if self.environ != other.environ:
-            was, now = dict(self.environ), dict(other.environ)
-            names = sorted(k for k in was.keys() | now.keys() if was.get(k) != now.get(k))
-            return f"the environment changed ({', '.join(names[:3])})"
-        if self.path != other.path:
-            return "sys.path changed"
-        return None
-
-
 class Child:
     """One fresh interpreter running ``isolation/child.py``: spawned with the modules to load
     while it waits (``preload``), then given one job (``start``)."""
@@ -90,8 +67,13 @@ class Child:
         self.spawned = self.started = time.perf_counter()
         try:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "keras_nbguard.isolation.child", str(to_child_r),
-                 str(from_child_w)],
+                [
+                    sys.executable,
+                    "-m",
+                    "keras_nbguard.isolation.child",
+                    str(to_child_r),
+                    str(from_child_w),
+                ],
                 pass_fds=(to_child_r, from_child_w),
                 stdin=subprocess.DEVNULL,
                 stderr=self.log,
@@ -182,7 +164,7 @@ class Child:
         if done.result is None:
             done.wall = time.perf_counter() - self.started
             deadline = time.monotonic() + 2
-            while not _exited(self.popen.pid) and time.monotonic() < deadline:
+            while not exited(self.popen.pid) and time.monotonic() < deadline:
                 time.sleep(0.02)
             self.end_group()  # before it is reaped: its group id can't have been reused
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -192,7 +174,7 @@ class Child:
             done.exit = describe_exit(self.popen.returncode, self._last_words())
             _LIVE.discard(self)
             return
-        left = [pid for pid in _group_members(self.popen.pid) if pid != self.popen.pid]
+        left = [pid for pid in group_members(self.popen.pid) if pid != self.popen.pid]
         for pid in left:  # what its cell started and left running
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
@@ -238,7 +220,7 @@ class Child:
     def end_group(self) -> int:
         """SIGKILL what is left of the child's process group (the processes its cell started);
         how many there were. Done before the child is reaped, while its pid can't be reused."""
-        members = _group_members(self.popen.pid)
+        members = group_members(self.popen.pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.popen.pid, signal.SIGKILL)
         return len([pid for pid in members if pid != self.popen.pid])
@@ -250,7 +232,7 @@ class Child:
 
     def _reap(self) -> None:
         deadline = time.monotonic() + EXIT_SECONDS
-        while time.monotonic() < deadline and not _exited(self.popen.pid):
+        while time.monotonic() < deadline and not exited(self.popen.pid):
             time.sleep(0.05)
         self.kill()  # exited but not reaped yet: its group id can't have been reused
 
@@ -273,41 +255,6 @@ class Child:
             self.log.close()
 
 
-def _exited(pid: int) -> bool:
-    """Whether the child has exited, leaving it to be reaped (Linux: waitid's WNOWAIT)."""
-    try:
-        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:  # reaped already
-        return True
-    except (AttributeError, OSError):  # no waitid here: tell by its status instead
-        return _status(pid) in (None, "zombie")
-    return info is not None
-
-
-def _status(pid: int) -> str | None:
-    try:
-        import psutil
-
-        return str(psutil.Process(pid).status())
-    except Exception:
-        return None
-
-
-def _group_members(pgid: int) -> list[int]:
-    try:
-        import psutil
-
-        pids = psutil.pids()
-    except Exception:
-        return []
-    members = []
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            if os.getpgid(pid) == pgid:
-                members.append(pid)
-    return members
-
-
 def kill_all() -> None:
     """The kernel is exiting, or the extension unloading: no child of it lives on."""
     for child in list(_LIVE):
@@ -316,42 +263,6 @@ def kill_all() -> None:
 
 
 atexit.register(kill_all)
-
-
-class Spare:
-    """The next run's process, started while the user reads this run's result (``--prestart``)
-    with the cell's imports loaded, so that the next run skips the interpreter's and the
-    framework's start-up. One per kernel; it holds the memory of what it imported meanwhile.
-    It is not used if the kernel's working folder, environment or ``sys.path`` changed since it
-    started (a fresh process is: the spare is closed)."""
-
-    def __init__(self) -> None:
-        self.child: Child | None = None
-        self.why_not: str | None = None  # why the last spare was not used
-
-    def take(self) -> Child | None:
-        child, self.child = self.child, None
-        self.why_not = None
-        if child is None:
-            return None
-        changed = child.context.changed(Context.now())
-        if changed is None and child.alive():
-            child.prestarted = True
-            return child
-        self.why_not = changed or "it had ended"
-        child.kill()
-        child.close()
-        return None
-
-    def make(self, preload: Sequence[str]) -> None:
-        self.close()
-        self.child = Child(preload)
-
-    def close(self) -> None:
-        if self.child is not None:
-            self.child.kill()  # waiting for a job, or still importing: nothing to lose
-            self.child.close()
-            self.child = None
 
 
 def describe_exit(code: int | None, last_words: str = "") -> str:

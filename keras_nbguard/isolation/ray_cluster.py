@@ -49,7 +49,7 @@ def address_of(address: str) -> tuple[str, int] | None:
     text = address.strip()
     for scheme in ("ray://", "http://", "https://"):
         if text.startswith(scheme):
-            text = text[len(scheme):]
+            text = text[len(scheme) :]
     host, colon, port = text.rpartition(":")
     if not colon or not port.isdigit() or not host:
         return None
@@ -150,12 +150,16 @@ def _init_within(ray: Any, options: dict[str, Any], address: str | None) -> None
             f"--cluster ray: {where} refused this kernel's token ({name}). Give the kernel "
             f"the cluster's token: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token"
         ) from None
-    raise ValueError(f"--cluster ray: could not connect to {where}: {name}: "
-                     f"{str(error).splitlines()[0] if str(error) else ''}"[:600]) from None
+    raise ValueError(
+        f"--cluster ray: could not connect to {where}: {name}: "
+        f"{str(error).splitlines()[0] if str(error) else ''}"[:600]
+    ) from None
 
 
 def run_all(
-    jobs: Iterator[dict[str, Any]], gpus: float | None, on_message: Callable[[Any], None],
+    jobs: Iterator[dict[str, Any]],
+    gpus: float | None,
+    on_message: Callable[[Any], None],
     on_done: OnDone,
 ) -> None:
     """Submit the jobs a few at a time; hand each to ``on_done`` as it ends, in the order they
@@ -186,8 +190,11 @@ def run_all(
         for ref, (job, started) in pending.items():
             with contextlib.suppress(Exception):
                 ray.cancel(ref, force=True)
-            done = ChildResult(where="Ray task", wall=time.perf_counter() - started,
-                               exit="interrupted: the Ray task was cancelled")
+            done = ChildResult(
+                where="Ray task",
+                wall=time.perf_counter() - started,
+                exit="interrupted: the Ray task was cancelled",
+            )
             on_done(job, done, stop)
         raise
 

@@ -127,6 +127,8 @@ class IsolatedRun(Run):
         words = f"{child.where} (pid {child.pid}): " + ", ".join(parts)
         extra = [*self.notes, *child.notes]
         if self.not_sent:
-            extra.append("not sent back: " + ", ".join(
-                f"{name} ({why})" for name, why in self.not_sent.items()))
+            extra.append(
+                "not sent back: "
+                + ", ".join(f"{name} ({why})" for name, why in self.not_sent.items())
+            )
         return "; ".join([words, *extra])

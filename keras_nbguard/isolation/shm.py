@@ -79,8 +79,12 @@ def pack_array(key: str, array: Any, shared: list[Any]) -> tuple[Any, ...]:
     except OSError as exc:
         import cloudpickle
 
-        shared.append(Note(f"{size} sent through the pipe: {why}, and a temporary file "
-                           f"failed ({exc.strerror or exc})"))
+        shared.append(
+            Note(
+                f"{size} sent through the pipe: {why}, and a temporary file "
+                f"failed ({exc.strerror or exc})"
+            )
+        )
         return ("value", key, cloudpickle.dumps(array))
     shared.append(TempArray(path, f"{size} sent through a temporary file: {why}"))
     return ("file", key, path, tuple(array.shape), array.dtype.str)
