@@ -12,6 +12,7 @@ never touched: it is reported, with its paths, as still alive.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import re
 import sys
@@ -24,27 +25,40 @@ from .probes import Chain, Probe, sizes
 from .probes.frameworks import callback_class, instance_dict, worth_following
 from .probes.naming import awkwardness
 from .probes.registry import ModelRegistry, RunRef
+from .probes.stale_nodes import NodesCut, cut_stale, held, listed, node_link, node_words, plan
 from .records import HeldModels
+from .weights_freed import FreedWeights
 
 _OUTPUT_NAME = re.compile(r"_\d+")
+_NODE = "node"
 _MODEL_LINKS = ("_model", "model")  # where Keras' Callback.set_model keeps the model
 WIDE = 5_000  # containers with more items than this are not looked into by the cheap walk
+WALK_SECONDS = 1.0  # the heap walk's limit: past it, nothing is released (the walk is partial)
 Release = Callable[[], None]
+Found = tuple[str, int, str, Release]  # (kind, holder id, text, action)
 
 
 @dataclass
 class Settled:
-    """What one ``settle`` did: the models released, and those still held by the user."""
+    """What one ``settle`` did: the models released, and those still held by the user; the nodes
+    of earlier runs cut out of layers that outlive them (stale_nodes.py)."""
 
     released: list[tuple[RunRef, int | None, list[str]]] = field(default_factory=list)
     stale: list[tuple[RunRef, int | None, list[str], bool]] = field(default_factory=list)
+    nodes: NodesCut | None = None
+    weights: FreedWeights | None = None  # the released models' weights, to count those freed
 
     def released_note(self, rss_freed: int | None = None) -> HeldModels | None:
+        """The released models; their weights count only variables freed: none that a layer of
+        yours still holds (the setup cell's ``generator``), and after a full gc, none alive."""
         if not self.released:
             return None
         holders = [h for _, _, hs in self.released for h in hs]
-        return _note([(run, size) for run, size, _ in self.released],
+        note = _note([(run, size) for run, size, _ in self.released],
                      sorted(dict.fromkeys(holders), key=_path_order), rss_freed=rss_freed)
+        if self.weights is not None and note.weight_bytes is not None:
+            note = dataclasses.replace(note, weight_bytes=self.weights.freed_bytes())
+        return note
 
     def stale_note(self) -> HeldModels | None:
         if not self.stale:
@@ -65,33 +79,13 @@ def settle(registry: ModelRegistry, label: str, shell: Any, user_ns: Any, *,
     settled = Settled()
     candidates = _outermost([m for m in registry.of_label(label)
                              if registry.last_run(m) != exclude])
-    if (not candidates or (not report and _all_named(candidates, user_ns))
-            or not _any_nearby(candidates, user_ns, shell)):
+    nodes = release and listed(registry, label)  # a layer of yours keeps an earlier run's call
+    if not nodes and (not candidates or (not report and _all_named(candidates, user_ns))
+                      or not _any_nearby(candidates, user_ns, shell)):
         return settled  # the usual cases, and cheap ones: no heap walk
-    probe = Probe(user_ns, registry, shell=shell).run()
+    probe = Probe(user_ns, registry, shell=shell, time_limit=WALK_SECONDS).run()
     try:
-        releases: dict[str, Release] = {}
-        for model in candidates:
-            run = registry.last_run(model) or RunRef(label, 0)
-            every = probe.chains.get(id(model), [])
-            if not every:
-                continue  # unreachable: garbage that the next gc collects
-            chains = [c for c in every if c.via is None]  # not those inside another model
-            size = _size(model)
-            found = [_bookkeeping(chain, shell, user_ns) for chain in chains]
-            actions = [a for a in found if a is not None]
-            if release and probe.complete and chains and len(actions) == len(found):
-                holders: dict[int, str] = {}  # one text per holder: Out[12], not _12 and _ too
-                for holder, text, action in sorted(actions, key=lambda a: _path_order(a[1])):
-                    releases.setdefault(text, action)
-                    holders.setdefault(holder, text)
-                settled.released.append((run, size, list(holders.values())))
-            else:
-                paths = [p for p, _ in probe.paths(model)]
-                nested = any(len(c.edges) > 1 or c.via is not None for c in every if c.user)
-                settled.stale.append((run, size, paths, nested))
-        for action in releases.values():
-            action()
+        _settle_walked(settled, probe, candidates, registry, label, shell, user_ns, release)
     finally:
         probe.close()
         del candidates
@@ -100,10 +94,68 @@ def settle(registry: ModelRegistry, label: str, shell: Any, user_ns: Any, *,
     return settled
 
 
-def _bookkeeping(chain: Chain, shell: Any, user_ns: Any) -> tuple[int, str, Release] | None:
-    """How to release ``chain`` if it belongs to IPython or Keras: (the holder, as an id: a
-    History, or 0 for IPython's output caches; its text; the action). None when the user holds
-    the model this way."""
+def _settle_walked(settled: Settled, probe: Probe, candidates: list[Any],
+                   registry: ModelRegistry, label: str, shell: Any, user_ns: Any,
+                   release: bool) -> None:
+    plans: list[tuple[Any, list[Chain], list[Found | None]]] = []
+    for model in candidates:
+        every = probe.chains.get(id(model), [])
+        if not every:
+            continue  # unreachable: garbage that the next gc collects
+        chains = [c for c in every if c.via is None]  # not those inside another model
+        plans.append((model, every, [_bookkeeping(c, shell, user_ns, registry) for c in chains]))
+    going = {id(m) for m, every, found in plans
+             if release and probe.complete and found and None not in found}
+    through = {id(m): {f[1] for f in found if f is not None and f[0] == _NODE}
+               for m, _, found in plans}
+    nodes: list[tuple[Any, RunRef]] = []
+    if release:  # a node goes only if no model that stays has it (stale_nodes.plan)
+        nodes, going = plan(registry, label, user_ns, held(probe), going, through)
+    releases: dict[str, Release] = {}
+    weights = FreedWeights(user_ns, going)
+    for model, every, found in plans:
+        run = registry.last_run(model) or RunRef(label, 0)
+        size = _size(model)
+        if id(model) in going:
+            holders: dict[int, str] = {}  # one text per holder: Out[12], not _12 and _ too
+            actions = [f for f in found if f is not None]
+            for _, holder, text, action in sorted(actions, key=lambda a: _path_order(a[2])):
+                releases.setdefault(text, action)
+                holders.setdefault(holder, text)
+            settled.released.append((run, size, list(holders.values())))
+            weights.add(model)
+        else:
+            paths = [p for p, _ in probe.paths(model)]
+            nested = any(len(c.edges) > 1 or c.via is not None for c in every if c.user)
+            settled.stale.append((run, size, paths, nested))
+    for action in releases.values():
+        action()
+    settled.nodes = cut_stale(nodes, user_ns)
+    settled.weights = weights if settled.released else None
+
+
+def _bookkeeping(chain: Chain, shell: Any, user_ns: Any,
+                 registry: ModelRegistry | None = None) -> Found | None:
+    """How to release ``chain`` if it belongs to IPython or Keras: (its kind, the holder as an
+    id: a History, a node, or 0 for IPython's output caches; its text; the action). None when the
+    user holds the model this way. A chain through a node an earlier run made in a layer of
+    yours (``vectorize_layer._outbound_nodes[0].operation``) is Keras' bookkeeping: the node is
+    cut (stale_nodes.py), the layer kept."""
+    link = node_link(chain) if registry is not None else None
+    if link is not None and registry is not None:
+        made = registry.node_run(link[1])
+        if made is not None and registry.latest.get(made[0].label) != made[0]:
+            return _NODE, id(link[1]), node_words(chain, registry) or "a node", _nothing
+        return None
+    found = _cached(chain, shell, user_ns)
+    return None if found is None else ("cache", *found)
+
+
+def _nothing() -> None:
+    """A node's release: cut with the others once the models that go are known."""
+
+
+def _cached(chain: Chain, shell: Any, user_ns: Any) -> tuple[int, str, Release] | None:
     holder = chain.objs[-2] if len(chain.objs) >= 2 else None
     callback = callback_class()
     last = chain.edges[-1] if chain.edges else None

@@ -30,6 +30,7 @@ from .caches import (
 )
 from .prepare import clear_every_keras
 from .probes import Chain, Leak, ModelRegistry, Probe, current_shell, leaks_of
+from .probes.stale_nodes import cut_stale, held_through_nodes, plan
 from .records import CleanReport
 
 
@@ -125,6 +126,9 @@ def free(target: Any = None, registry: ModelRegistry | None = None, *,
         # a traceback the walk did not connect (too deep, or the time limit) may still hold one
         released.extend(clear_tracebacks(shell))
         gc.collect()
+    if registry is not None and _cut_nodes(refs, registry, shell, user_ns, include_current,
+                                           released, notes):
+        gc.collect()  # what the nodes held: a run's graph, a model called in it
     cleared = clear_session and _clear_session(notes)
     gc.collect()
     clean = deep_clean() if deep_clean is not None else None
@@ -185,6 +189,34 @@ def _release_name(chain: Chain, model: Any, shell: Any, user_ns: Any, containers
             done[f"del {name}"] = None
     elif containers:
         _empty_slot(chain, done)
+
+
+def _cut_nodes(refs: list[tuple[weakref.ref[Any], Leak]], registry: ModelRegistry, shell: Any,
+               user_ns: Any, latest: bool, released: list[str], notes: list[str]) -> bool:
+    """Cut the nodes earlier runs made out of the layers that outlive them (stale_nodes.py): a
+    chosen model still alive only through such a node goes with it; a model that stays (yours,
+    or one still held otherwise) keeps its nodes. Whether anything was cut."""
+    try:
+        alive = {id(m) for m in (ref() for ref, _ in refs) if m is not None}
+        models: list[Any] = registry.live()
+        through: dict[int, set[int]] = {}
+        if alive:
+            probe = Probe(user_ns, registry, shell=shell).run()
+            try:
+                models += probe.models
+                through = held_through_nodes(probe, alive)
+            finally:
+                probe.close()
+        nodes, _ = plan(registry, None, user_ns, models, set(through), through, latest)
+        del models
+        done = cut_stale(nodes, user_ns)
+    except Exception as exc:  # freeing went through; only the nodes stayed
+        notes.append(f"Keras' node lists were not cleaned: {type(exc).__name__}: {exc}")
+        return False
+    if done is None:
+        return False
+    released.append(f"cut {done.text()}")
+    return True
 
 
 def _any_alive(refs: list[tuple[weakref.ref[Any], Leak]]) -> bool:

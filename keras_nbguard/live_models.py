@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,14 @@ class LiveModels:
         from .autorelease import merged
 
         try:
-            self.registry.note_run(run.label, run.run_number, run.models, run.id)
+            models = [m for m in (r() if isinstance(r, weakref.ref) else r for r in run.models)
+                      if m is not None]
+            ids = {id(m) for m in models}
+            names = {id(v): k for k, v in list(self._user_ns().items())
+                     if id(v) in ids and not k.startswith("_")}
+            nodes = getattr(getattr(run, "creations", None), "nodes", ())
+            self.registry.note_run(run.label, run.run_number, models, run.id, nodes, names)
+            del models
         except Exception as exc:
             self._warn(f"models of the run were not attributed: {exc}")
         try:

@@ -78,7 +78,7 @@ EXPECTED = {
     "callback": "es.model",
     "inner": "outer.blocks[0]",
     "module_attr": "usermod.model",
-    "opaque": "opaque.<?>",
+    "opaque": "opaque — a repeat that holds it internally (no expression reaches it)",
 }
 
 

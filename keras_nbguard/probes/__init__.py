@@ -8,7 +8,7 @@ user can name (roots.py); the chain then reads as the user would type it (naming
 - closures ``cb.__closure__[0].cell_contents`` (``Leak.holder`` names ``make_cb.<locals>.cb`` and
   the variable); default arguments ``f.__defaults__[0]``, ``f.__kwdefaults__["m"]``;
 - tracebacks ``sys.last_traceback.tb_next.tb_frame.f_locals["model"]``;
-- set members ``s{…}`` (a set can't be indexed); a link we cannot name ``.<?>`` (see holder_type);
+- set members ``s{…}`` (a set can't be indexed); past a link no expression reaches, words;
 - a model in another model's attribute ``outer.blocks[0]``; a running frame
   ``<frame train>.f_locals["m"]``. Keras' own nesting (``Sequential._functional``) isn't reported.
 

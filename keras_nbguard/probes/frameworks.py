@@ -17,6 +17,8 @@ FRAMEWORKS = frozenset({
     "tornado", "jupyter_client", "executing", "stack_data", "keras_nbguard",
 })
 CONTAINERS = (dict, list, tuple, set, frozenset)
+NODE_LISTS = frozenset({"_inbound_nodes", "_outbound_nodes", "_inbound_nodes_value",
+                        "_outbound_nodes_value"})  # Keras 3 / Keras 2 (nodes.py)
 _FOLLOWED = frozenset({"ExecutionResult"})  # framework objects that hold user results
 
 
@@ -59,8 +61,8 @@ def package_of(obj: Any) -> str:
 
 def is_keras_nesting(outer: Any, name: Any) -> bool:
     """A link Keras made (``Sequential._functional``, ``Model._layers``), not the user's own."""
-    if not isinstance(name, str) or not name.startswith("_"):
-        return False
+    if not isinstance(name, str) or not name.startswith("_") or name in NODE_LISTS:
+        return False  # a node list: a call on the model, not a part of it (nodes.py)
     return (package_of(type(outer)) in FRAMEWORKS or name in ("_layers", "_functional")
             or name.startswith("_self_"))
 

@@ -1,6 +1,8 @@
 """How a chain of holders reads as a path the user can type: ``models[3]``, ``trainer.best``,
-``Out[7].model``, ``cb.__closure__[0].cell_contents``, ``s{…}`` (a set can't be indexed),
-``.<?>`` for a link we cannot name. A chain runs from a root (see roots.py) down to a model."""
+``Out[7].model``, ``cb.__closure__[0].cell_contents``, ``s{…}`` (a set can't be indexed);
+where no expression reaches further (a link with no name, a dict key), the rest is said in
+words: ``gan — its internal dict holds it as a dict key``. A chain runs from a root (see
+roots.py) down to a model."""
 
 from __future__ import annotations
 
@@ -53,6 +55,8 @@ class Chain:
         namespace = self.root.namespace or mirror
         out = "" if mirror else self.root.prefix
         for i, edge in enumerate(self.edges):
+            if edge.kind == "other":  # no expression reaches past here: say it in words
+                return f"{out or self._describe(0)} — {self._words(i)}"
             if i == 0 and namespace and edge.kind in ("item", "attr"):
                 key = edge.key
                 if isinstance(key, str) and key.isidentifier():
@@ -62,6 +66,19 @@ class Chain:
             else:
                 out += edge.text
         return out
+
+    def _describe(self, i: int) -> str:
+        return f"a {type(self.objs[i]).__qualname__}"
+
+    def _words(self, i: int) -> str:
+        """What holds the model from the ``i``-th link on, where no Python expression reaches:
+        ``a repeat that holds it internally``."""
+        what = f"a {type(self.objs[i]).__qualname__} that holds it"
+        if self.edges[i].text == ".keys()":
+            return f"{what} as a key (no expression reaches it)"
+        hops = [type(o).__qualname__ for o in self.objs[i + 1:-1]]
+        where = f"in its internal {' → '.join(hops)}" if hops else "internally"
+        return f"{what} {where} (no expression reaches it)"
 
     @property
     def user(self) -> bool:
@@ -74,7 +91,7 @@ class Chain:
 
 def named_chains(root: Root, objs: list[Any], via: Any = None) -> list[Chain]:
     """Name each link of a chain; a holder that holds the child twice gives two chains."""
-    links = [_edges(p, c) or [Edge(".<?>", "other")] for p, c in itertools.pairwise(objs)]
+    links = [_edges(p, c) or [Edge("", "other")] for p, c in itertools.pairwise(objs)]
     return [Chain(root, *_fold_dicts(list(edges), objs), via)
             for edges in itertools.islice(itertools.product(*links), 8)]
 
@@ -197,4 +214,4 @@ def awkwardness(path: str) -> int:
     rank = {"Out[": 3, "sys.": 3, "get_ipython": 6}.get(head.group(), 0) if head else 0
     if head and not rank:
         rank = 4 if head.group()[1:2].isdigit() else 5
-    return rank + path.count("._") + 2 * path.count("<")
+    return rank + path.count("._") + 2 * path.count("<") + 8 * (" — " in path)

@@ -32,6 +32,7 @@ class Leak:
     holder_type: str | None = None
     inside: str | None = None  # the model it lives in, when every path goes through that model
     last_run_number: int | None = None  # the latest run of ``run_label``'s kind that fit it
+    held_as: str | None = None  # in words, when a path is no plain attribute: a layer's node
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,9 +76,10 @@ class LeakReport:
         for leak in self.leaks:
             run = f"{leak.run_label!r} #{leak.run_number}" if leak.run_label else "no tracked run"
             opt = f" + {fmt_size(leak.optimizer_bytes)} optimizer" if leak.optimizer_bytes else ""
+            words = f" ({leak.held_as})" if leak.held_as else ""
             out.append(f"  {'STALE' if leak.stale else 'ok   '} {leak.model_name} "
                        f"({leak.class_name}, {fmt_size(leak.weight_bytes)} weights{opt}, {run}): "
-                       f"{', '.join(leak.paths)}")
+                       f"{', '.join(leak.paths)}{words}")
         for leak in self.unreachable:
             out.append(f"  unreachable {leak.model_name} ({leak.class_name}, "
                        f"{fmt_size(leak.weight_bytes)} weights): {leak.reason}")

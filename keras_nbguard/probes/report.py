@@ -11,6 +11,7 @@ from typing import Any
 
 from .records import Leak, LeakReport
 from .registry import ModelRegistry
+from .stale_nodes import node_words
 from .walk import Probe
 
 # bytes per element; numpy is asked only for dtypes not listed here
@@ -35,6 +36,11 @@ def sizes(model: Any) -> tuple[int | None, int | None, int | None]:
     if not built and not weights:
         return None, None, opt_bytes
     return params, nbytes, opt_bytes
+
+
+def count_bytes(variables: list[Any]) -> int | None:
+    """Bytes of ``variables`` (None: a dtype of unknown size)."""
+    return _count(variables)[1]
 
 
 def _count(variables: list[Any]) -> tuple[int, int | None]:
@@ -97,6 +103,7 @@ def _leak(model: Any, probe: Probe, paths: list[tuple[str, bool]],
     else:
         reason = f"made by the latest run of {used.label!r} and bound to your names"
     holder, holder_type, inside = _holder(probe, model, paths[0][0] if paths else "")
+    held_as = _held_as(probe, model, paths[0][0] if paths else "", registry)
     params, weight_bytes, optimizer_bytes = sizes(model)
     return Leak(
         path=paths[0][0] if paths else "", paths=tuple(p for p, _ in paths),
@@ -105,7 +112,20 @@ def _leak(model: Any, probe: Probe, paths: list[tuple[str, bool]],
         run_label=origin.label if origin else None,
         run_number=origin.run_number if origin else None,
         stale=old or not user, reason=reason, holder=holder, holder_type=holder_type,
-        inside=inside, last_run_number=last.run_number if last else None)
+        inside=inside, last_run_number=last.run_number if last else None, held_as=held_as)
+
+
+def _held_as(probe: Probe, model: Any, best: str, registry: ModelRegistry | None) -> str | None:
+    """The best path in words where it goes through a layer's node list (stale_nodes.py)."""
+    for chain in probe.chains.get(id(model), ()):
+        via = probe.paths(chain.via)[:1] if chain.via is not None else []
+        holder = via[0][0] if via else None
+        if chain.via is not None and holder is None:
+            continue
+        text = (holder or "") + chain.text()
+        if text == best:
+            return node_words(chain, registry, holder)
+    return None
 
 
 def _holder(probe: Probe, model: Any, best: str) -> tuple[str | None, str | None, str | None]:

@@ -5,17 +5,21 @@ Walking *down* from the namespace costs a Python step per reachable object (0.65
 walking up costs one heap scan per level whatever the namespace holds. A scan also costs ~2 ms
 more per target, so the frontier is kept small: a model's own parts (own_parts.py) are never
 followed, framework objects are not followed, and roots, modules and other models end a chain.
+Keras' node graph is the exception: a node's holders are read off the graph (nodes.py), and the
+layer holding it is followed, so a layer of another cell that keeps a run's model is named.
 """
 
 from __future__ import annotations
 
 import gc
+import itertools
 import sys
 import time
 import types
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from ..gcfreeze import frozen_holders
 from .frameworks import (
     FRAMEWORKS,
     all_subclasses,
@@ -26,6 +30,7 @@ from .frameworks import (
     worth_following,
 )
 from .naming import Chain, Root, awkwardness, named_chains
+from .nodes import node_lists, node_types
 from .own_parts import mark_own_parts
 from .registry import ModelRegistry
 from .roots import Roots, find_roots, is_own_frame, module_root, name_map
@@ -48,6 +53,9 @@ class Probe:
         self.internal: set[int] = set()  # models only Keras' own nesting holds
         self.scans, self.complete, self.seconds = 0, True, 0.0
         self._aliases: dict[int, str] = {}
+        self._owner: dict[int, int] = {}  # a model's own part -> the model (own_parts.py)
+        self._route: dict[int, Any] = {}  # a model's own part -> what holds it in the model
+        self._named_enough: set[int] = set()  # layers holding a node: a name of yours suffices
 
     def run(self) -> Probe:
         t0 = time.perf_counter()
@@ -60,6 +68,7 @@ class Probe:
     def close(self) -> None:
         """Drop every strong reference this probe holds."""
         self.models, self.chains = [], {}
+        self._owner, self._route = {}, {}
 
     # -- the walk ------------------------------------------------------------------------------
     def _walk(self, bases: tuple[type, ...], t0: float) -> None:
@@ -69,14 +78,16 @@ class Probe:
         roots, self._aliases = find_roots(self.user_ns, self.shell)
         objs: dict[int, Any] = {id(m): m for m in models}
         callback = callback_class()
+        node_kinds = node_types()
         parents: dict[int, dict[int, None]] = {}
-        owner: dict[int, int] = {}  # id(a model's own container or function) -> id(model)
+        owner = self._owner  # id(a model's own container or function) -> id(model)
         held: dict[int, int] = {}  # id(object) -> references to it from models' attributes
         blockers: dict[int, list[str]] = {}
         down, down_objs = name_map(roots, class_ids, callback)
         own = {id(models), id(objs), id(roots), id(down_objs), id(gc.garbage)}
         for m in models:
-            mark_own_parts(m, owner, held, class_ids, self.internal, callback)
+            mark_own_parts(m, owner, held, class_ids, self.internal, callback,
+                               self._route)
         # The first scan also discovers the models we did not know: an instance refers to its class.
         frontier: list[Any] = [*classes, *(m for m in models if id(m) not in self.internal)]
         discovered: list[Any] = []
@@ -85,6 +96,9 @@ class Probe:
                 break
             args = tuple(frontier)
             found = gc.get_referrers(*args)
+            # frozen namespaces and modules (gcfreeze.py) are out of the scan's sight
+            targets = {id(o) for o in args} - (class_ids if depth == 0 else set())
+            found.extend(frozen_holders(targets, (obj for obj, _ in roots.values())))
             self.scans += 1
             skip = own | {id(args), id(found), id(frontier), id(discovered)}
             if depth == 0:
@@ -93,7 +107,8 @@ class Probe:
                         objs[id(r)] = r
                         discovered.append(r)
                 for m in discovered:
-                    mark_own_parts(m, owner, held, class_ids, self.internal, callback)
+                    mark_own_parts(m, owner, held, class_ids, self.internal, callback,
+                               self._route)
                 models.extend(discovered)
             frontier_ids = {id(o) for o in args} - (class_ids if depth == 0 else set())
             type_ids = {id(o) for o in args if isinstance(o, type)} if depth else set()
@@ -121,6 +136,10 @@ class Probe:
                     continue
                 if model_id is not None:
                     parents[rid] = {model_id: None}  # e.g. outer.blocks holds inner
+                elif node_kinds and isinstance(r, node_kinds):
+                    layers = _node_holders(r, objs, parents, roots, down)
+                    self._named_enough.update(layers)
+                    candidates.extend(layers)
                 elif worth_following(r, callback):
                     candidates.append(rid)
                 else:
@@ -154,8 +173,9 @@ class Probe:
                 if up not in objs and up not in roots:
                     objs[up] = down_objs[up]
                     todo.append(up)
-            if isinstance(obj, type):
-                continue  # a class bound to a name: its instances and subclasses refer to it
+            if isinstance(obj, type) or cid in self._named_enough:
+                continue  # a class bound to a name: its instances and subclasses refer to it;
+                # a layer holding a node, named by you: its other holders are Keras' graph
             if _refcount(obj) - _OWN_REFS > len(ups) + held.get(cid, 0):
                 nxt.append(obj)  # someone else holds it too: look for them
         return nxt
@@ -170,7 +190,8 @@ class Probe:
                 ids = stack.pop()
                 top = ids[-1]
                 if len(ids) > 1 and (top in roots or top in model_ids):
-                    down = [roots[i][0] if i in roots else objs[i] for i in reversed(ids)]
+                    down = self._expand([roots[i][0] if i in roots else objs[i]
+                                         for i in reversed(ids)])
                     if top in roots:
                         chains.extend(named_chains(self._root(roots[top][1]), down))
                     else:  # starts at another model: its own paths come first
@@ -190,6 +211,22 @@ class Probe:
                                                  for b in blockers.get(i, ())}
                                                 | set(blockers.get(mid, ())))
 
+    def _expand(self, down: list[Any]) -> list[Any]:
+        """Put back the objects between a model and its own part that the walk skipped (the
+        part was found by looking into the model): ``outer._outputs[0]``, not ``outer.<?>``."""
+        out = down[:1]
+        for parent, child in itertools.pairwise(down):
+            if self._owner.get(id(child)) == id(parent):
+                between: list[Any] = []
+                step = self._route.get(id(child))
+                while step is not None and step is not parent and len(between) < 8:
+                    between.append(step)
+                    step = self._route.get(id(step))
+                if step is parent:
+                    out.extend(reversed(between))
+            out.append(child)
+        return out
+
     def _root(self, root: Root | str) -> Root:
         return root if isinstance(root, Root) else module_root(root, self._aliases)
 
@@ -208,6 +245,24 @@ class Probe:
         unique = [pu for pu in dict.fromkeys(out) if pu[0] not in mirrors]
         unique.sort(key=lambda pu: (not pu[1], awkwardness(pu[0]), len(pu[0]), pu[0]))
         return unique[: self.max_paths]
+
+
+def _node_holders(node: Any, objs: dict[int, Any], parents: dict[int, dict[int, None]],
+                  roots: Roots, down: dict[int, list[int]]) -> list[int]:
+    """A Keras node is held by the node lists of the layers it was called on and called from
+    (nodes.py): those are its parents, found without a heap scan (a scan through Keras' graph
+    fans out into every tensor of it). Returns the layers to look further up from: those your
+    names reach (a layer only the graph holds, a run's ``InputLayer``, leads nowhere)."""
+    out = []
+    for layer, nodes in node_lists(node):
+        parents.setdefault(id(node), {})[id(nodes)] = None
+        objs.setdefault(id(nodes), nodes)
+        parents.setdefault(id(nodes), {})[id(layer)] = None
+        if id(layer) not in objs:
+            objs[id(layer)] = layer
+            if id(layer) not in roots and id(layer) in down:
+                out.append(id(layer))
+    return out
 
 
 def _refcount(obj: Any) -> int:
