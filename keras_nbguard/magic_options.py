@@ -149,6 +149,11 @@ def isolation_arguments(func: Any) -> Any:
                 help="--sweep: processes at once (default 1: a GPU is usually shared).",
             ),
             argument(
+                "--yes",
+                action="store_true",
+                help="--sweep: run a sweep of more than 100 points (asked otherwise).",
+            ),
+            argument(
                 "--prestart",
                 action="store_true",
                 help="--isolate: after the run, start the next run's process with the cell's "
