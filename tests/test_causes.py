@@ -21,12 +21,14 @@ def only(kind: str, label: str):
 
 
 def test_a_slow_callback_is_named_by_class_and_method(keras_shell):
+    # The step is traced in a cell before: a first trace inside the fit took 10.6 s of a 12.4 s
+    # fit under a load of 18 on 2 CPUs, and the callbacks' 0.6 s fell under CALLBACK_SHARE.
+    assert run(keras_shell, "model = make_model()\nmodel.fit(x, y, epochs=1, verbose=0)").success
     cell = """%%kerasrun --label cb --quiet
 import time
 class Slow(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         time.sleep(0.2)
-model = make_model()
 model.fit(x, y, epochs=3, verbose=0, callbacks=[Slow()])
 """
     assert run(keras_shell, cell).success
@@ -73,17 +75,17 @@ def test_a_slow_generator_is_input_pipeline_with_the_time_per_batch(keras_shell)
 import time
 def batches():
     while True:
-        time.sleep(0.2)  # reading and decoding, say: far longer than a step, even under load
+        time.sleep(0.3)  # reading and decoding, say: far longer than a step, even under load
         yield x[:32], y[:32]
 model = make_model()
-model.fit(batches(), steps_per_epoch=6, epochs=2, verbose=0)
+model.fit(batches(), steps_per_epoch=4, epochs=3, verbose=0)
 """
     assert run(keras_shell, cell).success
     finding = only("input_pipeline", "gen")
     fit = keras_nbguard.runs("gen")[-1].fits[0]
     assert fit.input_kind == "generator" and fit.input_batches >= 12
     per_batch = fit.input_seconds / fit.input_batches
-    assert per_batch >= 0.2  # each batch sleeps that long at least
+    assert per_batch >= 0.3  # each batch sleeps that long at least
     assert finding.message.startswith(f"your generator took {fmt_seconds(per_batch)} to make "
                                       f"each of its {fit.input_batches} batches")
 
@@ -93,17 +95,17 @@ def test_a_slow_py_dataset_is_timed_too_and_a_fast_input_is_not_named(keras_shel
 import time
 class Slow(keras.utils.PyDataset):
     def __len__(self):
-        return 6
+        return 4
     def __getitem__(self, i):
-        time.sleep(0.2)  # far longer than a step, even under load: 87% of it at a load of 13
-        return x[i * 32:(i + 1) * 32], y[i * 32:(i + 1) * 32]
+        time.sleep(0.3)  # far longer than a step, even under load (a step took 30-200 ms at a
+        return x[i * 32:(i + 1) * 32], y[i * 32:(i + 1) * 32]  # load of 18 on 2 CPUs)
 model = make_model()
-model.fit(Slow(), epochs=2, verbose=0)
+model.fit(Slow(), epochs=3, verbose=0)  # the step time: the median of the epochs after the first
 """
     assert run(keras_shell, cell).success
     fit = keras_nbguard.runs("pyds")[-1].fits[0]
     assert fit.input_kind == "PyDataset" and fit.input_batches == 12
-    assert 0.2 * 12 <= fit.input_seconds < fit.seconds
+    assert 0.3 * 12 <= fit.input_seconds < fit.seconds
     per_batch = fit.input_seconds / fit.input_batches
     assert only("input_pipeline", "pyds").message.startswith(
         f"your PyDataset took {fmt_seconds(per_batch)} to make each of its 12 batches")
