@@ -31,7 +31,7 @@ model = keras.Sequential([keras.Input((64, 64, 3)),
     keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)])
 model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 """),
-    "mlp": (256, """
+    "mlp": (512, """
 x = rng.random((16384, 784), dtype="float32"); y = rng.integers(0, 10, 16384)
 model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(1024, activation="relu"),
     keras.layers.Dense(1024, activation="relu"), keras.layers.Dense(10)])

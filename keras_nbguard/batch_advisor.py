@@ -204,8 +204,10 @@ def advise(probes: list[Probe], limit_mib: float, limit_source: str, where: str,
                                   probes=tuple(probes), seconds=seconds, margin=margin,
                                   user_batch=user_batch)
     if len(probes) < 2 or probes[-1].batch == probes[0].batch:
+        took = (f": batch {probes[0].batch} took {probes[0].peak_mib:,.0f} MiB of "
+                f"{limit_mib:,.0f}" if probes else "")
         return BatchAdvice(None, **common, reason="fewer than two batch sizes could be probed "
-                           "under half of the limit")
+                           f"under half of the limit{took}")
     fixed, slope = fit_line(probes)
     span = probes[-1].peak_mib - probes[0].peak_mib
     reason = None
