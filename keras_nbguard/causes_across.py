@@ -114,8 +114,11 @@ def _traced_more_finding(run: RunRecord, earlier: list[RunRecord], most: int) ->
     for r in earlier:
         for name, count in r.traced:
             before[name] = max(before.get(name, 0), count)
-    grew = [f"{name} {count}× ({before.get(name, 0)} at most before)"
-            for name, count in run.traced if count > before.get(name, 0)]
+    grew = [
+        f"{name} {count}× ({before.get(name, 0)} at most before)"
+        for name, count in run.traced
+        if count > before.get(name, 0)
+    ]
     which = f": {', '.join(grew)}" if grew else ""
     what = "tf.function traces" if run.trace_kind == "tf.function" else run.trace_kind
     return Finding(
@@ -124,8 +127,10 @@ def _traced_more_finding(run: RunRecord, earlier: list[RunRecord], most: int) ->
         f"{run.label!r} in this kernel ({most} at most in {span(earlier)}){which}",
         "a tf.function of yours is traced again for new Python values or shapes: pass tensors "
         "(tf.constant), give it an input_signature, or keep shapes fixed (drop_remainder=True)",
-        ((name_of(run), f"{run.traces} {what}"),
-         *((name_of(r), f"{r.traces} {what}") for r in earlier[-3:])),
+        (
+            (name_of(run), f"{run.traces} {what}"),
+            *((name_of(r), f"{r.traces} {what}") for r in earlier[-3:]),
+        ),
         (name_of(run),),
         0.4,
     )

@@ -27,8 +27,9 @@ __all__ = ["MIN_RUNS", "Finding", "Findings", "Trend", "diagnose", "present", "s
 StaleNow = Callable[[str], tuple[int, ...]]
 
 
-def diagnose(records: Sequence[RunRecord], stale_now: StaleNow | None = None,
-             recent: int = RECENT) -> Findings:
+def diagnose(
+    records: Sequence[RunRecord], stale_now: StaleNow | None = None, recent: int = RECENT
+) -> Findings:
     """Findings for ``records`` (one kernel's runs, oldest first; any labels), most important
     first. ``stale_now``: which earlier runs' models of a label are alive at this moment; None
     takes the records' word (as they were when each run ended). ``recent``: the latest runs of
@@ -42,8 +43,9 @@ def diagnose(records: Sequence[RunRecord], stale_now: StaleNow | None = None,
     return Findings(sorted(findings, key=lambda f: -f.weight))
 
 
-def _label_findings(runs: list[RunRecord], stale_now: StaleNow | None,
-                    recent: int) -> list[Finding]:
+def _label_findings(
+    runs: list[RunRecord], stale_now: StaleNow | None, recent: int
+) -> list[Finding]:
     latest = name_of(runs[-1])
     order = {name_of(r): i for i, r in enumerate(runs)}
     found = [f for run in runs[-recent:] for f in within_run(run) if f.kind != "stale_models"]
@@ -51,7 +53,7 @@ def _label_findings(runs: list[RunRecord], stale_now: StaleNow | None,
     kept: dict[str, tuple[int, Finding]] = {}
     for finding in found:
         at = max((order.get(name, -1) for name in finding.runs), default=-1)
-        if any(_clears(later, finding.kind) for later in runs[at + 1:]):
+        if any(_clears(later, finding.kind) for later in runs[at + 1 :]):
             continue  # a later run did the same work without it: fixed, or gone
         if finding.kind not in kept or at >= kept[finding.kind][0]:
             kept[finding.kind] = (at, finding)  # per kind, the latest run's
@@ -60,8 +62,9 @@ def _label_findings(runs: list[RunRecord], stale_now: StaleNow | None,
     if stale is not None:
         findings.append(stale)
     # a cause of an earlier run that the latest one no longer shows comes after the present ones
-    return [f if latest in f.runs else dataclasses.replace(f, weight=f.weight / 2)
-            for f in findings]
+    return [
+        f if latest in f.runs else dataclasses.replace(f, weight=f.weight / 2) for f in findings
+    ]
 
 
 def _clears(run: RunRecord, kind: str) -> bool:
@@ -126,7 +129,7 @@ def with_findings(
     """``record`` with the top findings about its label after it (``earlier``: the label's runs
     before it in this kernel; only the latest ``WINDOW`` are looked at)."""
     try:
-        runs = [*earlier[-(WINDOW - 1):], record]
+        runs = [*earlier[-(WINDOW - 1) :], record]
         return dataclasses.replace(record, findings=summary_lines(runs))
     except Exception as exc:  # a bug of ours must not lose the run
         warn(f"the run was not diagnosed: {type(exc).__name__}: {exc}")
@@ -137,6 +140,9 @@ def summary_lines(runs: Sequence[RunRecord], count: int = 2) -> tuple[str, ...]:
     """The top findings about ``runs[-1]`` (of its label), a line each, for its run summary (not
     the stale models: the summary has its own line for them; not an earlier run's own cause)."""
     latest = name_of(runs[-1])
-    findings = [f for f in diagnose(runs, recent=1)  # an earlier run's own causes: not here
-                if f.kind != "stale_models" and latest in f.runs]
+    findings = [
+        f
+        for f in diagnose(runs, recent=1)  # an earlier run's own causes: not here
+        if f.kind != "stale_models" and latest in f.runs
+    ]
     return tuple(f"{f.kind}: {f.message} — %nbguard diagnose" for f in findings[:count])

@@ -146,8 +146,9 @@ def this_kernel(runs: Sequence[RunRecord]) -> list[RunRecord]:
     for i in range(len(runs) - 1, 0, -1):
         a, b = runs[i - 1], runs[i]
         if b.run_number <= a.run_number or (
-            a.kernel_id != b.kernel_id or (a.pid is not None and b.pid is not None
-                                           and a.pid != b.pid)):
+            a.kernel_id != b.kernel_id
+            or (a.pid is not None and b.pid is not None and a.pid != b.pid)
+        ):
             return list(runs[i:])
     return list(runs)
 
@@ -164,8 +165,13 @@ class RunTrend:
     summary and the diagnosis. The line is fitted when first asked for (a run's own diagnosis
     asks only once there are ``MIN_RUNS`` runs)."""
 
-    def __init__(self, series: str, runs: Sequence[RunRecord], values: Sequence[float],
-                 test: Callable[[Trend], bool]) -> None:
+    def __init__(
+        self,
+        series: str,
+        runs: Sequence[RunRecord],
+        values: Sequence[float],
+        test: Callable[[Trend], bool],
+    ) -> None:
         self.series = series  # "RSS" or "fit time"
         self.runs = tuple(runs)  # the runs it is computed over, oldest first
         self._values = values
@@ -203,8 +209,11 @@ class RunTrend:
         if self.trend is None:
             return f"{self.series}: a trend needs 2 runs after the first ({len(self.runs)} so far)"
         slope = self.trend.slope
-        rate = (fmt_bytes(round(slope), signed=True) if self.series == "RSS"
-                else fmt_seconds(slope, signed=True))
+        rate = (
+            fmt_bytes(round(slope), signed=True)
+            if self.series == "RSS"
+            else fmt_seconds(slope, signed=True)
+        )
         return f"{'⚠ ' if self.flagged else ''}{self.series} {rate} per run over {self.span}"
 
 
@@ -237,6 +246,8 @@ def trends_text(name: str, runs: Sequence[RunRecord]) -> str:
     rss, fit = label_trends(runs)
     parts = [t.text() for t in (rss, fit) if t.trend is not None]
     if not parts:
-        return (f"{name}: a trend needs 3 runs in this kernel, the first a warm-up "
-                f"({len(this_kernel(runs))} so far)")
+        return (
+            f"{name}: a trend needs 3 runs in this kernel, the first a warm-up "
+            f"({len(this_kernel(runs))} so far)"
+        )
     return f"{name}: " + "; ".join(parts)

@@ -81,8 +81,10 @@ class TraceCounter:
         return self._top() if self._signatures is None else self._signatures
 
     def _top(self) -> tuple[tuple[str, int], ...]:
-        counted = sorted(((name, len(seen)) for name, seen in self._functions.values()),
-                         key=lambda item: -item[1])
+        counted = sorted(
+            ((name, len(seen)) for name, seen in self._functions.values()),
+            key=lambda item: -item[1],
+        )
         return tuple(counted[:SIGNATURES_KEPT])
 
     def _patch(self, module: ModuleType) -> AttributePatch | None:
@@ -97,8 +99,10 @@ class TraceCounter:
         def traced(*args: Any, **kwargs: Any) -> Any:
             # nested tf.functions trace inside their caller's trace: count the outer one only
             if counter._depth == 0:
-                counter._count(args[3] if len(args) > 3 else kwargs.get("tracing_options"),
-                               args[0] if args else kwargs.get("function_type"))
+                counter._count(
+                    args[3] if len(args) > 3 else kwargs.get("tracing_options"),
+                    args[0] if args else kwargs.get("function_type"),
+                )
             counter._depth += 1
             try:
                 return original(*args, **kwargs)
@@ -119,7 +123,8 @@ class TraceCounter:
             self.names[name or "<unnamed>"] += 1
             cache = getattr(tracing_options, "function_cache", None)
             _, seen = self._functions.setdefault(
-                name if cache is None else cache, (name or "<unnamed>", set()))
+                name if cache is None else cache, (name or "<unnamed>", set())
+            )
             try:
                 seen.add(hash(function_type))  # the same input traced twice (variables) is one
             except TypeError:
