@@ -209,40 +209,57 @@ function render({model, el}) {
   box.textContent = "loading plotly.js …";
   box.style.color = "#777";
   el.appendChild(box);
-  let Plotly = null, pending = false, lastWidth = 0;
-  const draw = () => {
-    if (!Plotly || pending) return;
-    pending = true;
+  let Plotly = null, pending = null, lastWidth = 0, drawn = null;
+  const liveShape = (live) => [live.epochs.length > 0, live.t.length > 0,
+                               Math.max(1, Math.ceil(live.epochs.length / 10))];
+  // a whole redraw for a new run (rows) or width; while a run goes, the live samples a few
+  // times a second: only the two live traces change (restyle), so a busy page keeps up
+  const draw = (what) => {
+    if (!Plotly) return;
+    pending = pending === "all" || what !== "live" ? "all" : "live";
+    if (draw.queued) return;
+    draw.queued = true;
     requestAnimationFrame(() => {
-      pending = false;
+      draw.queued = false;
+      const kind = pending;
+      pending = null;
+      const live = model.get("live") || {t: [], y: [], epochs: []};
+      const shape = liveShape(live);
+      if (kind === "live" && drawn && String(shape) === String(drawn.shape)) {
+        Plotly.restyle(box, {x: [live.epochs.map((_, i) => i + 1), live.t],
+                             y: [live.epochs, live.y]}, drawn.liveIndices);
+        return;
+      }
       const width = box.clientWidth || el.clientWidth || 700;
       lastWidth = width;
-      const state = {rows: model.get("rows") || [], live: model.get("live") || {t: [], y: [], epochs: []},
-                     notes: model.get("notes") || {}};
+      const state = {rows: model.get("rows") || [], live, notes: model.get("notes") || {}};
       const {traces, layout} = figure(state, width);
       Plotly.react(box, traces, layout, {displaylogo: false, responsive: true});
+      drawn = {shape, liveIndices: [traces.length - 2, traces.length - 1]};
     });
   };
+  const drawAll = () => draw("all");
+  const drawLive = () => draw("live");
   loadPlotly(model).then((P) => {
     Plotly = P;
     box.textContent = "";
     box.style.color = "";
-    draw();
+    draw("all");
   }, (err) => { box.textContent = "the interactive figure could not load: " + err; });
-  model.on("change:rows", draw);
-  model.on("change:live", draw);
-  model.on("change:notes", draw);
+  model.on("change:rows", drawAll);
+  model.on("change:live", drawLive);
+  model.on("change:notes", drawAll);
   // the layout changes at 560 and 760 px (one column, titles wrapped): redraw when crossed
   const resize = new ResizeObserver(() => {
     const width = box.clientWidth;
-    if (Plotly && width && ((width < 760) !== (lastWidth < 760) || (width < 560) !== (lastWidth < 560))) draw();
+    if (Plotly && width && ((width < 760) !== (lastWidth < 760) || (width < 560) !== (lastWidth < 560))) draw("all");
   });
   resize.observe(box);
   return () => {
     resize.disconnect();
-    model.off("change:rows", draw);
-    model.off("change:live", draw);
-    model.off("change:notes", draw);
+    model.off("change:rows", drawAll);
+    model.off("change:live", drawLive);
+    model.off("change:notes", drawAll);
     if (Plotly) Plotly.purge(box);
   };
 }
