@@ -173,24 +173,40 @@ def _subclasses(base: type) -> list[type]:
     return seen
 
 
-def frozen_holders(targets: Iterable[int], containers: Iterable[Any]) -> list[Any]:
-    """The ``containers`` that refer directly to an object whose id is in ``targets``.
+def frozen_holders(targets: Iterable[int], containers: Iterable[tuple[Any, bool]]) -> list[Any]:
+    """The ``containers`` ((object, whether it is a module's namespace)) that refer directly to an
+    object whose id is in ``targets``, for those
+    a heap scan cannot see once frozen: namespaces, IPython's caches and the user's own modules.
 
-    For the containers a heap scan cannot see once frozen. Module dicts (thousands) are looked at
-    in one batched call first, and one by one only when that call found something."""
+    Installed packages' and the standard library's modules are not looked at (thousands of dicts,
+    twice a heap scan's cost per level of a walk): a model they hold is held by a framework's
+    container anyway, which the leak finder does not follow."""
     wanted = set(targets)
     if not wanted or not _frozen_here():
         return []
-    found: list[Any] = []
-    modules: list[Any] = []
-    for box in containers:
-        if isinstance(box, dict) and "__name__" in box and "__loader__" in box:
-            modules.append(box)
-        elif wanted.intersection(map(id, gc.get_referents(box))):
-            found.append(box)
-    if modules and wanted.intersection(map(id, gc.get_referents(*modules))):
-        found.extend(m for m in modules if wanted.intersection(map(id, gc.get_referents(m))))
-    return found
+    boxes: list[Any] = []
+    for box, module in containers:
+        if module:
+            if isinstance(box, dict) and _users_module(box):
+                boxes.append(box)
+            continue
+        boxes.append(box)
+        inner = getattr(box, "__dict__", None)  # an instance's attributes live in its own dict
+        if isinstance(inner, dict):
+            boxes.append(inner)
+    return [box for box in boxes if wanted.intersection(map(id, gc.get_referents(box)))]
+
+
+def _users_module(namespace: dict[str, Any]) -> bool:
+    """A module of the user's own: not installed, not the standard library's, not built in."""
+    path = namespace.get("__file__")
+    if not isinstance(path, str):
+        return False
+    return not path.startswith(_INSTALLED)
+
+
+_INSTALLED = tuple(dict.fromkeys(
+    os.path.join(os.path.realpath(p), "") for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)))
 
 
 def _frozen_here() -> bool:
