@@ -69,7 +69,10 @@ def figures(seen: dict[str, Any]) -> dict[str, Any]:
     ok = [r for r in runs if r["ok"]]
     tail = [r["rss"] / MIB for r in runs[FIRST - 1 :]]
     errors = list(dict.fromkeys(r["error"] for r in runs if not r["ok"]))
-    findings = sorted({line for r in runs for line in r.get("findings", [])})
+    findings: dict[str, str] = {}  # kind -> the first run's summary line of that kind
+    for r in runs:
+        for line in r.get("findings", []):
+            findings.setdefault(line.split(":")[0], f"run {r['n']}: {line}")
     last = runs[-1] if runs else {}
     return {
         "lsq": lsq(tail),
@@ -82,7 +85,8 @@ def figures(seen: dict[str, Any]) -> dict[str, Any]:
         "errors": errors,
         "setup_error": seen.get("setup_error"),
         "diagnose": last.get("diagnose", []),
-        "findings": findings,
+        "findings": list(findings.values()),
+        "kinds": sorted(set(findings) | {line.split(":")[0] for line in last.get("diagnose", [])}),
         "earlier_alive": last.get("earlier_alive"),
         "live": last.get("live_models"),
         "isolated": list(dict.fromkeys(r["isolated"] for r in runs if r.get("isolated"))),
@@ -107,8 +111,8 @@ def verdict(by_mode: dict[str, dict[str, Any]]) -> str:
             )
         if k["earlier_alive"]:
             fails.append(f"{k['earlier_alive']} earlier model(s) alive")
-        if k["diagnose"] or k["findings"]:
-            fails.append(f"{len(set(k['diagnose']) | set(k['findings']))} finding(s)")
+        if k["kinds"]:
+            fails.append(f"finding(s): {', '.join(k['kinds'])}")
         b = by_mode.get("bare")
         if b and b["cell"] is not None and k["cell"] is not None:
             allowed = max(GOAL_TIME_S, GOAL_TIME_SHARE * b["cell"])
@@ -215,7 +219,7 @@ def _table(table: dict[str, dict[str, dict[str, Any]]], modes: list[str], runs: 
                 f"{b['cell']:.2f} -> {k['cell']:.2f} (x{k['cell'] / b['cell']:.2f}; "
                 f"cpu x{k['cpu'] / b['cpu']:.2f})"
             )
-        found = len(set(k["diagnose"]) | set(k["findings"])) if k else "-"
+        found = (", ".join(k["kinds"]) or "none") if k else "-"
         alive = "/".join(str(by_mode[m]["earlier_alive"]) if m in by_mode else "-" for m in modes)
         print(f"{name:>20} | {slopes} | {fit:>22} | {cell:>26} | {found!s:>8} | {alive}")
 
