@@ -98,7 +98,8 @@ class Probe:
             found = gc.get_referrers(*args)
             # frozen namespaces and modules (gcfreeze.py) are out of the scan's sight
             targets = {id(o) for o in args} - (class_ids if depth == 0 else set())
-            found.extend(frozen_holders(targets, (obj for obj, _ in roots.values())))
+            found.extend(frozen_holders(
+                targets, ((obj, isinstance(name, str)) for obj, name in roots.values())))
             self.scans += 1
             skip = own | {id(args), id(found), id(frontier), id(discovered)}
             if depth == 0:

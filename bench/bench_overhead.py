@@ -1,0 +1,120 @@
+"""What ``%%kerasrun`` adds to the time a cell holds the kernel, on Keras' own examples.
+
+    python bench/bench_overhead.py                   # every example in bench/examples, 6 pairs
+    python bench/bench_overhead.py --only mnist_convnet,dense512 --pairs 10
+
+One fresh process per example, in a real ``InteractiveShell``: the setup cell once, one warm-up of
+each way, then the train cell bare and under ``%%kerasrun --quiet`` alternately (ABAB, so the
+machine's load falls on both alike). A run's time is ``shell.run_cell``'s whole call, start to
+return: our preparation, the cell, and everything we do after it before the kernel is free again.
+Also printed: our own parts as the run's record has them (``own_time``: clear, gc, leak check,
+...) and the gen-2 collections a run saw (ours, and the interpreter's own during the fit).
+Goal (issue 23): the magic adds <= max(50 ms, 5%).
+``dense512`` is the issue's own cell: a Dense(512) model built, compiled and fit for one epoch.
+Prints; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.examples import examples
+
+DENSE512_SETUP = """\
+import numpy as np
+import keras
+x = np.random.default_rng(0).random((1024, 32), dtype="float32")
+y = np.random.default_rng(1).random((1024, 1), dtype="float32")
+def make_model():
+    m = keras.Sequential([keras.Input((32,)), keras.layers.Dense(512, activation="relu"),
+                          keras.layers.Dense(1)])
+    m.compile("adam", "mse")
+    return m
+"""
+DENSE512_TRAIN = "model = make_model()\nmodel.fit(x, y, epochs=1, batch_size=32, verbose=0)\n"
+
+CHILD = """
+import gc, json, os, sys, time
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+os.environ["KERAS_NBGUARD_DB"] = ":memory:"
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+setup, train, pairs = json.loads(sys.stdin.read())
+shell.run_cell("%load_ext keras_nbguard")
+assert shell.run_cell(setup).success
+def timed(source):
+    start = time.perf_counter()
+    result = shell.run_cell(source, store_history=True)
+    seconds = time.perf_counter() - start
+    if not result.success:
+        raise SystemExit(f"the cell failed: {result.error_in_exec!r}")
+    return seconds
+full = [0]
+gc.callbacks.append(lambda phase, info: phase == "stop" and info["generation"] == 2
+                    and full.__setitem__(0, full[0] + 1))
+magic = "%%kerasrun --quiet --label bench\\n" + train
+timed(train); timed(magic)  # warm-up: TensorFlow's first traces, the leak finder's import
+bare, ours, collections = [], [], []
+for _ in range(pairs):
+    bare.append(timed(train))
+    before = full[0]
+    ours.append(timed(magic))
+    collections.append(full[0] - before)
+import keras_nbguard
+parts = {}
+for record in keras_nbguard.runs("bench")[1:]:
+    for name, seconds in record.own_time:
+        parts.setdefault(name, []).append(seconds)
+print(json.dumps({"bare": bare, "magic": ours, "collections": collections,
+                  "parts": {k: statistics.median(v) for k, v in parts.items()},
+                  "frozen": keras_nbguard.session.get_session().frozen.describe()}))
+"""
+
+
+def measure(setup: str, train: str, pairs: int) -> dict:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    out = subprocess.run([sys.executable, "-c", CHILD], input=json.dumps([setup, train, pairs]),
+                         capture_output=True, text=True, env=env, timeout=3600)
+    if out.returncode != 0:
+        return {"error": (out.stderr or out.stdout).strip().splitlines()[-1:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", help="comma-separated names (dense512 and the examples')")
+    parser.add_argument("--pairs", type=int, default=6)
+    args = parser.parse_args()
+    cases = {"dense512": (DENSE512_SETUP, DENSE512_TRAIN)}
+    cases.update({e.name: (e.setup, e.train) for e in examples().values()})
+    chosen = args.only.split(",") if args.only else list(cases)
+    print(f"%%kerasrun's cost per run, {args.pairs} interleaved pairs per example, "
+          f"{os.cpu_count()} CPUs; medians; goal: + <= max(50 ms, 5%)")
+    for name in chosen:
+        got = measure(*cases[name], args.pairs)
+        if "error" in got:
+            print(f"  {name:<20} failed: {got['error']}")
+            continue
+        bare, magic = statistics.median(got["bare"]), statistics.median(got["magic"])
+        added = magic - bare
+        goal = max(0.050, 0.05 * bare)
+        parts = ", ".join(f"{k} {v * 1000:.0f}" for k, v in
+                          sorted(got["parts"].items(), key=lambda kv: -kv[1]))
+        print(f"  {name:<20} bare {bare:6.3f} s  %%kerasrun {magic:6.3f} s  added "
+              f"{added * 1000:+6.0f} ms ({added / bare:+.1%})  "
+              f"{'meets' if added <= goal else 'misses'} the goal; ours [ms]: {parts}; "
+              f"gen-2 collections a run (ours and Python's own): {min(got['collections'])}-"
+              f"{max(got['collections'])}")
+    print(f"  gc: {got.get('frozen', 'n/a')}" if chosen else "")
+
+
+if __name__ == "__main__":
+    main()
