@@ -135,7 +135,7 @@ def _loads(data: bytes) -> Any:
 def _notebook_classes() -> dict[str, type]:
     from IPython import get_ipython
 
-    from .sending import notebook_classes
+    from .sending import custom_objects
 
     shell = get_ipython()
-    return notebook_classes(shell.user_ns) if shell is not None else {}
+    return custom_objects(shell.user_ns) if shell is not None else {}  # functions too

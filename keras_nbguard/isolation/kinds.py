@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import os
 import sys
+import types
 from collections.abc import Mapping
 from typing import Any
 
@@ -97,6 +98,60 @@ def notebook_classes(namespace: Mapping[str, Any]) -> dict[str, type]:
         for name, obj in list(namespace.items())
         if isinstance(obj, type) and obj.__module__ == "__main__" and keras_package_of(obj)
     }
+
+
+def notebook_functions(namespace: Mapping[str, Any]) -> dict[str, Any]:
+    """The functions the notebook defines (a TextVectorization's ``standardize``, an
+    activation): Keras saves them by name."""
+    return {
+        name: obj
+        for name, obj in list(namespace.items())
+        if isinstance(obj, types.FunctionType) and obj.__module__ == "__main__"
+    }
+
+
+def custom_objects(namespace: Mapping[str, Any]) -> dict[str, Any]:
+    """What Keras is given to load the notebook's objects here: its classes and functions."""
+    return {**notebook_functions(namespace), **notebook_classes(namespace)}
+
+
+def functions_keras_names(namespace: Mapping[str, Any]) -> dict[str, Any]:
+    """The notebook's functions that a Keras object of the notebook names in its config (and
+    so needs, to be loaded elsewhere): only those go to the child (pickled by value)."""
+    functions = notebook_functions(namespace)
+    if not functions:
+        return {}
+    named: set[str] = set()
+    for value in list(namespace.values()):
+        parts = list(value)[:100] if isinstance(value, (list, tuple)) else [value]
+        for part in parts:
+            if keras_package(part) is not None and hasattr(part, "get_config"):
+                named |= _strings(_config(part))
+    return {name: functions[name] for name in named if name in functions}
+
+
+def _config(obj: Any) -> Any:
+    import importlib
+
+    try:
+        saving = importlib.import_module(f"{keras_package(obj)}.saving")
+        return saving.serialize_keras_object(obj)
+    except Exception:
+        return None
+
+
+def _strings(config: Any) -> set[str]:
+    found: set[str] = set()
+    todo = [config]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            found.add(item)
+        elif isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            todo.extend(item)
+    return found
 
 
 def keras_package_of(cls: type) -> str | None:

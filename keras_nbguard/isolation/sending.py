@@ -23,7 +23,9 @@ from .kinds import (
     OWN_WORDS,
     SHARED_BYTES,
     Unsendable,
+    custom_objects,
     dataset_zip,
+    functions_keras_names,
     is_dataset,
     keras_bytes,
     keras_package,
@@ -33,7 +35,14 @@ from .kinds import (
     this_process_own,
 )
 
-__all__ = ["SHARED_BYTES", "Sent", "Unsendable", "notebook_classes", "pack_inputs"]
+__all__ = [
+    "SHARED_BYTES",
+    "Sent",
+    "Unsendable",
+    "custom_objects",
+    "notebook_classes",
+    "pack_inputs",
+]
 
 
 @dataclass
@@ -210,7 +219,7 @@ class _Packer:
         child loads Keras objects with, wherever they are (a model, a list of layers)."""
         import cloudpickle
 
-        found = notebook_classes(self.namespace)
+        found = {**functions_keras_names(self.namespace), **notebook_classes(self.namespace)}
         if not found:
             return None
         try:
