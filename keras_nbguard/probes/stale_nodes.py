@@ -53,8 +53,16 @@ def stale(registry: ModelRegistry, label: str | None, user_ns: Mapping[str, Any]
 
 
 def listed(registry: ModelRegistry, label: str | None) -> bool:
-    """Whether a node an earlier run of ``label`` made is still in a layer's node list."""
-    return any(node_lists(node) for node, _ in registry.earlier_nodes(label))
+    """Whether a node an earlier run of ``label`` made is still listed by a layer that outlives
+    that run: one whose node lists hold nodes of another run too, or of no run (a setup cell's).
+    A run's own layers list only that run's nodes: they go with its model, and need no walk."""
+    for node, run in registry.earlier_nodes(label):
+        for _, nodes in node_lists(node):
+            for other in nodes:
+                made = registry.node_run(other)
+                if made is None or made[0] != run:
+                    return True
+    return False
 
 
 def held(probe: Any) -> list[Any]:
