@@ -42,7 +42,7 @@ def make_model():
 DENSE512_TRAIN = "model = make_model()\nmodel.fit(x, y, epochs=1, batch_size=32, verbose=0)\n"
 
 CHILD = """
-import gc, json, os, sys, time
+import gc, json, os, statistics, sys, time
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 os.environ["KERAS_NBGUARD_DB"] = ":memory:"
 from IPython.core.interactiveshell import InteractiveShell
