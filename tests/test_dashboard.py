@@ -560,3 +560,19 @@ def test_a_sweep_reads_as_one_table_that_fills_in():
     table.finished(points[2], status="died")  # nothing came back
     markup = table.bundle()["text/html"]
     assert markup.count("<tr>") == 4 and "died" in markup and "%nbguard runs" in markup
+
+
+def test_the_figure_sends_only_new_samples_and_keeps_its_state_whole(board):
+    chart = board.chart
+    messages = sent(board)
+    chart.set_live([0.0, 0.1], [500.0, 501.0], [], "running: mlp #1")
+    chart.set_live([0.0, 0.1, 0.2], [500.0, 501.0, 502.0], [0.4], "running: mlp #1")
+    chart.set_live([0.0, 0.1, 0.2], [500.0, 501.0, 502.0], [0.4], "running: mlp #1")  # no change
+    assert [(m["start"], m["t"], m["epochs"]) for m in messages] == [
+        (0, [0.0, 0.1], []), (2, [0.2], [0.4])]
+    chart.set_live([0.0, 0.2], [501.0, 502.0], [0.4], "running: mlp #1")  # halved: all again
+    assert (messages[-1]["start"], messages[-1]["t"]) == (0, [0.0, 0.2])
+    # a reloaded page asks for the state: it is the whole figure, never sent as a trait change
+    state = chart.get_state()
+    assert state["live"]["t"] == [0.0, 0.2] and state["live"]["epochs"] == [0.4]
+    assert all(m["type"] in ("live", "rows") for m in messages)
