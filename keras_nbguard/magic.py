@@ -215,7 +215,7 @@ class KerasMagics(Magics):
 
     @magic_arguments()
     @argument("command", choices=SUBCOMMANDS, help=" | ".join(SUBCOMMANDS))
-    @argument("operands", nargs="*", help="export: the CSV file; compare: two runs (mlp#3 mlp#7).")
+    @argument("operands", nargs="*", help="export: the CSV file; compare: two runs (mlp:3 mlp:7).")
     @argument("--all", dest="free_all", action="store_true", help="free: current models too.")
     @argument("--undo", action="store_true", help="reset: show the hidden runs again.")
     @argument("--containers", action="store_true",
@@ -252,7 +252,7 @@ class KerasMagics(Magics):
         runs     the runs of this notebook as a table (``--label NAME`` for one label).
         leaks    every live Keras model, with the paths that hold it; stale ones flagged.
         diagnose why runs got slower or fatter, in words, with the numbers (``--label``).
-        compare  two runs side by side: ``%nbguard compare mlp#3 mlp#7`` (a label: its last).
+        compare  two runs side by side: ``%nbguard compare mlp:3 mlp:7`` (a label: its last).
         free     drop references to stale models (``--all``: current ones too;
                  ``--containers``: also inside your lists/dicts/attributes), then clear.
         dashboard  the live dashboard widget (a static view without a widget frontend);
@@ -353,6 +353,10 @@ def load(shell: Any) -> KerasMagics:
     board = sys.modules.get("keras_nbguard.kernel_board")
     if board is not None:  # %reload_ext: the dashboard already shown follows the new session
         board.follow(session)
+    else:  # a new kernel: the side panel its notebook had comes back (side_panel.py)
+        from .side_panel import reopen
+
+        reopen(session)
     return magics
 
 
