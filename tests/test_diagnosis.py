@@ -15,7 +15,7 @@ import keras_nbguard
 from keras_nbguard.compare import Comparison, find_run
 from keras_nbguard.diagnosis import MIN_RUNS, Trend, diagnose
 from keras_nbguard.formatting import fmt_seconds
-from keras_nbguard.records import FitRecord, GpuReading
+from keras_nbguard.records import FitRecord, GpuReading, HeldModels
 
 MiB = 2**20
 
@@ -55,6 +55,17 @@ def test_rss_growing_every_run_is_state_growth_with_the_rate():
     rss = [500 * MiB + i * 10 * MiB for i in range(8)]
     (finding,) = diagnose(runs_of([1.0] * 8, rss))
     assert finding.kind == "state_growth" and "grows 10.0 MiB a run" in finding.message
+
+
+def test_growth_no_name_or_model_explains_is_told_as_native_with_isolate_as_the_way_out():
+    rss = [500 * MiB + i * 3 * MiB for i in range(8)]
+    (finding,) = diagnose(runs_of([1.0] * 8, rss))  # no name grew, no stale model alive
+    assert "native memory kept by the framework" in finding.message
+    assert "--isolate" in finding.advice
+    held = HeldModels(count=1, runs=(3,), paths=("models[0]",), weight_bytes=MiB)
+    stale = [dataclasses.replace(r, stale_models=held) for r in runs_of([1.0] * 8, rss)]
+    finding = next(f for f in diagnose(stale) if f.kind == "state_growth")
+    assert "native" not in finding.message and "%nbguard leaks" in finding.advice
 
 
 def test_epoch_time_rising_within_a_fit_is_told_apart_from_runs():
