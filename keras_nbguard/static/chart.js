@@ -73,12 +73,12 @@ function figure(state, width) {
   const rows = state.rows, live = state.live, gpuNote = state.notes.gpu;
   const gpu = rows.some((r) => r.tf !== null || r.proc !== null || r.dev !== null);
   const {panels, slots} = panelsFor(width);
-  const slotHeight = slots > 3 ? 210 : 250, legend = 70;
+  const slotHeight = slots > 3 ? 210 : 250, legend = 56;
   const height = slots * slotHeight + legend;
   const layout = {
     height, autosize: true, margin: {l: 52, r: 16, t: 28, b: legend}, hovermode: "closest",
     template: undefined, paper_bgcolor: "#fff", plot_bgcolor: "#fafafa", showlegend: true,
-    legend: {orientation: "h", yanchor: "top", y: -legend / height / 2, x: 0,
+    legend: {orientation: "h", yanchor: "top", y: 0, x: 0,  // in the bottom margin
              title: {text: "label"}},
     annotations: [], shapes: [], font: {size: 11},
   };
