@@ -22,7 +22,8 @@ from . import batch_probe
 from .batch_probe import MIB, Probe
 from .notices import warn
 
-MARGIN = 0.05  # of the limit, kept free: the allocator's rounding and the host's noise
+MARGIN = 0.05  # of the limit, kept free on a GPU: the allocator's rounding
+HOST_MARGIN = 0.10  # on the host: a fresh fit's peak RSS varies by ~6% run to run (the bench)
 
 
 @dataclass(frozen=True)
@@ -151,15 +152,18 @@ def _largest(fixed: float, slope: float, usable: float) -> int:
 
 def batch_advice(model: Any, x: Any, y: Any = None, *, limit_mib: float | None = None,
                  batch_sizes: list[int] | None = None, steps: int = 2,
-                 batch_size: int | None = None, margin: float = MARGIN) -> BatchAdvice:
+                 batch_size: int | None = None, margin: float | None = None) -> BatchAdvice:
     """The largest batch predicted to fit, from a few short steps on a copy of ``model``.
 
     ``limit_mib``: what a fit may add (default: free GPU memory, or ``--host-limit`` /
     available memory on the host); ``batch_sizes``: the probes (default: chosen, rising, each
-    under half the limit); ``batch_size``: the batch you want, for the accumulation advice.
+    under half the limit); ``batch_size``: the batch you want, for the accumulation advice;
+    ``margin``: the share of the limit kept free (5% on a GPU, 10% on the host).
     """
     started = time.perf_counter()
     source = batch_probe.peak_source()
+    if margin is None:
+        margin = HOST_MARGIN if isinstance(source, batch_probe.HostPeaks) else MARGIN
     source_of_limit = "given"
     if limit_mib is None:
         limit_mib, source_of_limit = batch_probe.default_limit(source)
