@@ -131,8 +131,9 @@ class _CallbackLoader(importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         module.__loader__ = self.loader
-        if getattr(module, "__spec__", None) is not None:
-            module.__spec__.loader = self.loader
+        spec = getattr(module, "__spec__", None)
+        if spec is not None:
+            spec.loader = self.loader
         self.loader.exec_module(module)
         self.after()
 
@@ -164,7 +165,8 @@ def _framework_objects_exist() -> bool:
 
 
 def _subclasses(base: type) -> list[type]:
-    seen, todo = [base], [base]
+    seen: list[type] = [base]
+    todo: list[type] = [base]
     while todo:
         for sub in type.__subclasses__(todo.pop()):
             if sub not in seen:
