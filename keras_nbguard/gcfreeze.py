@@ -168,7 +168,8 @@ def _subclasses(base: type) -> list[type]:
     seen: list[type] = [base]
     todo: list[type] = [base]
     while todo:
-        for sub in type.__subclasses__(todo.pop()):
+        subclasses: list[type] = todo.pop().__subclasses__()
+        for sub in subclasses:
             if sub not in seen:
                 seen.append(sub)
                 todo.append(sub)
