@@ -127,6 +127,7 @@ class RunRecord:
     delta_fit_seconds: float | None = None
     delta_rss_after: int | None = None
     previous_run: int | None = None
+    previous_elsewhere: bool = False  # the previous run was in another kernel (before a restart)
     # where the run happened, so history can span kernel restarts
     notebook: str | None = None
     cell_id: str | None = None
@@ -166,6 +167,7 @@ class RunRecord:
         return dataclasses.replace(
             self,
             previous_run=previous.run_number,
+            previous_elsewhere=(previous.kernel_id, previous.pid) != (self.kernel_id, self.pid),
             delta_fit_seconds=_diff(self.fit_seconds, previous.fit_seconds),
             delta_rss_after=_diff(self.rss_after, previous.rss_after),
         )

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 from helpers import make_record
 
 from keras_nbguard.records import RunRecord
@@ -28,6 +30,15 @@ def test_deltas_against_previous_run_of_the_label():
     assert second.delta_rss_after == 5 * 2**20
     assert "#1: Δ fit +300 ms, Δ RSS after +5.0 MiB" in dict(second.summary_rows())["vs previous"]
     assert make_record().compared_to(None).previous_run is None
+    restarted = dataclasses.replace(second, pid=(first.pid or 0) + 1).compared_to(first)
+    assert "#1 (in an earlier kernel: a restart between)" in dict(restarted.summary_rows())[
+        "vs previous"]
+
+
+def test_a_delta_without_its_figure_says_why():
+    first = make_record(fit_seconds=None, fits=())
+    second = make_record(run_number=2, fit_seconds=1.5).compared_to(first)
+    assert "n/a (no fit in #1)" in dict(second.summary_rows())["vs previous"]
 
 
 def test_delta_is_unknown_when_either_side_is():
