@@ -192,8 +192,12 @@ def batch_advice(model: Any, x: Any, y: Any = None, *, limit_mib: float | None =
     finally:
         copy = None  # the copy's weights, optimizer state and functions go with it
         gc.collect()
-    return advise(probes, limit_mib, source_of_limit, source.where, weights, optimizer,
-                  time.perf_counter() - started, margin, batch_size, warmup)
+    advice = advise(probes, limit_mib, source_of_limit, source.where, weights, optimizer,
+                    time.perf_counter() - started, margin, batch_size, warmup)
+    if most and advice.batch_size and advice.batch_size > most:  # no batch is larger than x
+        advice = _replace(advice, batch_size=most, reason=f"the whole dataset ({most:,} "
+                          f"samples) fits in one batch")
+    return advice
 
 
 def advise(probes: list[Probe], limit_mib: float, limit_source: str, where: str,
