@@ -265,9 +265,19 @@ class KerasMagics(Magics):
         config   show the defaults every ``%%kerasrun`` starts from, or change them with the same
                  options ``%%kerasrun`` takes (plus --clear, --no-gpu-limit, --no-mixed-precision,
                  and --db PATH for where the run history is kept).
+        batch    the largest batch predicted to fit: ``%nbguard batch MODEL X [Y] [--limit MiB]
+                 [--batch N] [--steps N]`` (a few short steps on a copy of the model).
         """
+        words = _shell_words(line)
+        if words and words[0] == "batch":  # its own small grammar (batch_advisor.py)
+            from .batch_advisor import batch_line_magic
+
+            try:
+                return batch_line_magic(self.shell, line)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
         parser = self.nbguard.parser
-        args = parser.parse_args(_shell_words(line))
+        args = parser.parse_args(words)
         _check_subcommand(parser, args)
         handler = getattr(self, f"_nbguard_{args.command}")
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers import run
+from IPython.core.error import UsageError
 
 import keras_nbguard
 from keras_nbguard.batch_advisor import BatchAdvice, advise, batch_advice, batch_line_magic
@@ -107,8 +108,10 @@ def test_the_user_s_model_and_optimizer_are_unchanged_and_probes_stay_under_half
 @pytest.mark.slow
 def test_the_magic_line_looks_its_names_up(keras_shell):
     assert run(keras_shell, "model = make_model()").success
-    advice = batch_line_magic(keras_shell, "batch model x y --limit 200 --steps 1")
+    advice = keras_shell.run_line_magic("nbguard", "batch model x y --limit 200 --steps 1")
     assert advice.limit_mib == 200 and advice.limit_source == "given"
+    with pytest.raises(UsageError, match="no name nope"):  # the magic: no traceback
+        keras_shell.run_line_magic("nbguard", "batch model nope")
     with pytest.raises(ValueError, match="no name nope"):
         batch_line_magic(keras_shell, "model nope")
     with pytest.raises(ValueError, match="positive whole number"):
