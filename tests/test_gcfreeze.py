@@ -84,10 +84,14 @@ def test_a_run_collects_once():
         cell(run)
         gc.collect = collect
         record = __import__("keras_nbguard").runs("m")[-1]
-        print(json.dumps({"collections": len(calls), "own": [p for p, _ in record.own_time]}))
+        print(json.dumps({"collections": len(calls), "own": [p for p, _ in record.own_time],
+                          "released": list(record.released_models.paths)
+                          if record.released_models else []}))
         """)
     assert out["collections"] == 1, out
     assert out["own"], out  # the summary's "ours" has its parts
+    # the frozen Out still gives up the last run's History (and its model) before the run
+    assert any(path.startswith("Out[") for path in out["released"]), out
 
 
 def test_not_frozen_when_models_exist_before_the_extension():
