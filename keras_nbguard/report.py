@@ -61,7 +61,8 @@ def runs_table(records: Sequence[RunRecord], title: str = "keras_nbguard runs") 
     if not any(r.params for r in records):
         return Table(title, COLUMNS, [run_row(r) for r in records])
     # a sweep's runs: which point each was
-    return Table(title, (*COLUMNS, "params"), [(*run_row(r), fmt_params(r.params)) for r in records])
+    rows = [(*run_row(r), fmt_params(r.params)) for r in records]
+    return Table(title, (*COLUMNS, "params"), rows)
 
 
 def key_values(title: str, pairs: Sequence[tuple[str, str]]) -> Table:
