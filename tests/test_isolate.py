@@ -91,6 +91,17 @@ def test_interrupting_the_kernel_stops_the_child(iso_shell):
     assert record.status == "interrupted"
 
 
+def test_a_sweep_shows_one_table_not_a_summary_per_point(iso_shell):
+    cell = '%%kerasrun --sweep "units=2,4" --label onetable\nwidth = units * 2\n'
+    with capture_output() as seen:
+        result = run(iso_shell, cell)
+    assert result.success, result.error_in_exec
+    shown = "\n".join(str(o.data.get("text/html", "")) for o in seen.outputs)
+    assert "units=2" in shown and "units=4" in shown  # a row per point
+    assert "kerasrun 'onetable' #" not in shown  # no per-point summary
+    assert [r.status for r in keras_nbguard.runs("onetable")] == ["ok", "ok"]
+
+
 def test_a_sweep_runs_every_point_two_at_a_time(iso_shell):
     cell = ('%%kerasrun --sweep "units=2,4; scale_by=1.0,2.0" --parallel 2 --label sweep --quiet\n'
             "import os\nwidth = units * scale_by\npid = os.getpid()\n")

@@ -13,6 +13,7 @@ recorded as interrupted, the finished ones are kept, the rest never start.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -125,10 +126,15 @@ def _sweep(cell: _Cell, job: dict[str, Any], args: argparse.Namespace, plan: swe
     other. Points are made as they are run (``plan`` is lazy)."""
     results: dict[Any, Any] = {}
     points = ({**job, "params": params} for params in plan)
+    table = _sweep_table(cell, job["label"], plan)
+    if table is not None:  # one table, not a 10-line summary per point
+        cell = dataclasses.replace(cell, options=dataclasses.replace(cell.options, quiet=True))
 
     def keep(point: dict[str, Any], bound: dict[str, Any]) -> None:
         bound.pop("__value__", None)
         results[sweep.key(point["params"])] = bound
+        if table is not None:
+            table.finished(point["params"], cell.session.last_run(point["label"]))
 
     def done(point: dict[str, Any], child: ChildResult, stop: BaseException | None) -> None:
         keep(point, _recorded(cell, point, child, stop))
@@ -144,11 +150,30 @@ def _sweep(cell: _Cell, job: dict[str, Any], args: argparse.Namespace, plan: swe
     else:
         spare = _spare_of(cell.session)
         for point in points:
+            if table is not None:
+                table.started(point["params"])
             _, bound = _watched(cell, point, spare)
             keep(point, bound)
             if args.prestart:
                 spare.make(names.imports_of(job["source"]))
+    if table is not None:
+        table.close()
     return results
+
+
+TABLE_POINTS = 10_000  # a table lists every point up front; a larger sweep gets no table
+
+
+def _sweep_table(cell: _Cell, label: str, plan: sweep.Sweep) -> Any:
+    """The sweep's one table (sweep_table.py), shown now; None for ``--quiet`` and for sweeps too
+    large to list."""
+    if cell.options.quiet or len(plan) > TABLE_POINTS:
+        return None
+    from ..sweep_table import SweepTable
+
+    table = SweepTable(label, list(plan))
+    table.show()
+    return table
 
 
 def _watched(
