@@ -210,10 +210,18 @@ def _serialized(entry: Entry) -> Entry:
     if entry is None or entry[0] != "finish" or len(entry[1]) != 2:
         return entry
     run_id, record = entry[1]
-    try:
-        payload: str | None = json.dumps(record.to_dict())
-    except (TypeError, ValueError):
-        payload = None
+    payload: str | None = None
+    for _ in range(3):
+        try:
+            payload = json.dumps(record.to_dict())
+            break
+        except (TypeError, ValueError):
+            break  # the record itself can't be JSON: trying again won't change that
+        except Exception:
+            # A heap scan on another thread (gc.get_objects / get_referrers: the leak finder's,
+            # or the user's) can catch asdict's tuples half-built: CPython raises SystemError
+            # here. Transient: try again, and never let it take the batch with it.
+            continue
     return ("finish", (run_id, record, payload))
 
 

@@ -11,7 +11,7 @@ import textwrap
 import time
 
 import pytest
-from helpers import wait_until
+from helpers import make_record, wait_until
 
 import keras_nbguard
 from keras_nbguard.dbfile import APPLICATION_ID
@@ -400,3 +400,26 @@ def test_a_closed_store_writes_nothing_and_reads_nothing(tmp_path):
     assert store.runs() == [] and store.reset_mark("nb") is None
     with sqlite3.connect(tmp_path / "runs.sqlite") as db:
         assert [row[0] for row in db.execute("SELECT id FROM runs")] == ["r"]
+
+
+def test_a_record_caught_half_built_by_a_heap_scan_is_serialized_again():
+    """CPython raises SystemError in ``asdict`` when another thread's gc.get_objects() /
+    get_referrers() meets its tuples half-built (seen with the leak finder's scans): the
+    writer tries again instead of dropping the batch."""
+    import dataclasses as dc
+    import json as js
+
+    from keras_nbguard.writer import _serialized
+
+    failures = [SystemError("Objects/tupleobject.c:927: bad argument to internal function")]
+
+    @dc.dataclass(frozen=True)
+    class Racy(type(make_record())):
+        def to_dict(self):
+            if failures:
+                raise failures.pop()
+            return super().to_dict()
+
+    record = Racy(**{f.name: getattr(make_record(), f.name) for f in dc.fields(make_record())})
+    _, (run_id, same, payload) = _serialized(("finish", ("r1", record)))
+    assert run_id == "r1" and same is record and js.loads(payload)["label"] == record.label
