@@ -26,20 +26,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.bench_cells import FIT, SETUP
 from bench.examples import examples
 
-DENSE512_SETUP = """\
-import numpy as np
-import keras
-x = np.random.default_rng(0).random((1024, 32), dtype="float32")
-y = np.random.default_rng(1).random((1024, 1), dtype="float32")
-def make_model():
-    m = keras.Sequential([keras.Input((32,)), keras.layers.Dense(512, activation="relu"),
-                          keras.layers.Dense(1)])
-    m.compile("adam", "mse")
-    return m
-"""
-DENSE512_TRAIN = "model = make_model()\nmodel.fit(x, y, epochs=1, batch_size=32, verbose=0)\n"
+# the issue's own cell: bench_cells.py's Dense(512) model, built, compiled and fit for one epoch
+DENSE512_SETUP = SETUP
+DENSE512_TRAIN = f"model = make_model()\n{FIT}\n"
 
 CHILD = """
 import gc, json, os, statistics, sys, time
