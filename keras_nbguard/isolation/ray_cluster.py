@@ -7,7 +7,7 @@ Connecting takes at most ``CONNECT_SECONDS``: an address nothing answers at, or 
 refuses this kernel's token (Ray >= 2.59 turns token authentication on: ``RAY_AUTH_TOKEN``,
 ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``, read by Ray itself from the environment we
 leave untouched), is a ``ValueError`` in words, not minutes of Ray's retries. A local Ray we
-start listens on 127.0.0.1 only. Tasks are submitted a few at a time (a million-point sweep is
+start is started as Ray starts one. Tasks are submitted a few at a time (a million-point sweep is
 not a million pending tasks); the stop button cancels the running ones, recorded interrupted."""
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from .parent import ChildResult
 INSTALL = "--cluster ray needs Ray, which is not installed here: pip install 'keras_nbguard[ray]'"
 CONNECT_SECONDS = 10.0
 LOCAL_IP = "127.0.0.1"
-CLUSTERS_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # Ray's: off, it keeps 127.0.0.1 as given
 
 OnDone = Callable[[dict[str, Any], ChildResult, "BaseException | None"], None]
 
@@ -87,37 +86,15 @@ def connect() -> Any:
         # this package reaches the workers through Ray's runtime environment
         package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         options["runtime_env"] = {"py_modules": [package]}
-    loopback = address is None or (where is not None and where[0] in ("127.0.0.1", "localhost"))
-    if loopback:  # ours, or one on this machine's loopback: nothing on outside addresses
-        options["_node_ip_address"] = LOCAL_IP
-        with _loopback_only(ray):
-            _init_within(ray, options, address)
-    else:
-        _init_within(ray, options, address)
+    if address is None:  # a local Ray of ours, started the way Ray starts one
+        # (in the main thread: started from another, its driver lost the GCS here and Ray's
+        # fatal exit took the kernel with it)
+        ray.init(**options)
+        return ray
+    if where is not None and where[0] in ("127.0.0.1", "localhost"):
+        options["_node_ip_address"] = LOCAL_IP  # a cluster on this machine's loopback
+    _init_within(ray, options, address)
     return ray
-
-
-@contextlib.contextmanager
-def _loopback_only(ray: Any) -> Iterator[None]:
-    """A local Ray listening on 127.0.0.1 only. Ray turns 127.0.0.1 into the machine's outside
-    address unless it thinks clusters are off (as on macOS and Windows): so they are, while the
-    local Ray starts (its processes inherit the environment then; a private part of Ray, left
-    alone if it changed)."""
-    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
-    before = getattr(constants, "ENABLE_RAY_CLUSTER", None)
-    saved = os.environ.get(CLUSTERS_ENV)
-    os.environ[CLUSTERS_ENV] = "0"
-    if isinstance(before, bool):
-        constants.ENABLE_RAY_CLUSTER = False  # type: ignore[union-attr]
-    try:
-        yield
-    finally:
-        if isinstance(before, bool):
-            constants.ENABLE_RAY_CLUSTER = before  # type: ignore[union-attr]
-        if saved is None:
-            os.environ.pop(CLUSTERS_ENV, None)
-        else:
-            os.environ[CLUSTERS_ENV] = saved
 
 
 def _init_within(ray: Any, options: dict[str, Any], address: str | None) -> None:
