@@ -134,18 +134,22 @@ class Run:
             self._rss_before_release = self._attempt("reading RSS", self.sampler.read_now)
         self._attempt("preparing the run", self._prepare)
         self._lap("clear")
+        # The frameworks' objects are frozen out of gc's scans (gcfreeze.py): a collection costs
+        # milliseconds, not the 160 ms of a whole heap. The first frees what the last cell let go
+        # (a rebound model is then gone, and no heap walk is made to release it); the second,
+        # only when the release or the purge let something go, frees that.
+        if self.options.clear:
+            self._attempt("collecting garbage", gc.collect)
+        self._lap("gc")
         self._attempt("releasing earlier runs' models", self._release_earlier)
         self._lap("release")
         purge = None
         if self.options.deep_clean and self._cleared:
             purge = self._attempt("deep clean", self.services.deep_clean.purge)
-        # One collection for all the above let go: the frameworks' objects are frozen out of its
-        # scan (gcfreeze.py), so it costs milliseconds, not the 160 ms of a whole heap.
-        if self.options.clear or self.released is not None:
+        if (purge is not None and purge.entries) or self.released is not None:
             self._attempt("collecting garbage", gc.collect)
-            if (purge is not None and purge.entries) or self.released is not None:
-                self._attempt("trimming the heap", self.services.deep_clean.trim_heap)
-        self._lap("gc")
+            self._attempt("trimming the heap", self.services.deep_clean.trim_heap)
+            self._lap("gc after release")
         if purge is not None:
             done = purge
             self._clean = self._attempt("deep clean",
@@ -179,12 +183,12 @@ class Run:
         self._last_lap = now
 
     def _release_earlier(self) -> None:
-        """Before the run's one gc, which frees what is released here (and the deep clean's
-        purge after it) together with what clear_session let go."""
+        """After the first gc (what the last cell let go is gone, so there is less to look at);
+        what is released here sits in cycles, freed by the collection after the purge."""
         if self.options.keep_stale or not self.services.models_tracked():
             return  # nothing to release, or no model was ever tracked (no leak finder import)
         settled = self.services.release_earlier(self.label)
-        self.released = settled.released_note()  # they sit in cycles: start()'s gc frees them
+        self.released = settled.released_note()
 
     def _prepare(self) -> None:
         prepared = prepare(self.options, self.services.tf_gpu(), self.services.nvml)
