@@ -25,6 +25,18 @@ def history_database(tmp_path, monkeypatch):
     return path
 
 
+@pytest.fixture(autouse=True)
+def keras_dtype_policy():
+    """A test that sets a mixed precision policy (``track(mixed_precision=...)`` keeps it, as
+    Keras does) must not hand float16 layers to the tests after it."""
+    keras = sys.modules.get("keras")
+    before = keras.config.dtype_policy().name if keras else None
+    yield
+    keras = sys.modules.get("keras")
+    if keras is not None and keras.config.dtype_policy().name != (before or "float32"):
+        keras.config.set_dtype_policy(before or "float32")
+
+
 @pytest.fixture
 def shell():
     """The real InteractiveShell with keras_nbguard loaded; unloaded again afterwards."""

@@ -214,7 +214,7 @@ import sqlite3, sys, time
 db = sqlite3.connect(sys.argv[1], isolation_level=None)
 db.execute("BEGIN EXCLUSIVE")
 print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
+sys.stdin.readline()  # held until the test says so: no race with a slow machine
 db.execute("COMMIT")
 """
 
@@ -225,8 +225,8 @@ def test_a_lock_held_by_another_process_never_stalls_a_cell_nor_loses_a_run(hist
     from IPython.core.interactiveshell import InteractiveShell
 
     Store(str(history_database)).close()  # an existing history, as on any second day
-    locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(history_database), "5"],
-                              stdout=subprocess.PIPE, text=True)
+    locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(history_database)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert locker.stdout.readline().strip() == "locked"
     shell = InteractiveShell.instance()
     try:
@@ -241,8 +241,10 @@ def test_a_lock_held_by_another_process_never_stalls_a_cell_nor_loses_a_run(hist
         session = keras_nbguard.get_session()
         assert [r.run_number for r in session.runs("locked")] == [1, 2, 3, 4, 5]
         assert locker.poll() is None  # all of that while the lock was held
-        assert load < 1.5 and max(cells) < 1.5, (load, cells)
-        locker.wait(30)
+        # A cell that waited for the lock would wait as long as it is held, here for ever:
+        # the bound only has to tell "never waited" from "waited", not time the cell.
+        assert load < 5 and max(cells) < 5, (load, cells)
+        locker.communicate("release\n", timeout=30)
         session.store.flush(15)
         with sqlite3.connect(history_database) as db:
             rows = db.execute("SELECT run_number, status FROM runs WHERE label = 'locked' "
