@@ -3,10 +3,14 @@ stand-in records, and waiting on a condition instead of sleeping a guessed time.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import gc
+import os
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -88,3 +92,15 @@ def wait_until(condition: Callable[[], object], timeout: float = 10.0,
             raise AssertionError(f"still not true after {timeout} s: {condition}")
         time.sleep(step)
 
+
+@contextlib.contextmanager
+def one_ray_at_a_time() -> Iterator[None]:
+    """Held by every test that starts a Ray cluster: two clusters on one machine at once (pytest
+    -n 2 runs test files side by side) find each other's session in /tmp/ray and connect to the
+    wrong address."""
+    with open(os.path.join(tempfile.gettempdir(), "keras_nbguard_tests_ray.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

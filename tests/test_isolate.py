@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from helpers import run
+from helpers import one_ray_at_a_time, run
 from IPython.utils.capture import capture_output
 
 import keras_nbguard
@@ -166,9 +166,10 @@ def local_ray():
     os.environ.pop("RAY_ADDRESS", None)
     from keras_nbguard.isolation import ray_cluster
 
-    ray_cluster.connect()  # a local Ray, as --cluster ray starts one: on 127.0.0.1 only
-    yield ray
-    ray.shutdown()
+    with one_ray_at_a_time():
+        ray_cluster.connect()  # a local Ray, as --cluster ray starts one: on 127.0.0.1 only
+        yield ray
+        ray.shutdown()
 
 
 def test_a_sweep_on_a_real_local_ray_cluster(iso_shell, local_ray):

@@ -244,13 +244,14 @@ def test_a_lock_held_by_another_process_never_stalls_a_cell_nor_loses_a_run(hist
         # A cell that waited for the lock would wait as long as it is held, here for ever:
         # the bound only has to tell "never waited" from "waited", not time the cell.
         assert load < 5 and max(cells) < 5, (load, cells)
+        said = session.warn_once.said
+        wait_until(lambda: any("can't be written for now" in w for w in said), timeout=60)
         locker.communicate("release\n", timeout=30)
         session.store.flush(15)
         with sqlite3.connect(history_database) as db:
             rows = db.execute("SELECT run_number, status FROM runs WHERE label = 'locked' "
                               "ORDER BY run_number").fetchall()
         assert rows == [(n, "ok") for n in range(1, 6)]  # nothing lost, nothing left running
-        assert any("can't be written for now" in w for w in session.warn_once.said)
     finally:
         locker.kill()
         shell.run_line_magic("unload_ext", "keras_nbguard")

@@ -93,8 +93,18 @@ def connect() -> Any:
         return ray
     if where is not None and where[0] in ("127.0.0.1", "localhost"):
         options["_node_ip_address"] = LOCAL_IP  # a cluster on this machine's loopback
+        _keep_loopback(ray)
     _init_within(ray, options, address)
     return ray
+
+
+def _keep_loopback(ray: Any) -> None:
+    """Ray replaces a loopback RAY_ADDRESS by the machine's outside address (its route to
+    8.8.8.8) unless its cluster mode is off, as on macOS; a cluster listening on 127.0.0.1 alone
+    is then out of reach (checked with Ray 2.5x: "Failed to connect to GCS at 192.0.2.2")."""
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    if constants is not None and hasattr(constants, "ENABLE_RAY_CLUSTER"):
+        constants.ENABLE_RAY_CLUSTER = False
 
 
 def _init_within(ray: Any, options: dict[str, Any], address: str | None) -> None:
