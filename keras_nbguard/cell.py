@@ -22,8 +22,11 @@ from typing import Any
 
 from IPython.core.displayhook import DisplayHook
 
+from .stable_code import CodeCache, point_traceback_at
+
 MAGIC = "%%kerasrun"
 AWAIT_FLAG = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+_BODIES = CodeCache()
 
 
 @dataclass(frozen=True)
@@ -61,10 +64,25 @@ async def run_cell_body_async(shell: Any, magic_line: str, body: str) -> Any:
 def _compile(shell: Any, magic_line: str, body: str, flags: int) -> _Compiled:
     source = _transform(shell, body)
     # Cache the magic line too, so line numbers and the shown source match the cell on screen.
-    filename = shell.compile.cache(f"{magic_line}\n{source}", _cell_number(shell))
-    tree = shell.compile.ast_parse(source, filename=filename)
+    text, number = f"{magic_line}\n{source}", _cell_number(shell)
+    try:
+        tree = shell.compile.ast_parse(source)
+    except SyntaxError:  # said with the cell's own name, as IPython would
+        shell.compile.ast_parse(source, filename=shell.compile.cache(text, number))
+        raise
     ast.increment_lineno(tree, 1)
     tree = shell.transform_ast(tree)
+    # An unchanged body gets its earlier code objects back: stable_code.py says why.
+    compiled, reused = _BODIES.get_or_compile(
+        tree, text, flags | shell.compile.flags,
+        lambda: _compile_tree(shell, tree, source, shell.compile.cache(text, number), flags))
+    if reused:
+        point_traceback_at(shell.compile, compiled.filename, number)
+    return compiled
+
+
+def _compile_tree(shell: Any, tree: Any, source: str, filename: str,
+                  flags: int) -> _Compiled:
     last = None
     # a trailing ';' hides the value, as in a plain cell (IPython looks at the magic call only)
     quiet = DisplayHook.semicolon_at_end_of_expression(source)

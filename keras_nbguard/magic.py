@@ -33,6 +33,7 @@ from .magic_options import (
 from .options import RunOptions, checked_options
 from .report import key_values, runs_table
 from .session import Session, set_session
+from .stable_code import CodeCache, StableCellCode
 from .status import history_db_row, option_rows, status_rows
 
 
@@ -134,6 +135,7 @@ class KerasMagics(Magics):
         self.labels = CellLabels()
         self._cell_id: str | None = None
         self._died_later: list[Any] = []
+        self.stable_code: StableCellCode | None = None  # set by load()
 
     def pre_run_cell(self, info: Any) -> None:
         self._cell_id = getattr(info, "cell_id", None)
@@ -358,6 +360,8 @@ def load(shell: Any) -> KerasMagics:
         KerasrunCells(shell, f"get_ipython().magics_manager.registry[{KerasMagics.__name__!r}]"
                              f".kerasrun_async"))
     shell.events.register("pre_run_cell", magics.pre_run_cell)
+    magics.stable_code = StableCellCode(shell, CodeCache())
+    magics.stable_code.install()
     magics.say_died_runs(session.died)
     set_session(session)
     board = sys.modules.get("keras_nbguard.kernel_board")
@@ -380,6 +384,9 @@ def unload(shell: Any) -> None:
     with contextlib.suppress(ValueError):  # still waiting for a first cell
         shell.events.unregister("pre_run_cell", magics._say_died_in_first_cell)
     manager.magics["cell"].pop("kerasrun", None)
+    stable_code = getattr(magics, "stable_code", None)
+    if stable_code is not None:
+        stable_code.remove()
     shell.input_transformers_cleanup[:] = [
         t for t in shell.input_transformers_cleanup if not isinstance(t, KerasrunCells)]
     manager.magics["line"].pop("nbguard", None)

@@ -12,7 +12,10 @@ contaminate each other; several examples named at once run one after the other i
 
 Recorded per run (after the cell, outside it, so no ``Out`` entry): the cell's wall time as the
 user waits for it, and the CPU time of the process (every thread) in it, steadier than the wall
-time on a shared machine; RSS after ``gc.collect()`` (psutil); the fit time (the RunRecord's
+time on a shared machine; RSS after ``gc.collect()`` and ``malloc_trim(0)`` (psutil), every way
+alike: what is in use, not the free heap glibc happens to hold at that moment (tens of MiB up and
+down from run to run with TensorFlow's threads, which would drown a slope of 1 MiB a run; the
+magic trims at the start of each run, so its own readings are these); the fit time (the RunRecord's
 ``fit_seconds``; bare: ``Model.fit`` timed by a wrapper installed after the setup cell); the
 record's findings lines and ``keras_nbguard.diagnose(label)``; live top-level Keras models and how
 many of them were first seen after an earlier run (models of earlier runs still alive after gc;
@@ -23,6 +26,8 @@ those of the setup cell are not counted). A failed cell is recorded with its err
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import json
 import os
 import subprocess
@@ -154,6 +159,7 @@ def run_example(shell: Any, name: str, mode: str, runs: int, keras: str) -> dict
             if mode != "bare":
                 _flush_history()
             gc.collect()
+            _trim_heap()
             run: dict[str, Any] = {
                 "n": n,
                 "ok": result.success,
@@ -175,6 +181,11 @@ def run_example(shell: Any, name: str, mode: str, runs: int, keras: str) -> dict
         if fit_timer:
             fit_timer.restore()
     return seen
+
+
+def _trim_heap() -> None:
+    with contextlib.suppress(OSError, AttributeError):  # glibc only
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _flush_history() -> None:

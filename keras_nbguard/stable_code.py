@@ -1,0 +1,123 @@
+"""A re-run of an unchanged ``%%kerasrun`` cell executes the very code objects of its last run.
+
+Why: TensorFlow interns the Python stack of every op it creates, in a process-wide cache that is
+never emptied (``StackTrace::Capture`` in tensorflow/python/util/stack_trace.cc: a static
+``flat_hash_map`` keyed by the hash of the stack's (code object, line) pairs, holding those code
+objects). IPython compiles every execution of a cell anew, so every re-run puts new code objects
+at the bottom of every stack: each traced op is a new key, kept for the life of the process. That
+is the native memory that Keras' examples grew by under the magic (0.5-5 MiB a run, more with a
+bigger graph) which no ``clear_session``, gc or ``malloc_trim`` gives back. Given the same code
+objects, a re-run's stacks are the same keys and the cache stops growing.
+
+Two compilations make a ``%%kerasrun`` cell: IPython's of the cell (one call of
+``run_cell_magic``, the outermost frame of every stack) and ours of its body (``cell.py``). Both
+go through ``CodeCache``, keyed by the whole AST with positions (so by everything that could make
+the code differ: the text, IPython's and the user's AST transforms) and the compiler flags. A
+reused code object keeps the file name of its first compilation; IPython's file-name map is
+pointed at the running cell, so a traceback still says ``Cell In[n]`` of the cell that failed.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import OrderedDict
+from collections.abc import Callable
+from types import CodeType
+from typing import Any
+
+MAGIC_NAME = "kerasrun"
+AWAITING_CALL = "kerasrun_async"  # what cell.KerasrunCells turns an awaiting body into
+
+
+class CodeCache:
+    """Compiled code by (AST with positions, context, flags); the ``limit`` most recent kept."""
+
+    def __init__(self, limit: int = 64) -> None:
+        self.limit = limit
+        self._codes: OrderedDict[tuple[str, str, int], Any] = OrderedDict()
+
+    def get_or_compile(self, tree: ast.AST, context: str, flags: int,
+                       compile_now: Callable[[], Any]) -> tuple[Any, bool]:
+        """(the code, whether it was reused); ``context``: whatever else the code depends on."""
+        key = (ast.dump(tree, include_attributes=True), context, flags)
+        code = self._codes.get(key)
+        if code is not None:
+            self._codes.move_to_end(key)
+            return code, True
+        code = compile_now()
+        self._codes[key] = code
+        if len(self._codes) > self.limit:
+            self._codes.popitem(last=False)
+        return code, False
+
+
+def point_traceback_at(compiler: Any, reused_filename: str, number: Any) -> None:
+    """Tracebacks through a reused code object name the running cell's In[n]."""
+    names = getattr(compiler, "_filename_map", None)
+    if isinstance(names, dict) and number is not None:
+        names[reused_filename] = number
+
+
+def is_kerasrun_cell(tree: Any) -> bool:
+    """Whether ``tree`` is what IPython makes of a ``%%kerasrun`` cell: one call of
+    ``run_cell_magic('kerasrun', ...)`` (or, for an awaiting body, of ``kerasrun_async``)."""
+    body = getattr(tree, "body", None)
+    if not isinstance(body, list) or len(body) != 1 or not isinstance(body[0], ast.Expr):
+        return False
+    call = body[0].value
+    if isinstance(call, ast.Await):
+        call = call.value
+    if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute):
+        return False
+    if call.func.attr == AWAITING_CALL:
+        return True
+    first = call.args[0] if call.args else None
+    return (call.func.attr == "run_cell_magic" and isinstance(first, ast.Constant)
+            and first.value == MAGIC_NAME)
+
+
+class StableCellCode:
+    """Makes the shell's compiler hand an unchanged ``%%kerasrun`` cell its earlier code object.
+
+    The compiler is IPython's (or ipykernel's) ``CachingCompiler``, which the shell calls for every
+    statement of every cell; only ``%%kerasrun`` cells are looked up, any other cell compiles as
+    before. Installed by swapping the compiler's class for a subclass, so everything else that
+    holds or inspects the compiler sees the same object; ``remove`` swaps it back.
+    """
+
+    def __init__(self, shell: Any, cache: CodeCache) -> None:
+        self.compiler = getattr(shell, "compile", None)
+        self.cache = cache
+        self._original: type | None = None
+
+    def install(self) -> None:
+        compiler = self.compiler
+        if compiler is None or self._original is not None:
+            return
+        original = type(compiler)
+        cache = self.cache
+
+        def __call__(self: Any, source: Any, filename: str, symbol: str,
+                     *args: Any, **kwargs: Any) -> CodeType:
+            if args or kwargs or not is_kerasrun_cell(source):
+                return original.__call__(self, source, filename, symbol, *args, **kwargs)
+            code, reused = cache.get_or_compile(
+                source, symbol, getattr(self, "flags", 0),
+                lambda: original.__call__(self, source, filename, symbol))
+            if reused:
+                point_traceback_at(self, code.co_filename,
+                                   getattr(self, "_filename_map", {}).get(filename))
+            return code
+
+        try:
+            compiler.__class__ = type(original.__name__, (original,), {
+                "__call__": __call__, "__module__": original.__module__,
+                "__doc__": original.__doc__})
+        except TypeError:  # a compiler whose class can't be swapped: cells compile as before
+            return
+        self._original = original
+
+    def remove(self) -> None:
+        if self._original is not None and self.compiler is not None:
+            self.compiler.__class__ = self._original
+            self._original = None

@@ -1,0 +1,88 @@
+"""A re-run of an unchanged %%kerasrun cell executes the code objects of its first run, so that
+TensorFlow's never-emptied cache of op stacks (keyed by code objects) stops growing with every
+run (keras_nbguard/stable_code.py); any change to the cell compiles anew."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+from helpers import run
+
+# Every frame of the running cell that is a notebook cell's (IPython's and ours), by code object:
+# TensorFlow keys each op's stack by exactly these.
+CELL_FRAMES = """
+import sys, weakref
+frame, here = sys._getframe(), []
+while frame is not None:
+    if frame.f_code.co_filename.startswith("<ipython-input-"):
+        here.append(weakref.ref(frame.f_code))
+    frame = frame.f_back
+seen.append(here)
+"""
+
+
+def test_an_unchanged_cell_runs_the_same_code_objects_and_tensorflow_keeps_no_old_ones(
+        keras_shell):
+    keras_shell.user_ns["seen"] = []
+    cell = ("%%kerasrun --label same --quiet\n" + CELL_FRAMES
+            + "model = make_model()\nmodel.fit(x, y, epochs=1, verbose=0);\n")
+    for _ in range(4):
+        assert run(keras_shell, cell).success
+    seen = keras_shell.user_ns["seen"]
+    assert [len(frames) for frames in seen] == [2, 2, 2, 2]  # the cell's and the body's
+    first = [ref() for ref in seen[0]]
+    assert all([ref() for ref in frames] == first for frames in seen)  # the very same objects
+
+    # Without the reuse each run's code stays alive, held by TensorFlow's stack cache alone.
+    # (one statement: IPython compiles each top-level statement of a plain cell on its own)
+    plain = "if True:\n" + textwrap.indent(
+        CELL_FRAMES + "model = make_model()\nmodel.fit(x, y, verbose=0)\n", "    ")
+    for _ in range(3):
+        assert run(keras_shell, plain).success
+    fresh = [frames[0] for frames in keras_shell.user_ns["seen"][4:]]
+    assert len({id(ref()) for ref in fresh}) == 3 and all(ref() is not None for ref in fresh)
+
+
+def test_a_changed_cell_compiles_anew(shell):
+    assert run(shell, "%%kerasrun --label v --quiet\nvalue = 1").success
+    assert run(shell, "%%kerasrun --label v --quiet\nvalue = 2").success
+    assert shell.user_ns["value"] == 2
+    assert run(shell, "%%kerasrun --label v --quiet\nvalue = 1").success
+    assert shell.user_ns["value"] == 1
+    assert run(shell, "%%kerasrun --label w --quiet\nvalue = 3\nvalue").result == 3
+
+
+def test_a_traceback_of_a_rerun_names_the_cell_that_failed(shell):
+    cell = "%%kerasrun --label fails --quiet\nx = 1\n1 / 0\n"
+    numbers = []
+    for _ in range(2):
+        result = run(shell, cell)
+        assert isinstance(result.error_in_exec, ZeroDivisionError)
+        cells = []
+        tb = result.error_in_exec.__traceback__
+        while tb is not None:
+            name = shell.compile.format_code_name(tb.tb_frame.f_code.co_filename)
+            if name is not None:
+                cells.append((name[1], tb.tb_lineno))
+            tb = tb.tb_next
+        numbers.append(result.execution_count)
+        assert cells == [(f"In[{result.execution_count}]", 1),  # the magic's line
+                         (f"In[{result.execution_count}]", 3)]  # 1 / 0, as on screen
+    assert numbers[1] == numbers[0] + 1
+    assert not run(shell, "%%kerasrun --label fails --quiet\nx = 1\n1 / 0 +\n").success
+
+
+def test_other_cells_and_unloading_leave_ipythons_compiler_as_it_was(shell):
+    compiler_class = type(shell.compile)
+    assert compiler_class.__name__ == "CachingCompiler" and compiler_class.__call__ is not \
+        sys.modules["IPython.core.compilerop"].CachingCompiler.__call__
+    first = run(shell, "import sys\ncode = sys._getframe().f_code")
+    second = run(shell, "import sys\ncode2 = sys._getframe().f_code")
+    assert first.success and second.success
+    assert shell.user_ns["code"] is not shell.user_ns["code2"]  # plain cells: IPython's way
+    shell.run_line_magic("unload_ext", "keras_nbguard")
+    try:
+        assert type(shell.compile) is sys.modules["IPython.core.compilerop"].CachingCompiler
+    finally:
+        shell.run_line_magic("load_ext", "keras_nbguard")
