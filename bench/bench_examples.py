@@ -11,7 +11,9 @@ IPython shell, the setup cell once, the train cell N times. Per example it print
 
 - RSS slope, MiB/run, over runs 4..N: least squares (Theil-Sen, the median of pairwise slopes,
   in brackets: it ignores a single jump), bare / kerasrun / isolate (isolate: the kernel's RSS;
-  the runs happen in child processes);
+  the runs happen in child processes); and ``h``, the least-squares slope of glibc's heap in use
+  (``mallinfo2``), which the allocator's slack (RSS swings +-15 MiB from run to run here, so a
+  9-run RSS slope is +-2-5 MiB/run of noise) does not blur;
 - fit time of run 1 and run N (bare: ``Model.fit`` timed by a wrapper; n/a where the example
   has no ``fit``);
 - the cell's time, kerasrun / bare: median of runs 2..N each, their ratio and difference; the
@@ -68,6 +70,7 @@ def figures(seen: dict[str, Any]) -> dict[str, Any]:
     runs = seen["runs"]
     ok = [r for r in runs if r["ok"]]
     tail = [r["rss"] / MIB for r in runs[FIRST - 1 :]]
+    heap = [r["heap"] / MIB for r in runs[FIRST - 1 :] if r.get("heap") is not None]
     errors = list(dict.fromkeys(r["error"] for r in runs if not r["ok"]))
     findings: dict[str, str] = {}  # kind -> the first run's summary line of that kind
     for r in runs:
@@ -77,6 +80,7 @@ def figures(seen: dict[str, Any]) -> dict[str, Any]:
     return {
         "lsq": lsq(tail),
         "ts": theil_sen(tail),
+        "heap": lsq(heap) if len(heap) == len(tail) else None,
         "fit1": runs[0].get("fit_s") if runs else None,
         "fitN": last.get("fit_s"),
         "cell": statistics.median(r["cell_s"] for r in runs[1:]) if len(runs) > 1 else None,
@@ -169,7 +173,8 @@ def main() -> None:
                 continue
             got = table.setdefault(name, {})[mode] = figures(seen)
             print(
-                f"  {name:>20} {mode:>8}: {_f(got['lsq'])} [{_f(got['ts'])}] MiB/run, fit "
+                f"  {name:>20} {mode:>8}: {_f(got['lsq'])} [{_f(got['ts'])}] MiB/run "
+                f"(heap in use {_f(got['heap'])}), fit "
                 f"#1 {_f(got['fit1'], '{:.2f}')} s #{args.runs} {_f(got['fitN'], '{:.2f}')} s, "
                 f"cell {_f(got['cell'], '{:.2f}')} s (cpu {_f(got['cpu'], '{:.2f}')} s), "
                 f"ok {got['ok']} "
@@ -229,7 +234,7 @@ def _slope_cell(got: dict[str, Any] | None) -> str:
         return "-"
     if got["errors"] or got["setup_error"]:
         return f"failed ({got['ok']} ok)"
-    return f"{_f(got['lsq'])} [{_f(got['ts'])}]"
+    return f"{_f(got['lsq'])} [{_f(got['ts'])}] h{_f(got['heap'])}"
 
 
 if __name__ == "__main__":

@@ -166,6 +166,7 @@ def run_example(shell: Any, name: str, mode: str, runs: int, keras: str) -> dict
                 "cell_s": cell_s,
                 "cpu_s": cpu_s,
                 "rss": process.memory_info().rss,
+                "heap": _heap_in_use(),
             }
             if not result.success:
                 run["error"] = _error_text(result)
@@ -186,6 +187,24 @@ def run_example(shell: Any, name: str, mode: str, runs: int, keras: str) -> dict
 def _trim_heap() -> None:
     with contextlib.suppress(OSError, AttributeError):  # glibc only
         ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def _heap_in_use() -> int | None:
+    """Bytes glibc has handed out and not had back (``mallinfo2``: in-use chunks plus mmapped
+    ones): what is kept, without the free heap that makes RSS swing. None off glibc >= 2.33."""
+    try:
+        mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return None
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
+    return int(info.uordblks + info.hblkhd)
 
 
 def _flush_history() -> None:
