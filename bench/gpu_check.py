@@ -8,7 +8,7 @@ Every check runs the product the way a user does: a real IPython shell in a fres
 (growth and caps are set before TensorFlow touches the GPU, so each setting needs its own
 process), ``%load_ext keras_nbguard`` first, then ``%%kerasrun`` cells; the figures are read
 back from the run records (``keras_nbguard.runs()``: collectors/gpu.py, collectors/allocators.py)
-and from NVML through ``NvmlReader``. Each check prints its figures and asserts what the README
+and from NVML through ``NvmlReader``. Each check prints its figures and asserts what the manual
 claims. Without a GPU, a driver or NVML it prints ``no GPU: <reason>`` and exits 0.
 """
 

@@ -1,7 +1,7 @@
 """What a diagnosis is made of: a ``Finding``, the ``Findings`` list, the robust ``Trend`` the
 causes are judged with, the one trend of a label's runs (``RunTrend``: the number the dashboard
 shows, its span and its flag, all from the test the diagnosis names causes with), and every
-threshold they use, in this one place (the README lists them).
+threshold they use, in this one place (docs/diagnosis.md lists them).
 
 Trends across runs and across epochs use a robust slope (Theil–Sen: the median of the pairwise
 slopes) and are named only when the rise is large (``RISE_SHARE`` of the median), well beyond
