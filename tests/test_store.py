@@ -210,7 +210,7 @@ def test_a_broken_store_never_stops_a_run(tmp_path):
 
 
 LOCKER = """
-import sqlite3, sys, time
+import sqlite3, sys
 db = sqlite3.connect(sys.argv[1], isolation_level=None)
 db.execute("BEGIN EXCLUSIVE")
 print("locked", flush=True)
