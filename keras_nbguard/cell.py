@@ -22,7 +22,7 @@ from typing import Any
 
 from IPython.core.displayhook import DisplayHook
 
-from .stable_code import CodeCache, point_traceback_at
+from .stable_code import CodeCache, compiled_from, point_traceback_at
 
 MAGIC = "%%kerasrun"
 AWAIT_FLAG = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
@@ -74,7 +74,7 @@ def _compile(shell: Any, magic_line: str, body: str, flags: int) -> _Compiled:
     tree = shell.transform_ast(tree)
     # An unchanged body gets its earlier code objects back: stable_code.py says why.
     compiled, reused = _BODIES.get_or_compile(
-        tree, text, flags | shell.compile.flags,
+        compiled_from(tree, source, shell), text, flags | shell.compile.flags,
         lambda: _compile_tree(shell, tree, source, shell.compile.cache(text, number), flags))
     if reused:
         point_traceback_at(shell.compile, compiled.filename, number)

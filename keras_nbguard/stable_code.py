@@ -11,15 +11,17 @@ objects, a re-run's stacks are the same keys and the cache stops growing.
 
 Two compilations make a ``%%kerasrun`` cell: IPython's of the cell (one call of
 ``run_cell_magic``, the outermost frame of every stack) and ours of its body (``cell.py``). Both
-go through ``CodeCache``, keyed by the whole AST with positions (so by everything that could make
-the code differ: the text, IPython's and the user's AST transforms) and the compiler flags. A
-reused code object keeps the file name of its first compilation; IPython's file-name map is
-pointed at the running cell, so a traceback still says ``Cell In[n]`` of the cell that failed.
+go through ``CodeCache``, keyed by the compiler flags and the cell's text, or, when the shell has
+AST transformers that may rewrite it, by the transformed AST with positions (a dump costs more
+than the compilation it saves, so only then). A reused code object keeps the file name of its
+first compilation; IPython's file-name map is pointed at the running cell, so a traceback still
+says ``Cell In[n]`` of the cell that failed.
 """
 
 from __future__ import annotations
 
 import ast
+import linecache
 from collections import OrderedDict
 from collections.abc import Callable
 from types import CodeType
@@ -30,16 +32,17 @@ AWAITING_CALL = "kerasrun_async"  # what cell.KerasrunCells turns an awaiting bo
 
 
 class CodeCache:
-    """Compiled code by (AST with positions, context, flags); the ``limit`` most recent kept."""
+    """Compiled code by (what it was compiled from, context, flags); the ``limit`` most recent."""
 
     def __init__(self, limit: int = 64) -> None:
         self.limit = limit
         self._codes: OrderedDict[tuple[str, str, int], Any] = OrderedDict()
 
-    def get_or_compile(self, tree: ast.AST, context: str, flags: int,
+    def get_or_compile(self, source: str, context: str, flags: int,
                        compile_now: Callable[[], Any]) -> tuple[Any, bool]:
-        """(the code, whether it was reused); ``context``: whatever else the code depends on."""
-        key = (ast.dump(tree, include_attributes=True), context, flags)
+        """(the code, whether it was reused); ``source``: ``compiled_from()``'s, ``context``:
+        whatever else the code depends on."""
+        key = (source, context, flags)
         code = self._codes.get(key)
         if code is not None:
             self._codes.move_to_end(key)
@@ -49,6 +52,14 @@ class CodeCache:
         if len(self._codes) > self.limit:
             self._codes.popitem(last=False)
         return code, False
+
+
+def compiled_from(tree: ast.AST, text: str | None, shell: Any) -> str:
+    """What decides the code: the text, unless an AST transformer of the user's may rewrite it
+    (then the transformed tree, with positions); the text when it is not known either."""
+    if text is not None and not getattr(shell, "ast_transformers", None):
+        return text
+    return ast.dump(tree, include_attributes=True)
 
 
 def point_traceback_at(compiler: Any, reused_filename: str, number: Any) -> None:
@@ -86,6 +97,7 @@ class StableCellCode:
     """
 
     def __init__(self, shell: Any, cache: CodeCache) -> None:
+        self.shell = shell
         self.compiler = getattr(shell, "compile", None)
         self.cache = cache
         self._original: type | None = None
@@ -95,14 +107,17 @@ class StableCellCode:
         if compiler is None or self._original is not None:
             return
         original = type(compiler)
-        cache = self.cache
+        cache, shell = self.cache, self.shell
 
         def __call__(self: Any, source: Any, filename: str, symbol: str,
                      *args: Any, **kwargs: Any) -> CodeType:
             if args or kwargs or not is_kerasrun_cell(source):
                 return original.__call__(self, source, filename, symbol, *args, **kwargs)
+            # IPython caches a cell's text (size, mtime, lines, name) before compiling it
+            cached: Any = linecache.cache.get(filename)
+            text = "".join(cached[2]) if isinstance(cached, tuple) and len(cached) == 4 else None
             code, reused = cache.get_or_compile(
-                source, symbol, getattr(self, "flags", 0),
+                compiled_from(source, text, shell), symbol, getattr(self, "flags", 0),
                 lambda: original.__call__(self, source, filename, symbol))
             if reused:
                 point_traceback_at(self, code.co_filename,

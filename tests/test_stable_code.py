@@ -86,3 +86,32 @@ def test_other_cells_and_unloading_leave_ipythons_compiler_as_it_was(shell):
         assert type(shell.compile) is sys.modules["IPython.core.compilerop"].CachingCompiler
     finally:
         shell.run_line_magic("load_ext", "keras_nbguard")
+
+
+def test_an_ast_transformer_that_rewrites_a_cell_is_never_given_stale_code(shell):
+    import ast
+
+    class Stamp(ast.NodeTransformer):
+        """Rewrites the name ``stamp`` into how many times the shell has transformed a cell."""
+
+        count = 0
+
+        def visit_Module(self, node):
+            Stamp.count += 1
+            return self.generic_visit(node)
+
+        def visit_Name(self, node):
+            if node.id == "stamp":
+                return ast.copy_location(ast.Constant(Stamp.count), node)
+            return node
+
+    shell.ast_transformers.append(Stamp())
+    try:
+        stamps = []
+        for _ in range(2):
+            assert run(shell, "%%kerasrun --label stamped --quiet\nseen_stamp = stamp").success
+            stamps.append(shell.user_ns["seen_stamp"])
+        assert stamps[0] != stamps[1]  # the second run ran its own transformed code
+    finally:
+        shell.ast_transformers[:] = [t for t in shell.ast_transformers
+                                     if not isinstance(t, Stamp)]
