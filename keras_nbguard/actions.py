@@ -6,8 +6,8 @@ import gc
 from dataclasses import dataclass
 from typing import Any
 
-from .formatting import fmt_bytes
-from .prepare import clear_every_keras
+from keras_nbguard.formatting import fmt_bytes
+from keras_nbguard.prepare import clear_every_keras
 
 
 @dataclass(frozen=True)

@@ -20,14 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .caches import CACHE_NAMES, TRACEBACK_ATTRS, clear_tracebacks, pop_entry, reset_cache_name
-from .probes import Chain, Probe, sizes
-from .probes.frameworks import callback_class, instance_dict, worth_following
-from .probes.naming import awkwardness
-from .probes.registry import ModelRegistry, RunRef
-from .probes.stale_nodes import NodesCut, cut_stale, held, listed, node_link, node_words, plan
-from .records import HeldModels
-from .weights_freed import FreedWeights
+from keras_nbguard.caches import CACHE_NAMES, TRACEBACK_ATTRS, clear_tracebacks, pop_entry, reset_cache_name
+from keras_nbguard.probes import Chain, Probe, sizes
+from keras_nbguard.probes.frameworks import callback_class, instance_dict, worth_following
+from keras_nbguard.probes.naming import awkwardness
+from keras_nbguard.probes.registry import ModelRegistry, RunRef
+from keras_nbguard.probes.stale_nodes import NodesCut, cut_stale, held, listed, node_link, node_words, plan
+from keras_nbguard.records import HeldModels
+from keras_nbguard.weights_freed import FreedWeights
 
 _OUTPUT_NAME = re.compile(r"_\d+")
 _NODE = "node"

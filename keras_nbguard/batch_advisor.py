@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import batch_probe
-from .batch_probe import MIB, Probe
-from .notices import warn
+from keras_nbguard import batch_probe
+from keras_nbguard.batch_probe import MIB, Probe
+from keras_nbguard.notices import warn
 
 MARGIN = 0.05  # of the limit, kept free on a GPU: the allocator's rounding
 HOST_MARGIN = 0.10  # on the host: a fresh fit's peak RSS varies by ~6% run to run (the bench)

@@ -17,10 +17,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import backends
-from .collectors.allocators import Allocator, allocator_for
-from .collectors.gpu import NvmlReader, TfGpu
-from .collectors.process import PeakRss, default_rss_reader
+from keras_nbguard import backends
+from keras_nbguard.collectors.allocators import Allocator, allocator_for
+from keras_nbguard.collectors.gpu import NvmlReader, TfGpu
+from keras_nbguard.collectors.process import PeakRss, default_rss_reader
 
 MIB = 2**20
 
@@ -89,7 +89,7 @@ def peak_source() -> HostPeaks | AllocatorPeaks:
 
 def default_limit(source: HostPeaks | AllocatorPeaks) -> tuple[float | None, str]:
     """The memory a fit may add, in MiB, and where that figure comes from."""
-    from .session import get_session
+    from keras_nbguard.session import get_session
 
     options = get_session().options
     if isinstance(source, HostPeaks):

@@ -7,12 +7,12 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from .findings import Finding
-from .findings_view import findings_html, findings_text
-from .formatting import fmt_size
-from .records import RunRecord
-from .report import runs_table
-from .svg_charts import static_charts
+from keras_nbguard.findings import Finding
+from keras_nbguard.findings_view import findings_html, findings_text
+from keras_nbguard.formatting import fmt_size
+from keras_nbguard.records import RunRecord
+from keras_nbguard.report import runs_table
+from keras_nbguard.svg_charts import static_charts
 
 
 def model_lines(report: Any) -> list[str]:

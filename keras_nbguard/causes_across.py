@@ -3,7 +3,7 @@ that traced more than the runs before it."""
 
 from __future__ import annotations
 
-from .findings import (
+from keras_nbguard.findings import (
     DATASET_RUNS,
     RECENT,
     Finding,
@@ -13,8 +13,8 @@ from .findings import (
     rss_trend,
     span,
 )
-from .formatting import fmt_bytes, fmt_growth, fmt_seconds
-from .records import RunRecord
+from keras_nbguard.formatting import fmt_bytes, fmt_growth, fmt_seconds
+from keras_nbguard.records import RunRecord
 
 EARLIER_TRACED = 2  # earlier runs of a label (in this kernel) a run's traces are compared with
 

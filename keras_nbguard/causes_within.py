@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import statistics
 
-from .call_records import CallbackTime, FitRecord
-from .findings import (
+from keras_nbguard.call_records import CallbackTime, FitRecord
+from keras_nbguard.findings import (
     CALLBACK_SHARE,
     CHECKPOINT_SHARE,
     GPU_HELD_SHARE,
@@ -20,8 +20,8 @@ from .findings import (
     Trend,
     name_of,
 )
-from .formatting import fmt_bytes, fmt_seconds, fmt_size
-from .records import HeldModels, RunRecord
+from keras_nbguard.formatting import fmt_bytes, fmt_seconds, fmt_size
+from keras_nbguard.records import HeldModels, RunRecord
 
 
 def within_run(run: RunRecord) -> list[Finding]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from IPython.core.displayhook import DisplayHook
 
-from .stable_code import CodeCache, compiled_from, point_traceback_at
+from keras_nbguard.stable_code import CodeCache, compiled_from, point_traceback_at
 
 MAGIC = "%%kerasrun"
 AWAIT_FLAG = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT

@@ -15,8 +15,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .findings import GROWTH_BYTES_PER_RUN
-from .records import Growth, RunRecord
+from keras_nbguard.findings import GROWTH_BYTES_PER_RUN
+from keras_nbguard.records import Growth, RunRecord
 
 SAMPLED_ITEMS = 8  # new items sized, their mean times the count is the estimate
 DEPTH = 3  # how deep an item is sized (a History's dict of lists is 3 deep)

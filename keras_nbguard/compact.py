@@ -8,12 +8,12 @@ import html
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from .figures import trend_text
-from .formatting import fmt_seconds
+from keras_nbguard.figures import trend_text
+from keras_nbguard.formatting import fmt_seconds
 
 if TYPE_CHECKING:
-    from .records import RunRecord
-    from .session import Session
+    from keras_nbguard.records import RunRecord
+    from keras_nbguard.session import Session
 
 
 class CompactLine:

@@ -8,8 +8,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .formatting import NA, fmt_bytes, fmt_seconds
-from .records import RunRecord
+from keras_nbguard.formatting import NA, fmt_bytes, fmt_seconds
+from keras_nbguard.records import RunRecord
 
 # "mlp:5" (an editor colours "mlp#5" as a comment), "mlp#5" and "mlp #5" as summaries write it
 SPEC = re.compile(r"^(?P<label>.*?)\s*[#:](?P<number>\d+)$")

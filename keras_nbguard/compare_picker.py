@@ -7,8 +7,8 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from .compare import Comparison
-from .records import RunRecord
+from keras_nbguard.compare import Comparison
+from keras_nbguard.records import RunRecord
 
 CHOICES = 40  # runs offered (newest first); the others: %nbguard compare mlp:3 mlp:7
 

@@ -31,10 +31,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import backends, notices
-from .backends import BACKEND_NAMES
-from .collectors.process import RssReader, default_rss_reader
-from .records import CleanReport
+from keras_nbguard import backends, notices
+from keras_nbguard.backends import BACKEND_NAMES
+from keras_nbguard.collectors.process import RssReader, default_rss_reader
+from keras_nbguard.records import CleanReport
 
 OPS_MODULE = "tensorflow.python.framework.ops"
 CONTEXT_MODULE = "tensorflow.python.eager.context"

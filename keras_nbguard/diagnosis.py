@@ -16,10 +16,10 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .causes_across import across_runs
-from .causes_within import stale_finding, within_run
-from .findings import MIN_RUNS, RECENT, WINDOW, Finding, Findings, Trend, name_of
-from .records import HeldModels, RunRecord
+from keras_nbguard.causes_across import across_runs
+from keras_nbguard.causes_within import stale_finding, within_run
+from keras_nbguard.findings import MIN_RUNS, RECENT, WINDOW, Finding, Findings, Trend, name_of
+from keras_nbguard.records import HeldModels, RunRecord
 
 __all__ = ["MIN_RUNS", "Finding", "Findings", "Trend", "diagnose", "present", "summary_lines"]
 

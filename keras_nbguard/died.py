@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .formatting import fmt_bytes, fmt_seconds
+from keras_nbguard.formatting import fmt_bytes, fmt_seconds
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from .dbfile import SQLITE_MAGIC
-from .records import RunRecord
+from keras_nbguard.dbfile import SQLITE_MAGIC
+from keras_nbguard.records import RunRecord
 
 COLUMNS = (
     "notebook", "kernel_id", "pid", "cell_id", "label", "run_number", "status", "started_at",

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .events import Events
-    from .records import RunRecord
-    from .store import Store
-    from .tracking import Run
+    from keras_nbguard.events import Events
+    from keras_nbguard.records import RunRecord
+    from keras_nbguard.store import Store
+    from keras_nbguard.tracking import Run
 
 FLUSH_SECONDS = 0.25  # a kernel killed 0.7 s into a run still leaves 0.5 s of its samples
 SAMPLE_STEP = 0.1  # seconds between stored RSS samples at first (the record keeps its own series)

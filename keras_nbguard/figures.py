@@ -13,9 +13,9 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-from .findings import trends_text
-from .formatting import fmt_bytes, fmt_gpu, fmt_params, fmt_seconds
-from .records import RunRecord
+from keras_nbguard.findings import trends_text
+from keras_nbguard.formatting import fmt_bytes, fmt_gpu, fmt_params, fmt_seconds
+from keras_nbguard.records import RunRecord
 
 MB = 2**20
 # label colours (red is for failed runs)

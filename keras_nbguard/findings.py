@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .records import RunRecord
+from keras_nbguard.records import RunRecord
 
 # -- every threshold, in one place ------------------------------------------------------------
 MIN_RUNS = 5  # runs of a label (after its first, a warm-up) before a trend across runs is judged
@@ -204,7 +204,7 @@ class RunTrend:
 
     def text(self) -> str:
         """``⚠ RSS +1.9 MiB per run over runs 2–5``, or what the trend still needs."""
-        from .formatting import fmt_bytes, fmt_seconds  # formatting imports records
+        from keras_nbguard.formatting import fmt_bytes, fmt_seconds  # formatting imports records
 
         if self.trend is None:
             return f"{self.series}: a trend needs 2 runs after the first ({len(self.runs)} so far)"

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .findings import Finding
+from keras_nbguard.findings import Finding
 
 SHOWN = 5
 
@@ -19,7 +19,7 @@ def current_findings(session: Any, warn: Callable[[str], object] | None = None) 
 
     ``session``: the Session. (Given a list of records, as before, only those of this process
     are diagnosed and no model is called stale: whether one is alive, only the session knows.)"""
-    from .diagnosis import diagnose, present  # not at %load_ext
+    from keras_nbguard.diagnosis import diagnose, present  # not at %load_ext
 
     warn = warn or getattr(session, "warn_once", None) or (lambda text: None)
     try:

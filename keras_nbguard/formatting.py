@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .records import CleanReport, GpuReading, Growth, HeldModels, RunRecord
+    from keras_nbguard.records import CleanReport, GpuReading, Growth, HeldModels, RunRecord
 
 NA = "n/a"
 

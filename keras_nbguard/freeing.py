@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .caches import (
+from keras_nbguard.caches import (
     CACHE_NAMES,
     TRACEBACK_ATTRS,
     clear_tracebacks,
@@ -28,10 +28,10 @@ from .caches import (
     pop_entry,
     reset_cache_name,
 )
-from .prepare import clear_every_keras
-from .probes import Chain, Leak, ModelRegistry, Probe, current_shell, leaks_of
-from .probes.stale_nodes import cut_stale, held_through_nodes, plan
-from .records import CleanReport
+from keras_nbguard.prepare import clear_every_keras
+from keras_nbguard.probes import Chain, Leak, ModelRegistry, Probe, current_shell, leaks_of
+from keras_nbguard.probes.stale_nodes import cut_stale, held_through_nodes, plan
+from keras_nbguard.records import CleanReport
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class FreeReport:
 
     def summary(self) -> str:
         """One line (what a Session action returns)."""
-        from .formatting import fmt_bytes
+        from keras_nbguard.formatting import fmt_bytes
 
         return f"{self.counts()}; RSS {fmt_bytes(self.rss_before)} → {fmt_bytes(self.rss_after)}"
 
@@ -67,7 +67,7 @@ class FreeReport:
             f", {len(self.kept)} still held" if self.kept else "")
 
     def lines(self) -> list[str]:
-        from .formatting import fmt_clean
+        from keras_nbguard.formatting import fmt_clean
 
         out = [self.summary()]
         out.extend(f"  released {what}" for what in self.released)
@@ -286,7 +286,7 @@ def _resolve(target: Any) -> tuple[Any, Any]:
 
 
 def _default_rss() -> Callable[[], int]:
-    from .collectors.process import default_rss_reader
+    from keras_nbguard.collectors.process import default_rss_reader
 
     return default_rss_reader()
 

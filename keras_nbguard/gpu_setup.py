@@ -11,12 +11,12 @@ import sys
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from .collectors.allocators import jax_started
-from .collectors.gpu import TfGpu
+from keras_nbguard.collectors.allocators import jax_started
+from keras_nbguard.collectors.gpu import TfGpu
 
 if TYPE_CHECKING:
-    from .collectors.gpu import NvmlReader
-    from .prepare import RunOptions
+    from keras_nbguard.collectors.gpu import NvmlReader
+    from keras_nbguard.prepare import RunOptions
 
 GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"
 JAX_PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"  # read once, as JAX starts its backend

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .records import RunRecord
+from keras_nbguard.records import RunRecord
 
 
 class RunHistory:

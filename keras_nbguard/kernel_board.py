@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 
 from IPython.core.error import UsageError
 
-from .compact import CompactLine
-from .side_panel import forget, remember
-from .widget import Dashboard
+from keras_nbguard.compact import CompactLine
+from keras_nbguard.side_panel import forget, remember
+from keras_nbguard.widget import Dashboard
 
 if TYPE_CHECKING:
-    from .session import Session
+    from keras_nbguard.session import Session
 
 _last: Dashboard | None = None  # the kernel's one widget, kept across %reload_ext
 
@@ -23,7 +23,7 @@ def dashboard(session: Session | None = None, *, mode: str | None = None) -> Das
     ``mode`` "widget" or "static" overrides the frontend detection (see ``widget_frontend``).
     """
     global _last
-    from .session import get_session
+    from keras_nbguard.session import get_session
 
     session = session or get_session()
     board = getattr(session, "dashboard", None) or _last

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .freeing import FreeReport
-    from .probes import LeakReport, ModelRegistry
-    from .records import RunRecord
-    from .tracking import Run
+    from keras_nbguard.freeing import FreeReport
+    from keras_nbguard.probes import LeakReport, ModelRegistry
+    from keras_nbguard.records import RunRecord
+    from keras_nbguard.tracking import Run
 
 
 class LiveModels:
@@ -32,7 +32,7 @@ class LiveModels:
     def registry(self) -> ModelRegistry:
         """Which run created each model, by weak reference."""
         if self._registry is None:
-            from .probes import ModelRegistry
+            from keras_nbguard.probes import ModelRegistry
 
             self._registry = ModelRegistry()
         return self._registry
@@ -44,7 +44,7 @@ class LiveModels:
         After the run, not only before the next: a cell that rebinds ``model`` leaves the last
         model in ``Out[n]`` only now, and the summary should say what is really still alive.
         Their graphs go with the next run's clear and deep clean."""
-        from .autorelease import merged
+        from keras_nbguard.autorelease import merged
 
         try:
             models = [m for m in (r() if isinstance(r, weakref.ref) else r for r in run.models)
@@ -74,7 +74,7 @@ class LiveModels:
     def settle(self, label: str, *, release: bool, exclude: Any = None, report: bool = True) -> Any:
         """Release ``label``'s earlier models held only by caches and Keras' bookkeeping; list
         the rest (``autorelease.settle``)."""
-        from .autorelease import settle
+        from keras_nbguard.autorelease import settle
 
         return settle(
             self.registry,
@@ -88,14 +88,14 @@ class LiveModels:
 
     def leaks(self) -> LeakReport:
         """Every live Keras model, with the paths that hold it; stale ones flagged."""
-        from .probes import find_leaks
+        from keras_nbguard.probes import find_leaks
 
         return find_leaks(self._user_ns(), self.registry, shell=self.shell)
 
     def free(
         self, *, include_current: bool, containers: bool, deep_clean: Callable[[], Any] | None
     ) -> FreeReport:
-        from .freeing import free as free_models
+        from keras_nbguard.freeing import free as free_models
 
         namespace = self.shell if self.shell is not None else sys.modules["__main__"].__dict__
         return free_models(

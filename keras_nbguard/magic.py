@@ -19,22 +19,22 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
-from . import gpu_setup
-from .cell import KerasrunCells, inside_a_cell, run_cell_body, run_cell_body_async
-from .collectors.gpu import TfGpu
-from .labels import CellLabels
-from .magic_options import (
+from keras_nbguard import gpu_setup
+from keras_nbguard.cell import KerasrunCells, inside_a_cell, run_cell_body, run_cell_body_async
+from keras_nbguard.collectors.gpu import TfGpu
+from keras_nbguard.labels import CellLabels
+from keras_nbguard.magic_options import (
     RUN_FLAGS,
     SPELLING,
     isolation_arguments,
     run_changes,
     run_option_arguments,
 )
-from .options import RunOptions, checked_options
-from .report import key_values, runs_table
-from .session import Session, set_session
-from .stable_code import CodeCache, StableCellCode
-from .status import history_db_row, option_rows, status_rows
+from keras_nbguard.options import RunOptions, checked_options
+from keras_nbguard.report import key_values, runs_table
+from keras_nbguard.session import Session, set_session
+from keras_nbguard.stable_code import CodeCache, StableCellCode
+from keras_nbguard.status import history_db_row, option_rows, status_rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,7 +190,7 @@ class KerasMagics(Magics):
 
     def _isolated(self, line: str, cell: str) -> Any:
         """``--isolate`` / ``--sweep``: the cell runs in fresh processes (isolation/)."""
-        from .isolation import run_isolated  # not at %load_ext: cloudpickle, subprocess
+        from keras_nbguard.isolation import run_isolated  # not at %load_ext: cloudpickle, subprocess
 
         args = _parse_kerasrun(line)
         label = args.label or self.labels.label_for(cell, self._cell_id)
@@ -272,7 +272,7 @@ class KerasMagics(Magics):
         """
         words = _shell_words(line)
         if words and words[0] == "batch":  # its own small grammar (batch_advisor.py)
-            from .batch_advisor import batch_line_magic
+            from keras_nbguard.batch_advisor import batch_line_magic
 
             try:
                 return batch_line_magic(self.shell, line)
@@ -303,7 +303,7 @@ class KerasMagics(Magics):
         return self.session.free(include_current=args.free_all, containers=args.containers)
 
     def _nbguard_dashboard(self, args: argparse.Namespace) -> Any:
-        from .kernel_board import show
+        from keras_nbguard.kernel_board import show
 
         return show(self.session, side=args.side, compact=args.compact)
 
@@ -331,12 +331,12 @@ class KerasMagics(Magics):
                           [*option_rows(options), history_db_row(self.session.store)])
 
     def _nbguard_compare(self, args: argparse.Namespace) -> Any:
-        from .compare import compare_runs
+        from keras_nbguard.compare import compare_runs
 
         return compare_runs(self.session.runs(args.label, args.this_kernel), args.operands)
 
     def _nbguard_export(self, args: argparse.Namespace) -> Any:
-        from .exporting import write_csv
+        from keras_nbguard.exporting import write_csv
 
         if not args.operands:
             raise ValueError("%nbguard export needs a file name: %nbguard export runs.csv")
@@ -368,7 +368,7 @@ def load(shell: Any) -> KerasMagics:
     if board is not None:  # %reload_ext: the dashboard already shown follows the new session
         board.follow(session)
     else:  # a new kernel: the side panel its notebook had comes back (side_panel.py)
-        from .side_panel import reopen
+        from keras_nbguard.side_panel import reopen
 
         reopen(session)
     return magics

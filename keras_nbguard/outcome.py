@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from .call_records import FitRecord
-from .formatting import fmt_bytes
+from keras_nbguard.call_records import FitRecord
+from keras_nbguard.formatting import fmt_bytes
 
 
 def status_of(exc: BaseException | None) -> str:

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from .backends import PACKAGES, unsupported
-from .collectors.imports import ImportWatch, when_imported
+from keras_nbguard.backends import PACKAGES, unsupported
+from keras_nbguard.collectors.imports import ImportWatch, when_imported
 
 _MISSING = object()
 

@@ -7,12 +7,12 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from . import backends, gpu_setup
-from .backends import DEFAULT_POLICY
-from .options import RunOptions  # checked in options.py; here, what a run is prepared with
+from keras_nbguard import backends, gpu_setup
+from keras_nbguard.backends import DEFAULT_POLICY
+from keras_nbguard.options import RunOptions  # checked in options.py; here, what a run is prepared with
 
 if TYPE_CHECKING:
-    from .collectors.gpu import NvmlReader, TfGpu
+    from keras_nbguard.collectors.gpu import NvmlReader, TfGpu
 
 
 @dataclass

@@ -7,8 +7,8 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
-from .call_records import FitRecord, InferenceRecord
-from .formatting import (
+from keras_nbguard.call_records import FitRecord, InferenceRecord
+from keras_nbguard.formatting import (
     clean_worth_showing,
     fmt_bytes,
     fmt_clean,

@@ -6,8 +6,8 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from .formatting import fmt_bytes, fmt_params, fmt_seconds
-from .records import RunRecord
+from keras_nbguard.formatting import fmt_bytes, fmt_params, fmt_seconds
+from keras_nbguard.records import RunRecord
 
 COLUMNS = ("label", "#", "status", "wall", "fit", "Δ fit", "RSS after", "Δ RSS", "RSS peak",
            "GPU peak", "traces")

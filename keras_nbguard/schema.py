@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .dbfile import APPLICATION_ID
-from .records import GpuReading, RunRecord
+from keras_nbguard.dbfile import APPLICATION_ID
+from keras_nbguard.records import GpuReading, RunRecord
 
 SCHEMA_VERSION = 2
 ENV_PATH = "KERAS_NBGUARD_DB"

@@ -10,27 +10,27 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from . import actions, feed
-from .actions import ActionReport
-from .census import NamespaceCensus
-from .collectors.gpu import NvmlReader, TfGpu
-from .deepclean import DeepClean
-from .died import DiedRun, process_alive
-from .events import Events
-from .gcfreeze import FrameworkFreeze
-from .history import RunHistory
-from .identity import kernel_id, notebook_key, process_started
-from .live_models import LiveModels
-from .notices import WarnOnce
-from .options import RunOptions, checked_options
-from .records import RunRecord
-from .store import MEMORY, RunKey, Store
-from .tracking import Run, RunServices
+from keras_nbguard import actions, feed
+from keras_nbguard.actions import ActionReport
+from keras_nbguard.census import NamespaceCensus
+from keras_nbguard.collectors.gpu import NvmlReader, TfGpu
+from keras_nbguard.deepclean import DeepClean
+from keras_nbguard.died import DiedRun, process_alive
+from keras_nbguard.events import Events
+from keras_nbguard.gcfreeze import FrameworkFreeze
+from keras_nbguard.history import RunHistory
+from keras_nbguard.identity import kernel_id, notebook_key, process_started
+from keras_nbguard.live_models import LiveModels
+from keras_nbguard.notices import WarnOnce
+from keras_nbguard.options import RunOptions, checked_options
+from keras_nbguard.records import RunRecord
+from keras_nbguard.store import MEMORY, RunKey, Store
+from keras_nbguard.tracking import Run, RunServices
 
 if TYPE_CHECKING:
-    from .diagnosis import Findings
-    from .freeing import FreeReport
-    from .probes import LeakReport
+    from keras_nbguard.diagnosis import Findings
+    from keras_nbguard.freeing import FreeReport
+    from keras_nbguard.probes import LeakReport
 
 DEFAULT_STORE = "default"
 
@@ -130,7 +130,7 @@ class Session:
     def diagnose(self, label: str | None = None) -> Findings:
         """Causes of slower or fatter runs, in words (``diagnosis.py``): this kernel's runs
         since the last reset (``label``'s only when given)."""
-        from .diagnosis import present  # the models still alive now, not as they were
+        from keras_nbguard.diagnosis import present  # the models still alive now, not as they were
 
         return present(self, label)
 
@@ -207,7 +207,7 @@ class Session:
             laps.lap("leak check")
             record = self.census.after_run(record, run.previous_record, self.live.namespace())
             laps.lap("names")
-            from .diagnosis import with_findings  # not at %load_ext
+            from keras_nbguard.diagnosis import with_findings  # not at %load_ext
             record = with_findings(record, self.past.runs(run.label, this_kernel=True),
                                    self.warn_once)
             laps.lap("diagnosis")
@@ -267,7 +267,7 @@ class Session:
         return report
 
     def _perform_now(self, name: str, arguments: dict[str, Any]) -> ActionReport:
-        from .collectors.process import default_rss_reader
+        from keras_nbguard.collectors.process import default_rss_reader
 
         read = default_rss_reader()
         before = read()

@@ -16,13 +16,13 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .session import Session
+    from keras_nbguard.session import Session
 
 KEEP_DAYS = 30  # a mark older than this is dropped: the notebook was left long ago
 
 
 def marks_path() -> str:
-    from .store import default_path
+    from keras_nbguard.store import default_path
 
     return os.path.join(os.path.dirname(os.path.abspath(default_path())), "side_panels.json")
 
@@ -70,11 +70,11 @@ def reopen(session: Session) -> None:
     try:
         if not wanted(session.notebook):
             return
-        from .frontend import widget_frontend
+        from keras_nbguard.frontend import widget_frontend
 
         if not widget_frontend(session.shell)[0]:
             return  # no widget frontend now (nbconvert, a terminal): the mark stays
-        from .kernel_board import show
+        from keras_nbguard.kernel_board import show
 
         show(session, side=True)
     except Exception as exc:  # a panel we could not open must never break %load_ext

@@ -6,15 +6,15 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from . import __version__, backends, gpu_setup
-from .collectors.allocators import JaxAllocator, TorchAllocator, jax_started
-from .collectors.gpu import TfGpu
-from .formatting import fmt_bytes
-from .options import RunOptions
+from keras_nbguard import __version__, backends, gpu_setup
+from keras_nbguard.collectors.allocators import JaxAllocator, TorchAllocator, jax_started
+from keras_nbguard.collectors.gpu import TfGpu
+from keras_nbguard.formatting import fmt_bytes
+from keras_nbguard.options import RunOptions
 
 if TYPE_CHECKING:
-    from .session import Session
-    from .store import Store
+    from keras_nbguard.session import Session
+    from keras_nbguard.store import Store
 
 
 def history_db_row(store: Store | None) -> tuple[str, str]:

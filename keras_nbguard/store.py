@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .dbfile import NotOurs, file_owner
-from .died import DiedRun
-from .records import RunRecord
-from .schema import (
+from keras_nbguard.dbfile import NotOurs, file_owner
+from keras_nbguard.died import DiedRun
+from keras_nbguard.records import RunRecord
+from keras_nbguard.schema import (
     ENV_PATH,
     NewerDatabase,
     copy_runs,
@@ -34,7 +34,7 @@ from .schema import (
     storable,
     text,
 )
-from .writer import Writer
+from keras_nbguard.writer import Writer
 
 WRITE_TIMEOUT = 2.0  # one try of the writer thread (it tries again while a lock lasts)
 READ_TIMEOUT = 0.5  # seconds a cell's read may wait (only a schema change ever blocks a WAL read)

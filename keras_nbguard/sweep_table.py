@@ -17,8 +17,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from .formatting import fmt_bytes, fmt_params, fmt_seconds
-from .records import RunRecord
+from keras_nbguard.formatting import fmt_bytes, fmt_params, fmt_seconds
+from keras_nbguard.records import RunRecord
 
 ROWS = 40  # rows shown: the running points, then the latest ended; the rest summed up
 PERIOD = 0.25  # seconds between redraws while points end quickly

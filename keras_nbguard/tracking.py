@@ -16,22 +16,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import backends, outcome
-from .collectors.call_peaks import CallPeaks
-from .collectors.fit import FitTimer
-from .collectors.gpu import GpuCollector
-from .collectors.host_limit import HostLimit
-from .collectors.process import PeakRss, RssSampler
-from .collectors.traces import trace_counter_for
-from .prepare import RunOptions, prepare
-from .records import CleanReport, GpuReading, HeldModels, RunRecord
+from keras_nbguard import backends, outcome
+from keras_nbguard.collectors.call_peaks import CallPeaks
+from keras_nbguard.collectors.fit import FitTimer
+from keras_nbguard.collectors.gpu import GpuCollector
+from keras_nbguard.collectors.host_limit import HostLimit
+from keras_nbguard.collectors.process import PeakRss, RssSampler
+from keras_nbguard.collectors.traces import trace_counter_for
+from keras_nbguard.prepare import RunOptions, prepare
+from keras_nbguard.records import CleanReport, GpuReading, HeldModels, RunRecord
 
 if TYPE_CHECKING:
-    from .collectors.gpu import NvmlReader, TfGpu
-    from .deepclean import DeepClean
-    from .events import Events
-    from .feed import RunFeed
-    from .store import RunKey
+    from keras_nbguard.collectors.gpu import NvmlReader, TfGpu
+    from keras_nbguard.deepclean import DeepClean
+    from keras_nbguard.events import Events
+    from keras_nbguard.feed import RunFeed
+    from keras_nbguard.store import RunKey
 
 
 T = TypeVar("T")
@@ -84,7 +84,7 @@ class Run:
         self.sampler.listeners.append(lambda t, rss: services.events.emit("sample", t, rss))
         self.sampler.visit_listeners.append(lambda: services.events.emit("sampled"))
         self.traces = trace_counter_for(backends.current_backend())
-        from .probes import CreationWatch  # the first run, not %load_ext, loads the leak finder
+        from keras_nbguard.probes import CreationWatch  # the first run, not %load_ext, loads the leak finder
 
         self.creations = CreationWatch()  # models built in the run, for the leak finder
         self.host_limit = HostLimit(options.host_limit_mb) if options.host_limit_mb else None

@@ -14,8 +14,8 @@ import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .probes.frameworks import package_of
-from .probes.report import count_bytes
+from keras_nbguard.probes.frameworks import package_of
+from keras_nbguard.probes.report import count_bytes
 
 _KERAS = ("keras", "tf_keras")
 WIDE = 1000  # a container of yours with more items than this is not searched for layers

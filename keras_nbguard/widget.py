@@ -19,22 +19,22 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from .board_markup import header_html, lists_html, model_lines, static_view
-from .buttons import make_buttons
-from .compare_picker import ComparePicker
-from .downsample import halve
-from .figures import figure_data, gpu_note, run_rows, trends
-from .findings_view import current_findings, findings_html
-from .formatting import fmt_bytes
-from .frontend import current_shell, widget_frontend
-from .plotting import BOARD_CLASS, CHART_STYLE, make_chart
-from .records import RunRecord
+from keras_nbguard.board_markup import header_html, lists_html, model_lines, static_view
+from keras_nbguard.buttons import make_buttons
+from keras_nbguard.compare_picker import ComparePicker
+from keras_nbguard.downsample import halve
+from keras_nbguard.figures import figure_data, gpu_note, run_rows, trends
+from keras_nbguard.findings_view import current_findings, findings_html
+from keras_nbguard.formatting import fmt_bytes
+from keras_nbguard.frontend import current_shell, widget_frontend
+from keras_nbguard.plotting import BOARD_CLASS, CHART_STYLE, make_chart
+from keras_nbguard.records import RunRecord
 
 if TYPE_CHECKING:
-    from .actions import ActionReport
-    from .findings import Finding
-    from .session import Session
-    from .tracking import Run
+    from keras_nbguard.actions import ActionReport
+    from keras_nbguard.findings import Finding
+    from keras_nbguard.session import Session
+    from keras_nbguard.tracking import Run
 
 LIVE_PERIOD = 0.25  # seconds between live pushes while a run goes: a few a second
 LIVE_STEP = 0.05  # keep an RSS sample every 50 ms of the 100 Hz sampler

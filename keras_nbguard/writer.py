@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .schema import storable
+from keras_nbguard.schema import storable
 
 RETRY_SECONDS = (0.05, 0.2, 1.0, 2.0)  # the pauses while a lock or a full disk lasts
 Entry = tuple[str, tuple[Any, ...]] | None  # None: stop

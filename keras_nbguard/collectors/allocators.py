@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from .gpu import TfGpu
+    from keras_nbguard.collectors.gpu import TfGpu
 
 
 class Allocator(Protocol):

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .gpu import GpuCollector
-    from .process import PeakRss
+    from keras_nbguard.collectors.gpu import GpuCollector
+    from keras_nbguard.collectors.process import PeakRss
 
 
 class CallPeaks:

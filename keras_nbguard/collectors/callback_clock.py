@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..call_records import CallbackTime
+from keras_nbguard.call_records import CallbackTime
 
 CALLBACK_HOOKS = (
     "on_train_begin",

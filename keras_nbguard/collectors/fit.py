@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from ..call_records import FitRecord, InferenceRecord
-from ..patching import AttributePatch, PatchEveryKeras, PatchGroup
-from .call_peaks import CallPeaks
-from .callback_clock import CallbackClock
-from .input_clock import InputClock
+from keras_nbguard.call_records import FitRecord, InferenceRecord
+from keras_nbguard.patching import AttributePatch, PatchEveryKeras, PatchGroup
+from keras_nbguard.collectors.call_peaks import CallPeaks
+from keras_nbguard.collectors.callback_clock import CallbackClock
+from keras_nbguard.collectors.input_clock import InputClock
 
 KERAS_DEFAULT_BATCH_SIZE = 32
 INFERENCE = ("evaluate", "predict")

@@ -12,9 +12,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .. import backends
-from ..records import GpuReading
-from .allocators import Allocator, allocator_for
+from keras_nbguard import backends
+from keras_nbguard.records import GpuReading
+from keras_nbguard.collectors.allocators import Allocator, allocator_for
 
 
 class TfGpu:

@@ -12,7 +12,7 @@ from collections import Counter
 from types import ModuleType
 from typing import Any
 
-from .imports import ImportWatch, when_imported
+from keras_nbguard.collectors.imports import ImportWatch, when_imported
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 

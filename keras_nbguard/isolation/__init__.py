@@ -19,15 +19,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..prepare import RunOptions
-from . import names, sweep
-from .back import received
-from .parent import Child, ChildResult
-from .run import IsolatedRun, Transfer
-from .spare import Spare
+from keras_nbguard.prepare import RunOptions
+from keras_nbguard.isolation import names, sweep
+from keras_nbguard.isolation.back import received
+from keras_nbguard.isolation.parent import Child, ChildResult
+from keras_nbguard.isolation.run import IsolatedRun, Transfer
+from keras_nbguard.isolation.spare import Spare
 
 if TYPE_CHECKING:
-    from ..session import Session
+    from keras_nbguard.session import Session
 
 __all__ = ["IsolatedRun", "IsolatedRunFailed", "close_spares", "run_isolated"]
 
@@ -66,7 +66,7 @@ def run_isolated(
     """Run ``cell`` isolated (once, or once per ``--sweep`` point). Bad input raises
     ``ValueError`` in the user's terms before any process starts."""
     if args.cluster is not None:
-        from . import ray_cluster
+        from keras_nbguard.isolation import ray_cluster
 
         ray_cluster.check()
     if args.parallel < 1:
@@ -88,7 +88,7 @@ def run_isolated(
             in_place=found.in_place,
             current=cell,
         )
-        from .shm import size_of
+        from keras_nbguard.isolation.shm import size_of
 
         job = {
             "source": cell,
@@ -140,11 +140,11 @@ def _sweep(cell: _Cell, job: dict[str, Any], args: argparse.Namespace, plan: swe
         keep(point, _recorded(cell, point, child, stop))
 
     if args.cluster is not None:
-        from . import ray_cluster
+        from keras_nbguard.isolation import ray_cluster
 
         ray_cluster.run_all(points, args.gpus, lambda m: _show(cell.session, m), done)
     elif args.parallel > 1:
-        from .pool import run_side_by_side
+        from keras_nbguard.isolation.pool import run_side_by_side
 
         run_side_by_side(points, args.parallel, lambda m: _quiet_epochs(cell.session, m), done)
     else:
@@ -169,7 +169,7 @@ def _sweep_table(cell: _Cell, label: str, plan: sweep.Sweep) -> Any:
     large to list."""
     if cell.options.quiet or len(plan) > TABLE_POINTS:
         return None
-    from ..sweep_table import SweepTable
+    from keras_nbguard.sweep_table import SweepTable
 
     table = SweepTable(label, list(plan))
     table.show()
@@ -262,7 +262,7 @@ def close_spares() -> None:
     for spare in list(_SPARES.values()):
         spare.close()
     _SPARES.clear()
-    from .parent import kill_all
+    from keras_nbguard.isolation.parent import kill_all
 
     kill_all()
 

@@ -13,9 +13,9 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from .parent import ChildResult
-from .receiving import keras_scope
-from .run import IsolatedRun, Transfer
+from keras_nbguard.isolation.parent import ChildResult
+from keras_nbguard.isolation.receiving import keras_scope
+from keras_nbguard.isolation.run import IsolatedRun, Transfer
 
 
 def received(done: ChildResult, run: IsolatedRun | None = None) -> dict[str, Any]:
@@ -135,7 +135,7 @@ def _loads(data: bytes) -> Any:
 def _notebook_classes() -> dict[str, type]:
     from IPython import get_ipython
 
-    from .sending import custom_objects
+    from keras_nbguard.isolation.sending import custom_objects
 
     shell = get_ipython()
     return custom_objects(shell.user_ns) if shell is not None else {}  # functions too

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .receiving import unpack_input
-from .sending import SHARED_BYTES, Sent, pack_inputs
+from keras_nbguard.isolation.receiving import unpack_input
+from keras_nbguard.isolation.sending import SHARED_BYTES, Sent, pack_inputs
 
 __all__ = [
     "SHARED_BYTES",

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from .guard import exited, group_members
-from .spare import Context
+from keras_nbguard.isolation.guard import exited, group_members
+from keras_nbguard.isolation.spare import Context
 
 SAMPLE_SECONDS = 0.1  # the child's RSS, read from here: also what a died run keeps
 END_SECONDS = 4.0  # after its result: for the child's word on stray threads (it waits 1.5 s)

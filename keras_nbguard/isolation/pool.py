@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import wait
 from typing import Any
 
-from .parent import SAMPLE_SECONDS, Child, ChildResult, OnMessage
+from keras_nbguard.isolation.parent import SAMPLE_SECONDS, Child, ChildResult, OnMessage
 
 OnDone = Callable[[dict[str, Any], ChildResult, "BaseException | None"], None]
 

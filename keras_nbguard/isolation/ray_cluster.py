@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .parent import ChildResult
+from keras_nbguard.isolation.parent import ChildResult
 
 INSTALL = "--cluster ray needs Ray, which is not installed here: pip install 'keras_nbguard[ray]'"
 CONNECT_SECONDS = 10.0

@@ -65,7 +65,7 @@ def _made(sent: tuple[Any, ...], attached: list[Any]) -> Any:
 
     kind = sent[0]
     if kind in ("shm", "file"):  # shared memory, or a temporary file when it had no room
-        from .shm import unpack
+        from keras_nbguard.isolation.shm import unpack
 
         return unpack(sent, attached)
     if kind == "tfdata":

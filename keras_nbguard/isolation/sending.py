@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from ..formatting import fmt_size
-from .kinds import (
+from keras_nbguard.formatting import fmt_size
+from keras_nbguard.isolation.kinds import (
     OWN_WORDS,
     SHARED_BYTES,
     Unsendable,
@@ -85,7 +85,7 @@ def pack_inputs(
     the caller to unlink after the run). ``in_place``: names the cell changes (a writable copy);
     ``current``: the cell's source (not replayed). ``ValueError`` for a name that can go no
     way, or one given with ``--inputs`` that does not exist."""
-    from .names import is_builtin
+    from keras_nbguard.isolation.names import is_builtin
 
     packer = _Packer(namespace, shared, current)
     sent = Sent()
@@ -128,7 +128,7 @@ class _Packer:
     @property
     def history(self) -> Any:
         if self._history is None:
-            from .replay import History
+            from keras_nbguard.isolation.replay import History
 
             self._history = History(self.namespace, self.current)
         return self._history
@@ -185,7 +185,7 @@ class _Packer:
         key, asked = f"{self.token}:{id(value)}:{way}", way
         size: int
         if way == "shared memory":
-            from .shm import pack_array  # room checked first: a full /dev/shm is SIGBUS
+            from keras_nbguard.isolation.shm import pack_array  # room checked first: a full /dev/shm is SIGBUS
 
             packet: Any = pack_array(key, value, self.shared)  # type: ignore[arg-type]
             size = value.nbytes
@@ -233,7 +233,7 @@ class _Packer:
         """Replay the statement ``at`` that bound ``name`` (with those that changed it since),
         in ``into`` when it is of the same cell, else in a unit of its cell. ``kind``: the type
         the notebook's value has (the child checks that the replay made the same)."""
-        from .replay import MAX_CELLS, Unit
+        from keras_nbguard.isolation.replay import MAX_CELLS, Unit
 
         if at is None:
             raise Unsendable("no earlier cell of this notebook binds it")
@@ -261,8 +261,8 @@ class _Packer:
         return ("replay", f"{unit.key}:{name}", name, unit, kind), _Way(unit)
 
     def _include(self, unit: Any, index: int) -> None:
-        from .names import is_builtin
-        from .replay import MAX_STATEMENTS
+        from keras_nbguard.isolation.names import is_builtin
+        from keras_nbguard.isolation.replay import MAX_STATEMENTS
 
         if index in unit.statements:
             return

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .parent import Child
+    from keras_nbguard.isolation.parent import Child
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class Spare:
         return None
 
     def make(self, preload: Sequence[str]) -> None:
-        from .parent import Child
+        from keras_nbguard.isolation.parent import Child
 
         self.close()
         self.child = Child(preload)

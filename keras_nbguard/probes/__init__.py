@@ -19,12 +19,12 @@ Which run made a model comes from registry.py; the results are records.py's, bui
 from __future__ import annotations
 
 # The names ``keras_nbguard.probes`` offered when it was one module, so every import keeps working.
-from .frameworks import FRAMEWORKS, current_shell, model_classes
-from .naming import Chain, Edge, Root
-from .records import UNREACHABLE_HINT, Leak, LeakReport
-from .registry import CreationWatch, ModelRegistry, RunRef
-from .report import build_report, find_leaks, leaks_of, sizes
-from .walk import Probe
+from keras_nbguard.probes.frameworks import FRAMEWORKS, current_shell, model_classes
+from keras_nbguard.probes.naming import Chain, Edge, Root
+from keras_nbguard.probes.records import UNREACHABLE_HINT, Leak, LeakReport
+from keras_nbguard.probes.registry import CreationWatch, ModelRegistry, RunRef
+from keras_nbguard.probes.report import build_report, find_leaks, leaks_of, sizes
+from keras_nbguard.probes.walk import Probe
 
 __all__ = [
     "FRAMEWORKS", "UNREACHABLE_HINT", "Chain", "CreationWatch",

@@ -7,7 +7,7 @@ import sys
 import types
 from typing import Any
 
-from .. import backends
+from keras_nbguard import backends
 
 # Objects of these packages are framework internals: chains through them are not followed (it
 # keeps the walk short). Keras callbacks (History included) are the exception: users hold those.

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .frameworks import FRAMEWORKS, instance_dict, package_of
+from keras_nbguard.probes.frameworks import FRAMEWORKS, instance_dict, package_of
 
 _HIDDEN_NAME = re.compile(r"_+|_\d+|_i+\d*|_(ih|oh|dh)|In|Out|exit|quit|get_ipython")
 

@@ -178,7 +178,7 @@ def cut(nodes: list[Any]) -> Cut:
 def every_functional() -> list[Any]:
     """Every live Keras model that keeps node keys (one heap scan: used only when a cut moved
     nodes down, which a run cutting its own predecessors never does)."""
-    from .frameworks import all_subclasses, model_classes
+    from keras_nbguard.probes.frameworks import all_subclasses, model_classes
 
     classes = [c for base in model_classes() for c in all_subclasses(base)]
     ids = {id(c) for c in classes}

@@ -8,7 +8,7 @@ import gc
 import types
 from typing import Any
 
-from .frameworks import CONTAINERS, FRAMEWORKS, instance_dict, is_keras_nesting, package_of
+from keras_nbguard.probes.frameworks import CONTAINERS, FRAMEWORKS, instance_dict, is_keras_nesting, package_of
 
 
 def mark_own_parts(model: Any, owner: dict[int, int], held: dict[int, int],

@@ -69,7 +69,7 @@ class LeakReport:
 
     def lines(self) -> list[str]:
         """The text summary, shared by the pretty and HTML reprs."""
-        from ..formatting import fmt_size
+        from keras_nbguard.formatting import fmt_size
 
         out = [f"{len(self.leaks)} live Keras model(s), {len(self.stale)} stale, "
                f"{len(self.unreachable)} unreachable"]

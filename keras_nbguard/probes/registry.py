@@ -9,8 +9,8 @@ import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from ..patching import AttributePatch, PatchEveryKeras, PatchGroup
-from .nodes import graph_nodes
+from keras_nbguard.patching import AttributePatch, PatchEveryKeras, PatchGroup
+from keras_nbguard.probes.nodes import graph_nodes
 
 
 class RunRef(NamedTuple):

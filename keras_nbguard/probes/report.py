@@ -9,10 +9,10 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
-from .records import Leak, LeakReport
-from .registry import ModelRegistry
-from .stale_nodes import node_words
-from .walk import Probe
+from keras_nbguard.probes.records import Leak, LeakReport
+from keras_nbguard.probes.registry import ModelRegistry
+from keras_nbguard.probes.stale_nodes import node_words
+from keras_nbguard.probes.walk import Probe
 
 # bytes per element; numpy is asked only for dtypes not listed here
 _ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,

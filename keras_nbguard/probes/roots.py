@@ -11,8 +11,8 @@ import types
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .frameworks import worth_following
-from .naming import Root
+from keras_nbguard.probes.frameworks import worth_following
+from keras_nbguard.probes.naming import Root
 
 # id -> (the object, how it is named): a Root, or a module's name (named lazily: there are
 # thousands of modules and few chains end at one).

@@ -13,10 +13,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .frameworks import NODE_LISTS
-from .naming import Chain
-from .nodes import ancestors, cut, is_node, nested_graph_nodes, node_lists, node_types
-from .registry import ModelRegistry, RunRef
+from keras_nbguard.probes.frameworks import NODE_LISTS
+from keras_nbguard.probes.naming import Chain
+from keras_nbguard.probes.nodes import ancestors, cut, is_node, nested_graph_nodes, node_lists, node_types
+from keras_nbguard.probes.registry import ModelRegistry, RunRef
 
 WIDE = 1000  # a container of yours with more items than this is not searched for tensors
 

@@ -19,8 +19,8 @@ import types
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..gcfreeze import frozen_holders
-from .frameworks import (
+from keras_nbguard.gcfreeze import frozen_holders
+from keras_nbguard.probes.frameworks import (
     FRAMEWORKS,
     all_subclasses,
     callback_class,
@@ -29,11 +29,11 @@ from .frameworks import (
     package_of,
     worth_following,
 )
-from .naming import Chain, Root, awkwardness, named_chains
-from .nodes import node_lists, node_types
-from .own_parts import mark_own_parts
-from .registry import ModelRegistry
-from .roots import Roots, find_roots, is_own_frame, module_root, name_map
+from keras_nbguard.probes.naming import Chain, Root, awkwardness, named_chains
+from keras_nbguard.probes.nodes import node_lists, node_types
+from keras_nbguard.probes.own_parts import mark_own_parts
+from keras_nbguard.probes.registry import ModelRegistry
+from keras_nbguard.probes.roots import Roots, find_roots, is_own_frame, module_root, name_map
 
 
 class Probe:

@@ -30,7 +30,7 @@ class KerasNbguard(Configurable):
              "<jupyter data dir>/keras_nbguard/runs.sqlite (where kernels write by default).")
 
     def database(self) -> str:
-        from ..store import default_path
+        from keras_nbguard.store import default_path
 
         return self.db_path or default_path()  # the env is read per request, like kernels do
 
@@ -40,7 +40,7 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
-    from .handlers import SETTING, routes
+    from keras_nbguard.server.handlers import SETTING, routes
 
     options = KerasNbguard(parent=serverapp)
     web_app = serverapp.web_app
