@@ -34,12 +34,12 @@ sys.path.insert(0, {root!r})
 import comm
 import ipykernel.ipkernel  # what a kernel has loaded before any cell
 import keras_nbguard  # and %load_ext keras_nbguard: its session
-from keras_nbguard.session import Session
+from keras_nbguard.session.core import Session
 session = Session()
 process = psutil.Process()
 rss, t0 = process.memory_info().rss, time.perf_counter()
 if {which!r} == "ours":
-    from keras_nbguard.widget import Dashboard
+    from keras_nbguard.board.widget import Dashboard
     board = Dashboard(session, mode="widget")
     state = [w.get_state() for w in (board.chart, board.widget)]
 else:
@@ -79,9 +79,9 @@ def adding_runs() -> tuple[list[float], list[int]]:
 
     comm.create_comm = EncodingComm  # before ipywidgets makes any widget
     sys.path.insert(0, ROOT)
-    from keras_nbguard.records import FitRecord, GpuReading, RunRecord
-    from keras_nbguard.session import Session
-    from keras_nbguard.widget import Dashboard
+    from keras_nbguard.board.widget import Dashboard
+    from keras_nbguard.records.run import FitRecord, GpuReading, RunRecord
+    from keras_nbguard.session.core import Session
 
     labels = ("mlp", "cnn", "mlp wide")
 

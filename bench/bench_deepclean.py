@@ -42,7 +42,7 @@ def loop(way: str, runs: int) -> dict[str, list[float]]:
     import numpy as np
 
     from keras_nbguard.collectors.process import default_rss_reader
-    from keras_nbguard.deepclean import DeepClean
+    from keras_nbguard.prepare.deepclean import DeepClean
 
     rss = default_rss_reader()
     x = np.random.default_rng(0).random((1024, 32), dtype="float32")

@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from keras_nbguard.call_records import FitRecord
-from keras_nbguard.diagnosis import diagnose, with_findings
-from keras_nbguard.records import GpuReading, RunRecord
+from keras_nbguard.diagnosis.diagnose import diagnose, with_findings
+from keras_nbguard.records.calls import FitRecord
+from keras_nbguard.records.run import GpuReading, RunRecord
 
 MiB = 2**20
 HISTORY = (5, 20, 100, 1000)

@@ -21,10 +21,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from keras_nbguard.records import FitRecord, GpuReading, RunRecord
+from keras_nbguard.records.run import FitRecord, GpuReading, RunRecord
 from keras_nbguard.server.history import by_notebook, read_runs
 from keras_nbguard.server.page import render
-from keras_nbguard.store import RunKey, Store
+from keras_nbguard.store.history_db import RunKey, Store
 
 NOTEBOOK = "/home/me/train.ipynb"
 MB = 2**20

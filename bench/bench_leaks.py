@@ -60,7 +60,7 @@ def main() -> None:
 
     from IPython.core.interactiveshell import InteractiveShell
 
-    from keras_nbguard.probes import ModelRegistry, find_leaks
+    from keras_nbguard.models import ModelRegistry, find_leaks
 
     shell = InteractiveShell.instance()
     n_records = args.objects * 3 // 4 // 3
@@ -99,10 +99,10 @@ def main() -> None:
 
 def all_models() -> list:
     """Every live model, as the runs that built them would have handed them over."""
-    from keras_nbguard.probes import model_class
+    from keras_nbguard.models.frameworks import model_classes
 
-    base = model_class()
-    return [o for o in gc.get_objects() if isinstance(o, base)]
+    bases = model_classes()
+    return [o for o in gc.get_objects() if isinstance(o, bases)]
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ for record in keras_nbguard.runs("bench")[1:]:
         parts.setdefault(name, []).append(seconds)
 print(json.dumps({"bare": bare, "magic": ours, "collections": collections,
                   "parts": {k: statistics.median(v) for k, v in parts.items()},
-                  "frozen": keras_nbguard.session.get_session().frozen.describe()}))
+                  "frozen": keras_nbguard.session.core.get_session().frozen.describe()}))
 """
 
 

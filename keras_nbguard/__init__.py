@@ -10,21 +10,20 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
-from keras_nbguard.batch_advisor import BatchAdvice, batch_advice
-from keras_nbguard.call_records import FitRecord, InferenceRecord
-from keras_nbguard.notices import NbguardWarning
-from keras_nbguard.records import CleanReport, GpuReading, RunRecord
-from keras_nbguard.session import Session, get_session
+from keras_nbguard._version import __version__
+from keras_nbguard.advisor.batch_advisor import BatchAdvice, batch_advice
+from keras_nbguard.records.calls import FitRecord, InferenceRecord
+from keras_nbguard.records.notices import NbguardWarning
+from keras_nbguard.records.run import CleanReport, GpuReading, RunRecord
+from keras_nbguard.session.core import Session, get_session
 
 if TYPE_CHECKING:  # loaded with the first run or call, to keep %load_ext cheap
-    from keras_nbguard.diagnosis import Findings
-    from keras_nbguard.freeing import FreeReport
-    from keras_nbguard.options import RunOptions
-    from keras_nbguard.probes import LeakReport
-    from keras_nbguard.tracking import Run
-    from keras_nbguard.widget import Dashboard
+    from keras_nbguard.board.widget import Dashboard
+    from keras_nbguard.diagnosis.diagnose import Findings
+    from keras_nbguard.models import LeakReport
+    from keras_nbguard.models.freeing import FreeReport
+    from keras_nbguard.records.options import RunOptions
+    from keras_nbguard.run.tracking import Run
 
 # No submodule may have one of these names: importing it would replace the function (the
 # modules are named for what they do: exporting, freeing, tracking; tests/test_api_faults.py).
@@ -54,7 +53,7 @@ def runs(label: str | None = None, this_kernel: bool = False) -> list[RunRecord]
 
 def runs_frame(label: str | None = None, this_kernel: bool = False) -> Any:
     """``runs()`` as a pandas DataFrame, one row per run (needs pandas)."""
-    from keras_nbguard.exporting import runs_frame as frame
+    from keras_nbguard.store.exporting import runs_frame as frame
 
     return frame(runs(label, this_kernel))
 
@@ -65,7 +64,7 @@ def export(path: str, label: str | None = None, this_kernel: bool = False, *,
 
     An existing file is replaced only with ``force=True``; a notebook or a SQLite database (the
     run history) never. ``ValueError`` says why a file was not written."""
-    from keras_nbguard.exporting import write_csv
+    from keras_nbguard.store.exporting import write_csv
 
     session = get_session()
     return write_csv(session.runs(label, this_kernel), path, force=force,
@@ -91,7 +90,9 @@ def free(*, include_current: bool = False, containers: bool = False) -> FreeRepo
 def dashboard(session: Session | None = None, *, mode: str | None = None) -> Dashboard:
     """The kernel's live dashboard (made on first call, the same widget after): display it, or
     end a cell with it. ``mode`` "widget" or "static" overrides the frontend detection."""
-    from keras_nbguard.kernel_board import dashboard as kernel_dashboard  # ipywidgets and plotly: on first use
+    from keras_nbguard.board.kernel_board import (
+        dashboard as kernel_dashboard,  # ipywidgets and plotly: on first use
+    )
 
     return kernel_dashboard(session, mode=mode)
 
@@ -100,9 +101,9 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     if name in ("Leak", "LeakReport"):  # the leak finder loads with the first run, not at load
-        return getattr(importlib.import_module(f"{__name__}.probes"), name)
+        return getattr(importlib.import_module(f"{__name__}.models"), name)
     if name == "FreeReport":
-        from keras_nbguard.freeing import FreeReport
+        from keras_nbguard.models.freeing import FreeReport
 
         return FreeReport
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -120,12 +121,12 @@ def configure(**options: Any) -> RunOptions:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    from keras_nbguard.magic import load
+    from keras_nbguard.ipython.magic import load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    from keras_nbguard.magic import unload
+    from keras_nbguard.ipython.magic import unload
 
     unload(ipython)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 
 from IPython.core.interactiveshell import InteractiveShell
 
-from keras_nbguard.records import FitRecord, GpuReading, RunRecord
+from keras_nbguard.records.run import FitRecord, GpuReading, RunRecord
 
 SETUP_CELL = """
 import numpy as np

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 import keras_nbguard
-from keras_nbguard.session import Session, using
+from keras_nbguard.session.core import Session, using
 
 
 def test_a_reset_during_a_run_is_queued_and_done_when_the_run_ends():

@@ -10,7 +10,7 @@ import pytest
 from helpers import run
 
 import keras_nbguard
-from keras_nbguard.records import RunRecord
+from keras_nbguard.records.run import RunRecord
 
 FIT = "model.fit(x, y, epochs=1, verbose=0)"
 KERAS_IO = f"%%kerasrun --label io --quiet\nmodel = make_model()\n{FIT}\n"
@@ -188,7 +188,7 @@ def test_free_deep_cleans_at_once_and_shows_the_rss_drop(keras_shell):
 def test_a_custom_training_loop_is_deep_cleaned_once_its_models_are_gone(keras_shell):
     from tensorflow.python.framework import ops
 
-    from keras_nbguard.deepclean import _gradient_origin, _library_dirs
+    from keras_nbguard.prepare.deepclean import _gradient_origin, _library_dirs
 
     run(keras_shell, """
 import tensorflow as tf
@@ -235,7 +235,7 @@ for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(64):
 def test_no_heap_walk_when_the_last_model_was_only_rebound(keras_shell, monkeypatch):
     """``history = model.fit(...)``: the earlier model is garbage once rebound, and the heap walk
     (~0.1 s on a TensorFlow kernel) is spared, before and after each run."""
-    from keras_nbguard.probes import walk
+    from keras_nbguard.models import walk
 
     cell = "%%kerasrun --label assigned --quiet\nmodel = make_model()\nhistory = " + FIT
     rerun(keras_shell, cell, 2)

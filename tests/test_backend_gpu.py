@@ -11,10 +11,10 @@ import pynvml
 import pytest
 from test_gpu import FakeNvml
 
-from keras_nbguard import gpu_setup
 from keras_nbguard.collectors.allocators import JaxAllocator, TorchAllocator
 from keras_nbguard.collectors.gpu import GpuCollector, NvmlReader
-from keras_nbguard.formatting import fmt_gpu
+from keras_nbguard.prepare import gpu_setup
+from keras_nbguard.records.formatting import fmt_gpu
 
 MB = 2**20
 

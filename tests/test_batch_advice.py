@@ -11,8 +11,8 @@ from helpers import run
 from IPython.core.error import UsageError
 
 import keras_nbguard
-from keras_nbguard.batch_advisor import BatchAdvice, advise, batch_advice, batch_line_magic
-from keras_nbguard.batch_probe import Probe
+from keras_nbguard.advisor.batch_advisor import BatchAdvice, advise, batch_advice, batch_line_magic
+from keras_nbguard.advisor.batch_probe import Probe
 
 
 def probes(*pairs: tuple[int, float]) -> list[Probe]:

@@ -9,8 +9,8 @@ import pytest
 from helpers import run
 
 import keras_nbguard
-from keras_nbguard.findings import DATASET_RUNS, MIN_RUNS
-from keras_nbguard.formatting import fmt_seconds
+from keras_nbguard.diagnosis.findings import DATASET_RUNS, MIN_RUNS
+from keras_nbguard.records.formatting import fmt_seconds
 
 MiB = 2**20
 

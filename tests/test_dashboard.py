@@ -20,17 +20,17 @@ from helpers import make_record, run
 from nbclient import NotebookClient
 
 import keras_nbguard
-from keras_nbguard import kernel_board as dashboard_module
-from keras_nbguard.board_markup import model_lines, static_view
-from keras_nbguard.figures import figure_data, run_rows, trend_text
-from keras_nbguard.findings import Finding
-from keras_nbguard.formatting import fmt_seconds
-from keras_nbguard.frontend import widget_frontend
-from keras_nbguard.kernel_board import dashboard
-from keras_nbguard.probes import Leak, LeakReport
-from keras_nbguard.records import GpuReading
-from keras_nbguard.session import Session, using
-from keras_nbguard.widget import Dashboard
+from keras_nbguard.board import kernel_board as dashboard_module
+from keras_nbguard.board.figures import figure_data, run_rows, trend_text
+from keras_nbguard.board.frontend import widget_frontend
+from keras_nbguard.board.kernel_board import dashboard
+from keras_nbguard.board.markup import model_lines, static_view
+from keras_nbguard.board.widget import Dashboard
+from keras_nbguard.diagnosis.findings import Finding
+from keras_nbguard.models import Leak, LeakReport
+from keras_nbguard.records.formatting import fmt_seconds
+from keras_nbguard.records.run import GpuReading
+from keras_nbguard.session.core import Session, using
 
 MB = 2**20
 NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "dashboard_demo.ipynb"
@@ -155,13 +155,14 @@ def test_static_view_has_charts_table_and_failures_in_red():
 
 def test_importing_the_dashboard_costs_no_plotly_or_widgets():
     assert callable(keras_nbguard.dashboard)  # the documented call, a plain function
-    code = ("import sys, keras_nbguard.widget, keras_nbguard.figures, keras_nbguard.plotting; "
+    code = ("import sys, keras_nbguard.board.widget, keras_nbguard.board.figures, "
+            "keras_nbguard.board.plotting; "
             "print([m for m in ('plotly', 'ipywidgets', 'anywidget', 'tensorflow', 'keras') "
             "if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     # a widget made: ipywidgets and anywidget, never plotly's figures or nbformat/jsonschema
-    code = ("import sys, keras_nbguard; from keras_nbguard.widget import Dashboard; "
+    code = ("import sys, keras_nbguard; from keras_nbguard.board.widget import Dashboard; "
             "Dashboard(keras_nbguard.get_session(), mode='widget'); "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'plotly', 'nbformat', "
             "'jsonschema', 'rfc3987_syntax', 'anywidget', 'ipywidgets'}))")
@@ -246,7 +247,7 @@ def test_a_run_updates_the_plot_live_panels_and_models(keras_shell, board):
 
 
 def test_a_run_is_named_label_colon_number_and_the_old_hash_still_works():
-    from keras_nbguard.compare import compare_runs, find_run
+    from keras_nbguard.diagnosis.compare import compare_runs, find_run
 
     records = [make_record(label=label, run_number=n) for label, n in
                (("mlp", 1), ("mlp", 5), ("cnn:3", 2))]
@@ -277,7 +278,7 @@ def test_two_runs_picked_are_compared_side_by_side(keras_shell, board):
 
 
 def test_compact_line_says_the_last_run_its_trend_and_stale_models(keras_shell):
-    from keras_nbguard.compact import CompactLine
+    from keras_nbguard.board.compact import CompactLine
 
     line = CompactLine(keras_nbguard.get_session())
     assert line.line() == "keras_nbguard · no run yet"
@@ -494,7 +495,7 @@ def test_nbclient_execution_shows_the_static_view_updated_by_display_id(tmp_path
 
 KERNEL = """
 import json, sys, keras_nbguard
-from keras_nbguard.figures import figure_data, trend_text
+from keras_nbguard.board.figures import figure_data, trend_text
 keep = []
 for _ in range(int(sys.argv[1])):
     with keras_nbguard.track("mlp", quiet=True):
@@ -539,7 +540,7 @@ def test_a_sweeps_points_are_lines_of_their_own():
 
 
 def test_a_sweep_reads_as_one_table_that_fills_in():
-    from keras_nbguard.sweep_table import SweepTable
+    from keras_nbguard.board.sweep_table import SweepTable
 
     points = [{"units": u} for u in (16, 32, 64, 128)]
     table = SweepTable("mlp", points)

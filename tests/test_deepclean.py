@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from keras_nbguard.deepclean import CleanReport, DeepClean
-from keras_nbguard.notices import NbguardWarning
+from keras_nbguard.prepare.deepclean import CleanReport, DeepClean
+from keras_nbguard.records.notices import NbguardWarning
 
 X = np.random.default_rng(0).random((256, 8), dtype="float32")
 Y = np.random.default_rng(1).random((256, 1), dtype="float32")
@@ -232,7 +232,7 @@ def test_a_layout_that_changes_later_is_caught_by_clean(monkeypatch):
 def test_without_tensorflow_there_is_nothing_to_clean_and_nothing_is_imported():
     code = textwrap.dedent("""
         import sys
-        from keras_nbguard.deepclean import DeepClean
+        from keras_nbguard.prepare.deepclean import DeepClean
         deep = DeepClean()
         deep.run_ended(deep.run_started(), [])
         report = deep.clean()

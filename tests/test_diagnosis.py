@@ -12,10 +12,10 @@ import pytest
 from helpers import make_record, run
 
 import keras_nbguard
-from keras_nbguard.compare import Comparison, find_run
-from keras_nbguard.diagnosis import MIN_RUNS, Trend, diagnose
-from keras_nbguard.formatting import fmt_seconds
-from keras_nbguard.records import FitRecord, GpuReading, HeldModels
+from keras_nbguard.diagnosis.compare import Comparison, find_run
+from keras_nbguard.diagnosis.diagnose import MIN_RUNS, Trend, diagnose
+from keras_nbguard.records.formatting import fmt_seconds
+from keras_nbguard.records.run import FitRecord, GpuReading, HeldModels
 
 MiB = 2**20
 

@@ -16,8 +16,8 @@ import pytest
 from helpers import make_record, run
 
 import keras_nbguard
-from keras_nbguard.findings import MIN_RUNS, RETRACE_THRESHOLD, label_trends, trends_text
-from keras_nbguard.findings_view import current_findings
+from keras_nbguard.board.findings_view import current_findings
+from keras_nbguard.diagnosis.findings import MIN_RUNS, RETRACE_THRESHOLD, label_trends, trends_text
 
 MiB = 2**20
 
@@ -153,7 +153,7 @@ def test_a_run_that_traces_more_than_the_runs_before_it_is_named_and_stays_named
 
 
 def test_a_cause_of_an_earlier_run_stays_until_a_later_run_does_the_same_work_without_it():
-    from keras_nbguard.diagnosis import diagnose
+    from keras_nbguard.diagnosis.diagnose import diagnose
 
     traced = make_record(label="t", run_number=1, traces=12, signatures=(("scale", 12),))
     cached = make_record(label="t", run_number=2, traces=0)  # found its traces cached
@@ -189,8 +189,8 @@ def test_a_freed_models_finding_is_gone_at_once(keras_shell):
 SECOND_KERNEL = """
 import json, keras_nbguard
 from IPython.core.interactiveshell import InteractiveShell
-from keras_nbguard.diagnosis import diagnose
-from keras_nbguard.findings_view import current_findings
+from keras_nbguard.diagnosis.diagnose import diagnose
+from keras_nbguard.board.findings_view import current_findings
 shell = InteractiveShell.instance()
 shell.run_line_magic("load_ext", "keras_nbguard")
 session = keras_nbguard.get_session()
@@ -243,7 +243,7 @@ def test_the_trend_leaves_out_the_warm_up_and_says_its_span():
 
 
 def test_the_flag_beside_the_number_is_the_diagnosis_finding():
-    from keras_nbguard.diagnosis import diagnose
+    from keras_nbguard.diagnosis.diagnose import diagnose
 
     runs = grown(MIN_RUNS + 2, 4.0)
     rss, _ = label_trends(runs)

@@ -9,8 +9,8 @@ import psutil
 import pytest
 from helpers import run
 
-from keras_nbguard.freeing import free
-from keras_nbguard.probes import ModelRegistry
+from keras_nbguard.models import ModelRegistry
+from keras_nbguard.models.freeing import free
 
 
 def made_by_runs(shell, *runs: tuple[str, int, list[str]]) -> ModelRegistry:

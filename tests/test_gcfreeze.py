@@ -46,7 +46,7 @@ def test_frameworks_frozen_at_import_and_models_never():
     out = in_fresh_python("""
         cell("%load_ext keras_nbguard")
         cell("import numpy as np\\nimport keras\\n" + MODEL)  # the import and a setup together
-        import keras_nbguard.session as s
+        import keras_nbguard.session.core as s
         session = s.get_session()
         cell("model = make_model()\\nmodel.fit(x, y, verbose=0)\\nold = model")
         ref = weakref.ref(shell.user_ns["model"])
@@ -100,7 +100,7 @@ def test_not_frozen_when_models_exist_before_the_extension():
     out = in_fresh_python("""
         cell("import numpy as np\\nimport keras\\n" + MODEL + "\\nkept = make_model()")
         cell("%load_ext keras_nbguard")
-        import keras_nbguard.session as s
+        import keras_nbguard.session.core as s
         frozen = s.get_session().frozen
         print(json.dumps({"frozen": frozen.frozen, "described": frozen.describe(),
                           "count": gc.get_freeze_count()}))
@@ -114,7 +114,7 @@ def test_off_by_environment():
         os.environ["KERAS_NBGUARD_GC_FREEZE"] = "0"
         cell("%load_ext keras_nbguard")
         cell("import keras")
-        import keras_nbguard.session as s
+        import keras_nbguard.session.core as s
         print(json.dumps({"count": gc.get_freeze_count(),
                           "described": s.get_session().frozen.describe()}))
         """)

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
-from keras_nbguard import gpu_setup
 from keras_nbguard.collectors.gpu import GpuCollector, NvmlReader, TfGpu
+from keras_nbguard.prepare import gpu_setup
 
 MB = 2**20
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_gpu import fake_tf
 
-from keras_nbguard import gpu_setup
+from keras_nbguard.prepare import gpu_setup
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu_check.py"
 _spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)

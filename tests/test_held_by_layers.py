@@ -13,7 +13,7 @@ import pytest
 from helpers import run
 
 import keras_nbguard
-from keras_nbguard import autorelease
+from keras_nbguard.models import autorelease
 
 TEXT_SETUP = """
 import numpy as np, keras, tensorflow as tf

@@ -8,7 +8,7 @@ from helpers import make_record
 
 from keras_nbguard.server import page
 from keras_nbguard.server.history import by_notebook, read_runs
-from keras_nbguard.store import RunKey, Store
+from keras_nbguard.store.history_db import RunKey, Store
 
 
 def stored(tmp_path, count: int) -> str:

@@ -41,7 +41,7 @@ def test_a_run_within_the_cap_is_untouched_and_the_cap_is_per_run(keras_shell):
         keras_shell.run_cell_magic("kerasrun", "--host-limit 0", "pass")
 
 
-@pytest.mark.filterwarnings("ignore::keras_nbguard.notices.NbguardWarning")  # said in the record
+@pytest.mark.filterwarnings("ignore::keras_nbguard.NbguardWarning")  # said in the record
 def test_a_run_off_the_main_thread_is_warned_not_capped(keras_shell):
     records = []
 

@@ -17,11 +17,11 @@ import pytest
 from helpers import make_record
 from jupyter_lab import CHROMIUM, chromium_page
 
-from keras_nbguard.exporting import write_csv
-from keras_nbguard.figures import figure_data, hover_text
-from keras_nbguard.records import GpuReading
+from keras_nbguard.board.figures import figure_data, hover_text
+from keras_nbguard.records.run import GpuReading
 from keras_nbguard.server.history import StoredRun
 from keras_nbguard.server.page import render
+from keras_nbguard.store.exporting import write_csv
 
 PWN = "window.__pwned = (window.__pwned || 0) + 1"
 LABEL = f'<a href="https://evil.example/">click</a><img src=x onerror="{PWN}">'

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from keras_nbguard.identity import UNNAMED_KERNEL, kernel_id, notebook_key
+from keras_nbguard.store.identity import UNNAMED_KERNEL, kernel_id, notebook_key
 
 pytestmark = pytest.mark.kernel
 

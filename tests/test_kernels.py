@@ -20,7 +20,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 
-from keras_nbguard.formatting import fmt_bytes, fmt_seconds
+from keras_nbguard.records.formatting import fmt_bytes, fmt_seconds
 
 pytestmark = pytest.mark.kernel
 
@@ -238,7 +238,7 @@ def test_jupyters_restart_keeps_the_kernel_id_and_the_history(start_kernel: Star
     assert [r["number"] for r in kernel.runs()] == [1, 2]
     assert [r["number"] for r in kernel.runs("this_kernel=True")] == [2]
     # the dashboard (and the history page) mark the restart between the two runs
-    assert kernel.value("__import__('keras_nbguard.figures').figures.kernel_epochs("
+    assert kernel.value("__import__('keras_nbguard.board.figures').board.figures.kernel_epochs("
                         "__import__('keras_nbguard').runs())") == [0, 1]  # a new one at #2
 
 

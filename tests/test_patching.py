@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from keras_nbguard.patching import AttributePatch, PatchOnImport
+from keras_nbguard.collectors.patching import AttributePatch, PatchOnImport
 
 
 class Base:

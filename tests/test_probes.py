@@ -11,7 +11,7 @@ import weakref
 import pytest
 from helpers import clear_tracebacks, fresh_shell, run
 
-from keras_nbguard.probes import CreationWatch, Leak, LeakReport, ModelRegistry, find_leaks
+from keras_nbguard.models import CreationWatch, Leak, LeakReport, ModelRegistry, find_leaks
 
 # Every way a notebook holds a model, each in its own name; built once, probed once.
 HOLDERS = """
@@ -252,7 +252,7 @@ def test_reports_render(holders_report):
 
 
 def test_importing_costs_no_keras_and_finds_nothing_without_it():
-    code = ("import sys; import keras_nbguard.probes as p, keras_nbguard.freeing\n"
+    code = ("import sys; import keras_nbguard.models as p, keras_nbguard.models.freeing\n"
             "assert 'keras' not in sys.modules and 'tensorflow' not in sys.modules\n"
             "r = p.find_leaks({'x': [1]}); assert len(r) == 0 and r.scans == 0\n"
             "assert 'keras' not in sys.modules")

@@ -4,7 +4,7 @@ import dataclasses
 
 from helpers import make_record
 
-from keras_nbguard.records import RunRecord
+from keras_nbguard.records.run import RunRecord
 
 
 def test_dict_round_trip_keeps_every_field():

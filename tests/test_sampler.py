@@ -115,7 +115,7 @@ def test_the_helper_ends_with_its_kernel():
 
 
 def test_halving_keeps_every_peak_and_an_odd_last_sample():
-    from keras_nbguard.downsample import halve
+    from keras_nbguard.records.downsample import halve
 
     series = [(0.0, 1), (0.1, 9), (0.2, 2), (0.3, 3), (0.4, 7)]
     assert halve(series) == [(0.1, 9), (0.3, 3), (0.4, 7)]

@@ -87,7 +87,7 @@ def test_two_threads_never_both_start_a_run_and_fit_is_always_restored(keras_she
                                                                       monkeypatch):
     import keras
 
-    from keras_nbguard.session import Session
+    from keras_nbguard.session.core import Session
 
     # widen the window between "is a run going?" and "this one is": a thread switch there
     last_run = Session.last_run

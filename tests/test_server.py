@@ -1,15 +1,13 @@
 """The history page's server extension in a real Jupyter server: the server's own authentication,
 the JSON API, the page, and a database that is missing, empty or corrupt.
 
-The database is written with ``keras_nbguard.store.Store`` as kernels write it: notebook a.ipynb
-has three runs, a restart of the same kernel id (a new process), then a run in another kernel
-left 'running' by a process that is gone (a killed kernel); b <x>.ipynb has a failed run (and a
-name to escape); live.ipynb has a run still going in a live process (this test's).
-
-Decided here: a run left 'running' whose process is gone is *reported* as died (``died`` and
+The database is written with ``keras_nbguard.store.history_db.Store`` as kernels write it: notebook
+a.ipynb has three runs, a restart of the same kernel id (a new process), then a run in another
+kernel left 'running' by a process that is gone (a killed kernel); b <x>.ipynb has a failed run
+(and a name to escape); live.ipynb has a run still going in a live process (this test's). Decided
+here: a run left 'running' whose process is gone is *reported* as died (``died`` and
 ``died_inferred`` true, ``stored_status`` 'running') and not written back; the notebook's next
-kernel marks it died in the database (``Store.mark_dead_runs``). About 10 s (two servers).
-"""
+kernel marks it died in the database (``Store.mark_dead_runs``). About 10 s (two servers)."""
 
 from __future__ import annotations
 
@@ -28,9 +26,9 @@ import psutil
 import pytest
 from jupyter_lab import jupyter_server
 
-from keras_nbguard.records import GpuReading, RunRecord
+from keras_nbguard.records.run import GpuReading, RunRecord
 from keras_nbguard.server.history import read_runs
-from keras_nbguard.store import RunKey, Store
+from keras_nbguard.store.history_db import RunKey, Store
 
 pytestmark = pytest.mark.kernel
 

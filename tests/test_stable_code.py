@@ -1,6 +1,6 @@
 """A re-run of an unchanged %%kerasrun cell executes the code objects of its first run, so that
 TensorFlow's never-emptied cache of op stacks (keyed by code objects) stops growing with every
-run (keras_nbguard/stable_code.py); any change to the cell compiles anew."""
+run (keras_nbguard/ipython/stable_code.py); any change to the cell compiles anew."""
 
 from __future__ import annotations
 

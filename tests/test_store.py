@@ -14,12 +14,12 @@ import pytest
 from helpers import make_record, wait_until
 
 import keras_nbguard
-from keras_nbguard.dbfile import APPLICATION_ID
-from keras_nbguard.died import process_alive
-from keras_nbguard.feed import RunFeed
-from keras_nbguard.schema import SCHEMA_VERSION
-from keras_nbguard.session import Session, using
-from keras_nbguard.store import MEMORY, RunKey, Store
+from keras_nbguard.session.core import Session, using
+from keras_nbguard.store.dbfile import APPLICATION_ID
+from keras_nbguard.store.died import process_alive
+from keras_nbguard.store.feed import RunFeed
+from keras_nbguard.store.history_db import MEMORY, RunKey, Store
+from keras_nbguard.store.schema import SCHEMA_VERSION
 
 
 def test_runs_survive_a_restart_and_numbers_continue(history_database, monkeypatch):
@@ -147,7 +147,7 @@ def test_unwritable_location_falls_back_to_memory(tmp_path):
 
 def test_a_store_that_fell_back_to_memory_goes_back_to_its_file_with_the_runs(tmp_path,
                                                                               monkeypatch):
-    monkeypatch.setattr("keras_nbguard.store.DISK_RETRY_SECONDS", 0.0)
+    monkeypatch.setattr("keras_nbguard.store.history_db.DISK_RETRY_SECONDS", 0.0)
     blocker = tmp_path / "history"
     blocker.write_text("x")  # the folder can't be made yet
     path = blocker / "runs.sqlite"
@@ -220,7 +220,7 @@ db.execute("COMMIT")
 
 
 @pytest.mark.slow
-@pytest.mark.filterwarnings("default::keras_nbguard.notices.NbguardWarning")  # expected: the lock
+@pytest.mark.filterwarnings("default::keras_nbguard.NbguardWarning")  # expected: the lock
 def test_a_lock_held_by_another_process_never_stalls_a_cell_nor_loses_a_run(history_database):
     from IPython.core.interactiveshell import InteractiveShell
 
@@ -373,7 +373,7 @@ def test_labels_and_paths_with_any_python_string_are_stored_and_read_back_equal(
     again.close()
 
 
-@pytest.mark.filterwarnings("default::keras_nbguard.notices.NbguardWarning")
+@pytest.mark.filterwarnings("default::keras_nbguard.NbguardWarning")
 def test_a_failed_write_is_rolled_back_and_the_next_batch_still_lands(tmp_path):
     warnings: list[str] = []
     store = Store(str(tmp_path / "runs.sqlite"), warn=warnings.append)
@@ -412,7 +412,7 @@ def test_a_record_caught_half_built_by_a_heap_scan_is_serialized_again():
     import dataclasses as dc
     import json as js
 
-    from keras_nbguard.writer import _serialized
+    from keras_nbguard.store.writer import _serialized
 
     failures = [SystemError("Objects/tupleobject.c:927: bad argument to internal function")]
 

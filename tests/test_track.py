@@ -9,8 +9,8 @@ import pytest
 
 import keras_nbguard
 from keras_nbguard.collectors.imports import when_imported
-from keras_nbguard.labels import CellLabels, label_from_source
-from keras_nbguard.session import Session, using
+from keras_nbguard.ipython.labels import CellLabels, label_from_source
+from keras_nbguard.session.core import Session, using
 
 
 @pytest.fixture

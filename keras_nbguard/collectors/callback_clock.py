@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from keras_nbguard.call_records import CallbackTime
+from keras_nbguard.records.calls import CallbackTime
 
 CALLBACK_HOOKS = (
     "on_train_begin",

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from keras_nbguard.call_records import FitRecord, InferenceRecord
-from keras_nbguard.patching import AttributePatch, PatchEveryKeras, PatchGroup
 from keras_nbguard.collectors.call_peaks import CallPeaks
 from keras_nbguard.collectors.callback_clock import CallbackClock
 from keras_nbguard.collectors.input_clock import InputClock
+from keras_nbguard.collectors.patching import AttributePatch, PatchEveryKeras, PatchGroup
+from keras_nbguard.records.calls import FitRecord, InferenceRecord
 
 KERAS_DEFAULT_BATCH_SIZE = 32
 INFERENCE = ("evaluate", "predict")

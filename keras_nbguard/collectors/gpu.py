@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from keras_nbguard import backends
-from keras_nbguard.records import GpuReading
 from keras_nbguard.collectors.allocators import Allocator, allocator_for
+from keras_nbguard.records.run import GpuReading
 
 
 class TfGpu:

@@ -25,7 +25,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from keras_nbguard.formatting import fmt_bytes
+from keras_nbguard.records.formatting import fmt_bytes
 
 SIGNAL = signal.SIGUSR2  # never sent by anyone: interrupt_main() trips its handler in-process
 OUR_CODE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep

@@ -13,7 +13,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from keras_nbguard.patching import AttributePatch
+from keras_nbguard.collectors.patching import AttributePatch
 
 PY_DATASET_MODULE = "keras.src.trainers.data_adapters.py_dataset_adapter"
 

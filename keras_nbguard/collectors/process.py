@@ -14,8 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from keras_nbguard.downsample import halve
 from keras_nbguard.collectors.rss_watch import DRAIN_SECONDS, RssWatch
+from keras_nbguard.records.downsample import halve
 
 RssReader = Callable[[], int]
 

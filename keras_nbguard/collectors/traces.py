@@ -17,8 +17,8 @@ from collections import Counter
 from types import FrameType, ModuleType
 from typing import Any
 
-from keras_nbguard.patching import AttributePatch, PatchOnImport
 from keras_nbguard.collectors.jax_compiles import JaxCompileCounter, NoTraces
+from keras_nbguard.collectors.patching import AttributePatch, PatchOnImport
 
 TRACING_MODULE = "tensorflow.python.eager.polymorphic_function.tracing_compilation"
 TRACE_FUNCTION = "_create_concrete_function"

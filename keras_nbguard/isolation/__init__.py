@@ -19,15 +19,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from keras_nbguard.prepare import RunOptions
 from keras_nbguard.isolation import names, sweep
 from keras_nbguard.isolation.back import received
 from keras_nbguard.isolation.parent import Child, ChildResult
 from keras_nbguard.isolation.run import IsolatedRun, Transfer
 from keras_nbguard.isolation.spare import Spare
+from keras_nbguard.prepare.before_run import RunOptions
 
 if TYPE_CHECKING:
-    from keras_nbguard.session import Session
+    from keras_nbguard.session.core import Session
 
 __all__ = ["IsolatedRun", "IsolatedRunFailed", "close_spares", "run_isolated"]
 
@@ -169,7 +169,7 @@ def _sweep_table(cell: _Cell, label: str, plan: sweep.Sweep) -> Any:
     large to list."""
     if cell.options.quiet or len(plan) > TABLE_POINTS:
         return None
-    from keras_nbguard.sweep_table import SweepTable
+    from keras_nbguard.board.sweep_table import SweepTable
 
     table = SweepTable(label, list(plan))
     table.show()

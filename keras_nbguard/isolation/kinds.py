@@ -12,7 +12,7 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
-from keras_nbguard.formatting import fmt_size
+from keras_nbguard.records.formatting import fmt_size
 
 SHARED_BYTES = 1 << 20  # numpy arrays from this size travel through shared memory
 TFDATA_BYTES = 256 << 20  # the most a tf.data pipeline may weigh, saved (it is materialized)

@@ -60,7 +60,11 @@ class History:
 
     @cached_property
     def cells(self) -> dict[int, list[Statement]]:
-        from keras_nbguard.isolation.names import changed_in_place, reads_now_and_later, top_level_bound
+        from keras_nbguard.isolation.names import (
+            changed_in_place,
+            reads_now_and_later,
+            top_level_bound,
+        )
 
         cells: dict[int, list[Statement]] = {}
         for number, text in enumerate(self.inputs):

@@ -10,9 +10,9 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from keras_nbguard.records import GpuReading, RunRecord
-from keras_nbguard.tracking import Run
 from keras_nbguard.isolation.parent import ChildResult
+from keras_nbguard.records.run import GpuReading, RunRecord
+from keras_nbguard.run.tracking import Run
 
 
 @dataclass

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from keras_nbguard.formatting import fmt_size
 from keras_nbguard.isolation.kinds import (
     OWN_WORDS,
     SHARED_BYTES,
@@ -34,6 +33,7 @@ from keras_nbguard.isolation.kinds import (
     short,
     this_process_own,
 )
+from keras_nbguard.records.formatting import fmt_size
 
 __all__ = [
     "SHARED_BYTES",
@@ -185,7 +185,9 @@ class _Packer:
         key, asked = f"{self.token}:{id(value)}:{way}", way
         size: int
         if way == "shared memory":
-            from keras_nbguard.isolation.shm import pack_array  # room checked first: a full /dev/shm is SIGBUS
+            from keras_nbguard.isolation.shm import (
+                pack_array,  # room checked first: a full /dev/shm is SIGBUS
+            )
 
             packet: Any = pack_array(key, value, self.shared)  # type: ignore[arg-type]
             size = value.nbytes

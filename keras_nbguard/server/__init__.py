@@ -30,7 +30,7 @@ class KerasNbguard(Configurable):
              "<jupyter data dir>/keras_nbguard/runs.sqlite (where kernels write by default).")
 
     def database(self) -> str:
-        from keras_nbguard.store import default_path
+        from keras_nbguard.store.history_db import default_path
 
         return self.db_path or default_path()  # the env is read per request, like kernels do
 

@@ -20,7 +20,13 @@ from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from keras_nbguard.server.history import StoredRun, Unreadable, by_notebook, notebook_summary, read_runs
+from keras_nbguard.server.history import (
+    StoredRun,
+    Unreadable,
+    by_notebook,
+    notebook_summary,
+    read_runs,
+)
 from keras_nbguard.server.page import render
 
 RESOURCE = "keras_nbguard"
@@ -105,7 +111,7 @@ class PlotlyHandler(HistoryMixin, JupyterHandler):
 def plotly_js() -> bytes:
     """The file plotly ships, read as it is: importing plotly.offline would take the server
     seconds (plotly.io → nbformat → jsonschema) before the first dashboard could draw."""
-    from keras_nbguard.plotting import plotly_js_path
+    from keras_nbguard.board.plotting import plotly_js_path
 
     path = plotly_js_path()
     if path is None:
@@ -116,7 +122,7 @@ def plotly_js() -> bytes:
 
 @cache
 def plotly_version() -> str:
-    from keras_nbguard.plotting import plotly_tag
+    from keras_nbguard.board.plotting import plotly_tag
 
     return plotly_tag()
 

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from keras_nbguard.died import process_alive
-from keras_nbguard.records import RunRecord
-from keras_nbguard.schema import Unreadable, open_read_only, run_record, select_runs
+from keras_nbguard.records.run import RunRecord
+from keras_nbguard.store.died import process_alive
+from keras_nbguard.store.schema import Unreadable, open_read_only, run_record, select_runs
 
 __all__ = ["StoredRun", "Unreadable", "by_notebook", "notebook_summary", "read_runs"]
 

@@ -15,10 +15,10 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
-from keras_nbguard.figures import figure_data
-from keras_nbguard.formatting import NA, fmt_bytes, fmt_seconds, fmt_stale
-from keras_nbguard.records import STATUSES, RunRecord
-from keras_nbguard.svg_charts import svg_chart
+from keras_nbguard.board.figures import figure_data
+from keras_nbguard.board.svg_charts import svg_chart
+from keras_nbguard.records.formatting import NA, fmt_bytes, fmt_seconds, fmt_stale
+from keras_nbguard.records.run import STATUSES, RunRecord
 from keras_nbguard.server.history import StoredRun, notebook_summary
 
 HEADER = ("#", "started", "kernel", "label", "run", "status", "wall", "fit", "RSS before",

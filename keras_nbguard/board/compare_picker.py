@@ -1,0 +1,69 @@
+"""The dashboard's "compare two runs": pick two of the kernel's runs, see every figure side by
+side with its change (``compare.py``), as ``%nbguard compare`` shows it in a cell."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+from keras_nbguard.diagnosis.compare import Comparison
+from keras_nbguard.records.run import RunRecord
+
+CHOICES = 40  # runs offered (newest first); the others: %nbguard compare mlp:3 mlp:7
+
+
+class ComparePicker:
+    """Two dropdowns of the runs (newest first) and their comparison under them."""
+
+    def __init__(self) -> None:
+        import ipywidgets as w  # only the widget dashboard builds one
+
+        self._runs: dict[str, RunRecord] = {}
+        self._updating = False
+        self._picked = False  # the user chose a run: keep it
+        self.first = w.Dropdown(description="compare", layout=w.Layout(width="auto"))
+        self.second = w.Dropdown(description="with", layout=w.Layout(width="auto"))
+        self.result = w.HTML()
+        for dropdown in (self.first, self.second):
+            dropdown.observe(self._show, names="value")
+        self.widget = w.VBox([w.HBox([self.first, self.second]), self.result])
+
+    def update(self, records: Sequence[RunRecord]) -> None:
+        """New choices after a run or a reset: the latest two until the user picks; then the
+        picks stay while their runs do."""
+        self._runs = {_name(r): r for r in reversed(records)}
+        kept = (self.first.value, self.second.value) if self._picked else (None, None)
+        # the latest runs, and the ones picked: the options travel to the page on every change
+        names = list(self._runs)[:CHOICES]
+        names += [k for k in dict.fromkeys(kept) if k in self._runs and k not in names]
+        self._updating = True  # no comparison drawn for the in-between states
+        try:
+            if list(self.first.options) != names:
+                self.first.options = self.second.options = names
+            # by default the run before the latest, against the latest
+            self.first.value = kept[0] if kept[0] in self._runs else _default_first(names)
+            self.second.value = kept[1] if kept[1] in self._runs else (names[0] if names else None)
+        finally:
+            self._updating = False
+        self._show()
+
+    def _show(self, _change: Any = None) -> None:
+        if self._updating:
+            return
+        self._picked = self._picked or _change is not None
+        first, second = self._runs.get(self.first.value), self._runs.get(self.second.value)
+        if first is None or second is None:
+            self.result.value = ""
+        elif first is second:
+            self.result.value = f"<i>{html.escape(_name(first))}: pick another run to compare</i>"
+        else:
+            self.result.value = Comparison(first, second)._repr_html_()
+
+
+def _name(record: RunRecord) -> str:
+    return f"{record.label} #{record.run_number}"
+
+
+def _default_first(names: list[str]) -> str | None:
+    return names[1] if len(names) > 1 else (names[0] if names else None)

@@ -1,0 +1,2 @@
+"""Causes in words from the records: findings, the trend test, causes within and across runs,
+census, compare."""

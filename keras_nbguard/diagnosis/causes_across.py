@@ -1,0 +1,152 @@
+"""Causes read across a label's runs: slower runs, state that piles up, datasets rebuilt, a run
+that traced more than the runs before it."""
+
+from __future__ import annotations
+
+from keras_nbguard.diagnosis.findings import (
+    DATASET_RUNS,
+    RECENT,
+    Finding,
+    fit_trend,
+    name_of,
+    names,
+    rss_trend,
+    span,
+)
+from keras_nbguard.records.formatting import fmt_bytes, fmt_growth, fmt_seconds
+from keras_nbguard.records.run import RunRecord
+
+EARLIER_TRACED = 2  # earlier runs of a label (in this kernel) a run's traces are compared with
+
+
+def across_runs(runs: list[RunRecord]) -> list[Finding]:
+    """``runs``: one label's latest runs in this kernel, oldest first."""
+    found = (_slowdown(runs), state_growth(runs), _dataset_rebuilt(runs), _traced_more(runs))
+    return [f for f in found if f]
+
+
+def _slowdown(runs: list[RunRecord]) -> Finding | None:
+    trend = fit_trend(runs)
+    if not trend.flagged or trend.trend is None:
+        return None
+    timed, line = trend.runs, trend.trend
+    first, last = timed[0], timed[-1]
+    return Finding(
+        "run_slowdown",
+        f"fit time rose {fmt_seconds(line.rise)} over {span(timed)} ({line.share:.0%} of "
+        f"the median {fmt_seconds(line.median)}), beyond the runs' own spread of "
+        f"±{fmt_seconds(line.spread)}",
+        "something piles up between runs: see the other findings; a restarted kernel's first "
+        "run tells state from data",
+        (
+            ("fit time", f"{fmt_seconds(first.fit_seconds)} → {fmt_seconds(last.fit_seconds)}"),
+            ("slope", f"{fmt_seconds(line.slope, signed=True)} a run over {trend.span}"),
+        ),
+        names(timed),
+        line.share,
+    )
+
+
+# What stays after clear, deep clean and release is memory the framework's native code keeps
+# (bench/bench_examples.py: keras.io's convnet); a fresh process per run gives it back.
+NATIVE_ADVICE = (
+    "`%%kerasrun --isolate` runs each in a fresh process: the kernel stays flat "
+    "(0.04 MiB a run in bench/bench_isolate.py)"
+)
+
+
+def state_growth(runs: list[RunRecord]) -> Finding | None:
+    trend = rss_trend(runs)
+    if not trend.flagged or trend.trend is None:
+        return None
+    measured, line = trend.runs, trend.trend
+    grown = measured[-1].growth
+    stale = measured[-1].stale_models
+    native = not grown and (stale is None or not stale.count)
+    if grown:
+        what = f": {fmt_growth(grown[0])} in the last run"
+    elif native:  # no name of yours grew, no model outlived its run: TensorFlow's own memory
+        what = (
+            ": not in your names, and no earlier run's model is alive (native memory kept "
+            "by the framework)"
+        )
+    else:
+        what = ": not in your notebook's names (see `%nbguard leaks` for models)"
+    evidence = [
+        ("RSS after", f"{fmt_bytes(measured[0].rss_after)} → {fmt_bytes(measured[-1].rss_after)}")
+    ]
+    evidence += [("grows", fmt_growth(g)) for g in grown]
+    return Finding(
+        "state_growth",
+        f"RSS after each run grows {fmt_bytes(int(line.slope))} a run over "
+        f"{span(measured)} ({fmt_bytes(int(line.rise))} in all){what}",
+        f"stop keeping every run's objects: clear or bound `{grown[0].name}`"
+        if grown
+        else NATIVE_ADVICE
+        if native
+        else "something keeps objects across runs: `%nbguard leaks` lists the models still held",
+        tuple(evidence),
+        names(measured),
+        line.share,
+    )
+
+
+def _dataset_rebuilt(runs: list[RunRecord]) -> Finding | None:
+    later = [r for r in runs if r.status == "ok"][1:]
+    latest = later[-DATASET_RUNS:]
+    if len(latest) < DATASET_RUNS or not all(r.dataset_traces for r in latest):
+        return None
+    per_run = sorted(r.dataset_traces or 0 for r in latest)[len(latest) // 2]
+    return Finding(
+        "dataset_rebuilt",
+        f"a tf.data pipeline of yours is built anew every run: {per_run} of its functions "
+        f"traced again in each of {span(latest)}",
+        "build the dataset once, in a cell of its own, and pass it to fit: every rebuild traces "
+        "its map functions again and keeps another pipeline's graph",
+        tuple((name_of(r), f"{r.dataset_traces} tf.data traces") for r in latest),
+        names(latest),
+        0.3,
+    )
+
+
+def _traced_more(runs: list[RunRecord]) -> Finding | None:
+    """The latest of the recent runs that traced more than every earlier run of its label (in
+    this window, ``EARLIER_TRACED`` of them at least, that ran to the end): the same cell, a new
+    Python value or shape each run — the cell retraces where the earlier runs found their traces
+    cached (or traced less)."""
+    for i in range(len(runs) - 1, max(0, len(runs) - RECENT) - 1, -1):
+        run = runs[i]
+        earlier = [r for r in runs[:i] if r.status == "ok" and r.traces is not None]
+        if run.traces is None or len(earlier) < EARLIER_TRACED:
+            continue
+        most = max(r.traces or 0 for r in earlier)
+        if run.traces > most:
+            return _traced_more_finding(run, earlier, most)
+    return None
+
+
+def _traced_more_finding(run: RunRecord, earlier: list[RunRecord], most: int) -> Finding:
+    before: dict[str, int] = {}
+    for r in earlier:
+        for name, count in r.traced:
+            before[name] = max(before.get(name, 0), count)
+    grew = [
+        f"{name} {count}× ({before.get(name, 0)} at most before)"
+        for name, count in run.traced
+        if count > before.get(name, 0)
+    ]
+    which = f": {', '.join(grew)}" if grew else ""
+    what = "tf.function traces" if run.trace_kind == "tf.function" else run.trace_kind
+    return Finding(
+        "retracing",
+        f"{name_of(run)} made {run.traces} {what}, more than any earlier run of "
+        f"{run.label!r} in this kernel ({most} at most in {span(earlier)}){which}",
+        "a tf.function of yours is traced again for new Python values or shapes: pass tensors "
+        "(tf.constant), give it an input_signature, or keep shapes fixed (drop_remainder=True)",
+        (
+            (name_of(run), f"{run.traces} {what}"),
+            *((name_of(r), f"{r.traces} {what}") for r in earlier[-3:]),
+        ),
+        (name_of(run),),
+        0.4,
+    )

@@ -1,0 +1,282 @@
+"""Causes read within one run: models kept, callbacks, checkpoints, a slow input, retracing,
+epochs slowing down, running out of memory, a GPU held whole."""
+
+from __future__ import annotations
+
+import statistics
+
+from keras_nbguard.diagnosis.findings import (
+    CALLBACK_SHARE,
+    CHECKPOINT_SHARE,
+    GPU_HELD_SHARE,
+    GPU_USED_SHARE,
+    INPUT_SHARE,
+    MIN_EPOCHS,
+    RETRACE_THRESHOLD,
+    TRACES_PER_FIT,
+    WRITER_BYTES,
+    Finding,
+    Trend,
+    name_of,
+)
+from keras_nbguard.records.calls import CallbackTime, FitRecord
+from keras_nbguard.records.formatting import fmt_bytes, fmt_seconds, fmt_size
+from keras_nbguard.records.run import HeldModels, RunRecord
+
+
+def within_run(run: RunRecord) -> list[Finding]:
+    checks = (
+        _stale_models, _callbacks, _checkpoint_io, _input_pipeline, _retracing, _epoch_slowdown,
+        _oom_batch, _gpu_growth_not_set,
+    )  # fmt: skip
+    return [f for f in (check(run) for check in checks) if f]
+
+
+def _stale_models(run: RunRecord) -> Finding | None:
+    """The earlier runs' models still alive after ``run`` (as the record says; the diagnosis
+    checks them against the kernel's live models when it shows them)."""
+    return stale_finding(run, run.stale_models)
+
+
+def stale_finding(run: RunRecord, held: HeldModels | None) -> Finding | None:
+    if held is None or not held.count:
+        return None
+    runs = ", ".join(f"#{n}" for n in held.runs)
+    whose = f"from {run.label} {runs}" if runs else f"of {run.label!r}"
+    models = f"{held.count} model{'s' if held.count != 1 else ''} {whose}"
+    where = f": {', '.join(held.paths[:3])}" if held.paths else ": `%nbguard leaks` says where"
+    more = f" and {len(held.paths) - 3} more" if len(held.paths) > 3 else ""
+    return Finding(
+        "stale_models",
+        f"{models} still alive after {name_of(run)} ({fmt_size(held.weight_bytes)} weights, "
+        f"graphs not counted){where}{more}",
+        held.command or "%nbguard free --containers, or del the names",
+        (("models", str(held.count)), ("weights", fmt_bytes(held.weight_bytes))),
+        (name_of(run),),
+        0.5,
+    )
+
+
+def _hooks(run: RunRecord, writers: bool) -> list[CallbackTime]:
+    """The run's callback methods, merged over its fits: those that wrote (or the others)."""
+    merged: dict[str, CallbackTime] = {}
+    for fit in run.fits:
+        for hook in fit.callbacks:
+            was = merged.get(hook.name)
+            if was is not None:
+                written = None
+                if was.bytes_written is not None and hook.bytes_written is not None:
+                    written = was.bytes_written + hook.bytes_written
+                hook = CallbackTime(
+                    hook.name, was.seconds + hook.seconds, was.calls + hook.calls, written
+                )
+            merged[hook.name] = hook
+    chosen = [h for h in merged.values() if ((h.bytes_written or 0) >= WRITER_BYTES) == writers]
+    return sorted(chosen, key=lambda h: -h.seconds)
+
+
+def _hook_list(hooks: list[CallbackTime]) -> str:
+    return ", ".join(f"{h.name} {fmt_seconds(h.seconds)} in {h.calls} calls" for h in hooks[:3])
+
+
+def _callbacks(run: RunRecord) -> Finding | None:
+    fit_total = sum(f.seconds for f in run.fits)
+    if any(f.callbacks for f in run.fits):
+        hooks = _hooks(run, writers=False)
+        seconds = sum(h.seconds for h in hooks)
+    else:  # a record from before the breakdown
+        hooks, seconds = [], sum(f.callback_seconds or 0.0 for f in run.fits)
+    if fit_total <= 0 or seconds / fit_total < CALLBACK_SHARE:
+        return None
+    which = f": {_hook_list(hooks)}" if hooks else ""
+    return Finding(
+        "callbacks",
+        f"your callbacks took {fmt_seconds(seconds)} of the {fmt_seconds(fit_total)} fit "
+        f"({seconds / fit_total:.0%}) in {name_of(run)}{which}",
+        "make them do less per epoch or batch: log every few epochs, keep no growing lists",
+        tuple((h.name, f"{fmt_seconds(h.seconds)} in {h.calls} calls") for h in hooks)
+        or (("callbacks", fmt_seconds(seconds)),),
+        (name_of(run),),
+        seconds / fit_total,
+    )
+
+
+def _checkpoint_io(run: RunRecord) -> Finding | None:
+    fit_total = sum(f.seconds for f in run.fits)
+    writers = _hooks(run, writers=True)
+    seconds = sum(h.seconds for h in writers)
+    if fit_total <= 0 or seconds / fit_total < CHECKPOINT_SHARE:
+        return None
+    written = sum(h.bytes_written or 0 for h in writers)
+    calls = sum(h.calls for h in writers)
+    return Finding(
+        "checkpoint_io",
+        f"{writers[0].name} wrote {fmt_bytes(written)} in {calls} calls, taking "
+        f"{fmt_seconds(seconds)} of the {fmt_seconds(fit_total)} fit ({seconds / fit_total:.0%}) "
+        f"in {name_of(run)}",
+        "save less often (save_freq, or every few epochs), only the best "
+        "(save_best_only=True), or the weights only (save_weights_only=True)",
+        tuple(
+            (h.name, f"{fmt_bytes(h.bytes_written)} in {fmt_seconds(h.seconds)}, {h.calls} calls")
+            for h in writers
+        ),
+        (name_of(run),),
+        seconds / fit_total,
+    )
+
+
+def _input_pipeline(run: RunRecord) -> Finding | None:
+    """A batch takes about as long to make as a training step: the fit waits for its input."""
+    fits = [f for f in run.fits if f.input_seconds is not None and f.input_batches]
+    if not fits:
+        return None
+    fit = max(fits, key=_input_share)
+    share = _input_share(fit)
+    if share < INPUT_SHARE:
+        return None
+    per_batch = (fit.input_seconds or 0.0) / (fit.input_batches or 1)
+    return Finding(
+        "input_pipeline",
+        f"your {fit.input_kind} took {fmt_seconds(per_batch)} to make each of its "
+        f"{fit.input_batches} batches, {share:.0%} of a {fmt_seconds(_step_seconds(fit))} "
+        f"training step in {name_of(run)}: the fit waits for its input",
+        "make batches ahead and in parallel: a tf.data pipeline with .map(..., "
+        "num_parallel_calls=tf.data.AUTOTUNE).cache().prefetch(tf.data.AUTOTUNE), or a "
+        "PyDataset with workers=4",
+        (
+            ("making batches", fmt_seconds(fit.input_seconds)),
+            ("per batch", fmt_seconds(per_batch)),
+            ("per step", fmt_seconds(_step_seconds(fit))),
+        ),
+        (name_of(run),),
+        min(1.0, share),
+    )
+
+
+def _step_seconds(fit: FitRecord) -> float:
+    """A training step's time: from the epochs after the first (which traces) when known."""
+    if fit.steps and len(fit.epoch_seconds) > 1:
+        return statistics.median(fit.epoch_seconds[1:]) / fit.steps
+    return fit.seconds / max(1, fit.input_batches or 1)
+
+
+def _input_share(fit: FitRecord) -> float:
+    step = _step_seconds(fit)
+    per_batch = (fit.input_seconds or 0.0) / max(1, fit.input_batches or 1)
+    return per_batch / step if step > 0 else 0.0
+
+
+def _retracing(run: RunRecord) -> Finding | None:
+    if run.traces is None:
+        return None
+    if run.trace_kind != "tf.function":
+        return _recompiling(run)
+    # TensorFlow's own test: one tf.function traced again and again (RETRACE_THRESHOLD inputs)
+    over = [(name, n) for name, n in run.signatures if n >= RETRACE_THRESHOLD]
+    if not over:
+        return None
+    name, count = over[0]
+    others = "".join(f", {n} {c}×" for n, c in over[1:])
+    return Finding(
+        "retracing",
+        f"{name} was traced for {count} different inputs in {name_of(run)}{others} "
+        f"(TensorFlow warns from {RETRACE_THRESHOLD}): each new Python value or shape it is "
+        f"called with traces it again",
+        "pass tensors, not Python numbers, to your tf.function (or give it an input_signature), "
+        "and keep shapes fixed (drop_remainder=True)",
+        (
+            *((f"{n} traced for", f"{c} inputs") for n, c in over),
+            ("tf.function traces", str(run.traces)),
+        ),
+        (name_of(run),),
+        min(1.0, count / (4 * RETRACE_THRESHOLD)),
+    )
+
+
+def _recompiling(run: RunRecord) -> Finding | None:
+    """JAX compiles each eager op once per shape on a kernel's first run: only Keras' steps
+    compiled again (a new shape, a last partial batch) are retracing there."""
+    calls = max(1, len(run.fits) + len(run.inference))  # evaluate and predict compile their own
+    counted = sum(count for name, count in run.traced if "step" in name)
+    if counted <= TRACES_PER_FIT * calls:
+        return None
+    most = ", ".join(f"{name} {count}×" for name, count in run.traced) or "functions"
+    per = "per fit" if not run.inference else "per fit, evaluate or predict"
+    return Finding(
+        "retracing",
+        f"{counted} {run.trace_kind} in {name_of(run)} ({counted / calls:.0f} {per}): "
+        f"{most} compiled again and again",
+        "keep shapes fixed (drop_remainder=True, or pad to a few fixed sizes)",
+        (
+            (run.trace_kind, str(counted)),
+            ("fits", str(len(run.fits))),
+            ("evaluate/predict", str(len(run.inference))),
+        ),
+        (name_of(run),),
+        min(1.0, counted / (10 * calls)),
+    )
+
+
+def _epoch_slowdown(run: RunRecord) -> Finding | None:
+    for fit in run.fits:
+        epochs = list(fit.epoch_seconds[1:])  # the first epoch traces
+        if len(epochs) < MIN_EPOCHS:
+            continue
+        trend = Trend(epochs)
+        if trend.rises():
+            return Finding(
+                "epoch_slowdown",
+                f"epoch time rose {fmt_seconds(trend.rise)} within a fit of {name_of(run)} "
+                f"({fmt_seconds(epochs[0])} → {fmt_seconds(epochs[-1])}, {trend.share:.0%})",
+                "something grows each epoch: a callback that keeps more every epoch, or an input "
+                "pipeline without cache/prefetch",
+                (
+                    ("epochs", str(len(fit.epoch_seconds))),
+                    ("slope", f"{fmt_seconds(trend.slope, signed=True)} an epoch"),
+                ),
+                (name_of(run),),
+                trend.share,
+            )
+    return None
+
+
+def _oom_batch(run: RunRecord) -> Finding | None:
+    if run.status != "oom":
+        return None
+    gpu = run.gpu
+    on_gpu = gpu.known
+    peak = (gpu.tf_peak or gpu.nvml_process_used) if on_gpu else run.rss_peak
+    batch = run.fits[-1].batch_size if run.fits else None
+    evidence = [(f"{'GPU' if on_gpu else 'host'} memory at the failure", fmt_bytes(peak))]
+    if batch:
+        evidence += [("batch size", str(batch)), ("try", f"batch_size={max(1, batch // 2)}")]
+    at = f" at batch_size={batch}" if batch else ""
+    return Finding(
+        "oom_batch",
+        f"{name_of(run)} ran out of {'GPU' if on_gpu else 'host'} memory{at}, with "
+        f"{fmt_bytes(peak)} in use: {run.error or 'no detail'}",
+        run.advice[0] if run.advice else "halve the batch size",
+        (*evidence, *(("advice", a) for a in run.advice[1:])),
+        (name_of(run),),
+        2.0,
+    )
+
+
+def _gpu_growth_not_set(run: RunRecord) -> Finding | None:
+    gpu = run.gpu
+    held, total, peak = gpu.nvml_process_used, gpu.nvml_total, gpu.tf_peak
+    if not held or not total or peak is None:
+        return None
+    if held < GPU_HELD_SHARE * total or peak >= GPU_USED_SHARE * held:
+        return None
+    return Finding(
+        "gpu_growth_not_set",
+        f"this kernel holds {fmt_bytes(held)} of the GPU's {fmt_bytes(total)} "
+        f"({held / total:.0%}) while TensorFlow's peak use in {name_of(run)} was "
+        f"{fmt_bytes(peak)}: memory growth is off, so TensorFlow took the whole GPU",
+        "restart the kernel and run `%load_ext keras_nbguard` before TensorFlow starts (it turns "
+        "growth on), or `%%kerasrun --gpu-growth` in the first cell; cap it with --gpu-limit",
+        (("held", fmt_bytes(held)), ("GPU total", fmt_bytes(total)), ("TF peak", fmt_bytes(peak))),
+        (name_of(run),),
+        0.8,
+    )

@@ -1,0 +1,153 @@
+"""Two runs side by side: every figure, the change from the first to the second, and the findings
+that differ (``%nbguard compare mlp:3 mlp:7``, or two labels' last runs)."""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from keras_nbguard.records.formatting import NA, fmt_bytes, fmt_seconds
+from keras_nbguard.records.run import RunRecord
+
+# "mlp:5" (an editor colours "mlp#5" as a comment), "mlp#5" and "mlp #5" as summaries write it
+SPEC = re.compile(r"^(?P<label>.*?)\s*[#:](?P<number>\d+)$")
+
+
+def find_run(records: Sequence[RunRecord], spec: str) -> RunRecord:
+    """The run ``spec`` names: ``label:n`` (or ``label#n``, ``label #n``), or a label's last run.
+    A label that is itself the whole spec ("cnn:3" used as a label) is taken as the label."""
+    spec = spec.strip()
+    match = None if any(r.label == spec for r in records) else SPEC.match(spec)
+    label = match.group("label") if match else spec
+    runs = [r for r in records if r.label == label]
+    if not runs:
+        labels = ", ".join(sorted({repr(r.label) for r in records})) or "none yet"
+        raise ValueError(
+            f"no run labelled {label!r} (labels: {labels}); name a run as "
+            f"'label:3', or a label for its last run"
+        )
+    if match is None:
+        return runs[-1]
+    number = int(match.group("number"))
+    for record in runs:
+        if record.run_number == number:
+            return record
+    numbers = ", ".join(f"#{r.run_number}" for r in runs)
+    raise ValueError(f"{label!r} has no run #{number} (it has {numbers})")
+
+
+def compare_runs(records: Sequence[RunRecord], specs: Sequence[str]) -> Comparison:
+    if len(specs) != 2:
+        raise ValueError(
+            "%nbguard compare takes two runs: %nbguard compare mlp:3 mlp:7 (or two "
+            "labels, for their last runs; quote a label with spaces)"
+        )
+    return Comparison(find_run(records, specs[0]), find_run(records, specs[1]))
+
+
+Figure = tuple[str, Callable[[RunRecord], float | None], Callable[[float | None, bool], str]]
+
+
+def _seconds(value: float | None, signed: bool = False) -> str:
+    return fmt_seconds(value, signed=signed)
+
+
+def _bytes(value: float | None, signed: bool = False) -> str:
+    return fmt_bytes(None if value is None else int(value), signed=signed)
+
+
+def _count(value: float | None, signed: bool = False) -> str:
+    return NA if value is None else f"{value:+.0f}" if signed else f"{value:.0f}"
+
+
+def _mean_epoch(record: RunRecord) -> float | None:
+    epochs = [s for fit in record.fits for s in fit.epoch_seconds[1:]]  # the first one traces
+    return sum(epochs) / len(epochs) if epochs else None
+
+
+def _callbacks(record: RunRecord) -> float | None:
+    values = [f.callback_seconds for f in record.fits if f.callback_seconds is not None]
+    return sum(values) if values else None
+
+
+FIGURES: tuple[Figure, ...] = (
+    ("wall", lambda r: r.wall_seconds, _seconds),
+    ("fit", lambda r: r.fit_seconds, _seconds),
+    ("epoch (mean, after the first)", _mean_epoch, _seconds),
+    ("your callbacks", _callbacks, _seconds),
+    ("prepare", lambda r: r.prepare_seconds, _seconds),
+    ("rss before", lambda r: r.rss_before, _bytes),
+    ("rss after", lambda r: r.rss_after, _bytes),
+    ("rss peak", lambda r: r.rss_peak, _bytes),
+    ("gpu peak", lambda r: r.gpu.tf_peak, _bytes),
+    ("tf.function traces", lambda r: r.traces, _count),
+    ("tf.data traces", lambda r: r.dataset_traces, _count),
+)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    first: RunRecord
+    second: RunRecord
+
+    def rows(self) -> list[tuple[str, str, str, str]]:
+        """(figure, first, second, change); "n/a" where either side is unknown."""
+        rows = [("status", self.first.status, self.second.status, "")]
+        for name, value, show in FIGURES:
+            a, b = value(self.first), value(self.second)
+            change = show(b - a, True) if a is not None and b is not None else NA
+            rows.append((name, show(a, False), show(b, False), change))
+        return rows
+
+    def findings(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The findings each run's summary had that the other's did not, by kind (the texts
+        name their own run, so two runs with the same cause never match word for word)."""
+        a, b = self.first.findings, self.second.findings
+        kinds_a, kinds_b = {_kind(f) for f in a}, {_kind(f) for f in b}
+        return (
+            tuple(f for f in a if _kind(f) not in kinds_b),
+            tuple(f for f in b if _kind(f) not in kinds_a),
+        )
+
+    def _names(self) -> tuple[str, str]:
+        return (
+            f"{self.first.label} #{self.first.run_number}",
+            f"{self.second.label} #{self.second.run_number}",
+        )
+
+    def text(self) -> str:
+        first, second = self._names()
+        table = [("", first, second, "change"), *self.rows()]
+        widths = [max(len(row[i]) for row in table) for i in range(4)]
+        lines = [
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            for row in table
+        ]
+        only_first, only_second = self.findings()
+        lines += [f"only {first}: {f}" for f in only_first]
+        lines += [f"only {second}: {f}" for f in only_second]
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, p: object, cycle: bool) -> None:
+        p.text(self.text())  # type: ignore[attr-defined]
+
+    def _repr_html_(self) -> str:
+        first, second = self._names()
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in ("", first, second, "change"))
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+            for row in self.rows()
+        )
+        only_first, only_second = self.findings()
+        notes = "".join(
+            f"<li>only {html.escape(name)}: {html.escape(f)}</li>"
+            for name, found in ((first, only_first), (second, only_second))
+            for f in found
+        )
+        return f"<table><tr>{head}</tr>{body}</table>" + (f"<ul>{notes}</ul>" if notes else "")
+
+
+def _kind(finding_line: str) -> str:
+    return finding_line.split(":", 1)[0]

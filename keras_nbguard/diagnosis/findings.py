@@ -1,0 +1,256 @@
+"""What a diagnosis is made of: a ``Finding``, the ``Findings`` list, the robust ``Trend`` the
+causes are judged with, the one trend of a label's runs (``RunTrend``: the number the dashboard
+shows, its span and its flag, all from the test the diagnosis names causes with), and every
+threshold they use, in this one place (docs/diagnosis.md lists them).
+
+Trends across runs and across epochs use a robust slope (Theil–Sen: the median of the pairwise
+slopes) and are named only when the rise is large (``RISE_SHARE`` of the median), well beyond
+the series' own spread (``NOISE_FACTOR`` × a MAD-based spread of the residuals), and steady (a
+Mann–Kendall test, ``TREND_P``): fit times on a shared machine vary ±10% run to run, a burst of
+load from elsewhere slows two or three runs in a row, and a clean label must raise no finding.
+A trend across runs looks at the current kernel's runs of a label after its first (a warm-up:
+imports, first traces), the latest ``WINDOW`` of them.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from keras_nbguard.records.run import RunRecord
+
+# -- every threshold, in one place ------------------------------------------------------------
+MIN_RUNS = 5  # runs of a label (after its first, a warm-up) before a trend across runs is judged
+MIN_EPOCHS = 5  # epochs of a fit (after its first, which traces) before a trend within it
+RISE_SHARE = 0.20  # a trend's rise over its window, as a share of the series' median
+NOISE_FACTOR = 3.0  # ...and as a multiple of the series' own spread
+TREND_P = 0.01  # ...and rising run after run: a Mann–Kendall test's one-sided p-value at most
+GROWTH_BYTES_PER_RUN = 2 * 2**20  # RSS after each run, growing this much a run at least
+CALLBACK_SHARE = 0.10  # the user's callbacks' share of the fit time
+WRITER_BYTES = 64 * 2**10  # a callback method writing this much over a fit is checkpointing
+CHECKPOINT_SHARE = 0.10  # ...and named when its share of the fit time is this at least
+INPUT_SHARE = 0.50  # making a Python input's batches, as a share of the fit: it waits for them
+TRACES_PER_FIT = 4  # JAX: compilations of Keras' steps per fit beyond which retracing is named
+# TensorFlow warns "5 out of the last N calls to <f> triggered tf.function retracing" once one
+# function traced this often (tf 2.21: polymorphic_function.FREQUENT_TRACING_WARNING_THRESHOLD):
+# a tf.function traced for this many distinct inputs (Python values, shapes) within a run is
+# retracing. A step traced once, plus once for a last partial batch, is not.
+RETRACE_THRESHOLD = 5
+DATASET_RUNS = 3  # runs in a row (after the label's first) that traced a tf.data pipeline anew
+GPU_HELD_SHARE = 0.80  # the process holds this share of the GPU's memory...
+GPU_USED_SHARE = 0.50  # ...while TensorFlow's peak use is under this share of what it holds
+WINDOW = 20  # the latest runs of a label looked at
+RECENT = 5  # the latest runs of a label whose own causes (within a run) are still shown
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One cause, in words: ``message`` has the number, ``advice`` one thing to do."""
+
+    kind: str
+    message: str
+    advice: str
+    evidence: tuple[tuple[str, str], ...]  # the figures it rests on, as shown
+    runs: tuple[str, ...]  # the runs it is about: "mlp #3"
+    weight: float = 1.0  # orders findings: the size of the effect, roughly a share
+
+    def text(self) -> str:
+        return f"{self.kind}: {self.message} → {self.advice}"
+
+
+class Findings(list[Finding]):
+    """``diagnose()``'s answer: most important first; shows itself in a notebook."""
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text("\n".join(f.text() for f in self) if self else "no finding: nothing stands out")
+
+    def _repr_html_(self) -> str:
+        if not self:
+            return "<p>keras_nbguard: no finding — nothing stands out.</p>"
+        items = "".join(
+            f"<li><b>{html.escape(f.kind)}</b>: {html.escape(f.message)}<br>"
+            f"<i>{html.escape(f.advice)}</i></li>"
+            for f in self
+        )
+        return f"<ul>{items}</ul>"
+
+
+class Trend:
+    """A robust straight line through ``ys`` (at x = 0, 1, ...)."""
+
+    def __init__(self, ys: Sequence[float]) -> None:
+        import statistics  # ~10 ms, and no run needs it before its record: not at %load_ext
+
+        n = len(ys)
+        self._ys = ys
+        self.slope = statistics.median(
+            [(ys[j] - ys[i]) / (j - i) for i in range(n) for j in range(i + 1, n)]
+        )
+        intercept = statistics.median([y - self.slope * x for x, y in enumerate(ys)])
+        self.spread = 1.4826 * statistics.median(
+            [abs(y - (intercept + self.slope * x)) for x, y in enumerate(ys)]
+        )
+        self.median = statistics.median(ys)
+        self.rise = self.slope * (n - 1)
+        self.share = self.rise / self.median if self.median > 0 else 0.0
+        self._p_value: float | None = None
+
+    @property
+    def p_value(self) -> float:
+        """Mann–Kendall's one-sided p-value that the series rises (made when first asked for:
+        most series fail the cheaper tests before)."""
+        if self._p_value is None:
+            self._p_value = _mann_kendall_p(self._ys)
+        return self._p_value
+
+    def rises(self) -> bool:
+        return (
+            self.share >= RISE_SHARE
+            and self.rise >= NOISE_FACTOR * self.spread
+            and self.p_value <= TREND_P
+        )
+
+
+def _mann_kendall_p(ys: Sequence[float]) -> float:
+    """One-sided p-value that ``ys`` rises, by the Mann–Kendall test (normal approximation)."""
+    n = len(ys)
+    if n < 3:
+        return 1.0
+    s = sum((ys[j] > ys[i]) - (ys[j] < ys[i]) for i in range(n) for j in range(i + 1, n))
+    sigma = math.sqrt(n * (n - 1) * (2 * n + 5) / 18)
+    z = (s - 1) / sigma if s > 0 else 0.0
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def name_of(run: RunRecord) -> str:
+    return f"{run.label} #{run.run_number}"
+
+
+def names(runs: Iterable[RunRecord]) -> tuple[str, ...]:
+    return tuple(name_of(r) for r in runs)
+
+
+def span(runs: Sequence[RunRecord]) -> str:
+    """``mlp #2–#5``: the label and the first and last run."""
+    if runs[0].run_number == runs[-1].run_number:
+        return name_of(runs[0])
+    return f"{runs[0].label} #{runs[0].run_number}–#{runs[-1].run_number}"
+
+
+def this_kernel(runs: Sequence[RunRecord]) -> list[RunRecord]:
+    """The runs since the latest start of a kernel process (a new kernel id, the same id in a new
+    process — "Restart kernel" keeps the id — or run numbers that went back: an old history)."""
+    for i in range(len(runs) - 1, 0, -1):
+        a, b = runs[i - 1], runs[i]
+        if b.run_number <= a.run_number or (
+            a.kernel_id != b.kernel_id
+            or (a.pid is not None and b.pid is not None and a.pid != b.pid)
+        ):
+            return list(runs[i:])
+    return list(runs)
+
+
+def after_warmup(runs: Sequence[RunRecord]) -> list[RunRecord]:
+    """One label's runs (oldest first) that a trend across runs looks at: this kernel's, after
+    its first (which warms up: imports, first traces, allocator pools), the latest ``WINDOW``."""
+    return this_kernel(runs)[1:][-WINDOW:]
+
+
+class RunTrend:
+    """One series over a label's runs after the warm-up: the slope shown, the runs it spans and
+    whether the diagnosis names it (``flagged``) — one computation for the dashboard, the
+    summary and the diagnosis. The line is fitted when first asked for (a run's own diagnosis
+    asks only once there are ``MIN_RUNS`` runs)."""
+
+    def __init__(
+        self,
+        series: str,
+        runs: Sequence[RunRecord],
+        values: Sequence[float],
+        test: Callable[[Trend], bool],
+    ) -> None:
+        self.series = series  # "RSS" or "fit time"
+        self.runs = tuple(runs)  # the runs it is computed over, oldest first
+        self._values = values
+        self._test = test
+        self._trend: Trend | None = None
+
+    @property
+    def trend(self) -> Trend | None:
+        """The robust line; None with fewer than 2 runs."""
+        if self._trend is None and len(self._values) >= 2:
+            self._trend = Trend(self._values)
+        return self._trend
+
+    @property
+    def flagged(self) -> bool:
+        """Whether the diagnosis names this trend: ``MIN_RUNS`` runs at least, and its test."""
+        return len(self.runs) >= MIN_RUNS and self.trend is not None and self._test(self.trend)
+
+    @property
+    def slope(self) -> float | None:
+        return None if self.trend is None else self.trend.slope
+
+    @property
+    def span(self) -> str:
+        """``runs 2–5`` (the label's run numbers)."""
+        if not self.runs:
+            return "no runs"
+        first, last = self.runs[0].run_number, self.runs[-1].run_number
+        return f"run {first}" if first == last else f"runs {first}–{last}"
+
+    def text(self) -> str:
+        """``⚠ RSS +1.9 MiB per run over runs 2–5``, or what the trend still needs."""
+        from keras_nbguard.records.formatting import (  # formatting imports records
+            fmt_bytes,
+            fmt_seconds,
+        )
+
+        if self.trend is None:
+            return f"{self.series}: a trend needs 2 runs after the first ({len(self.runs)} so far)"
+        slope = self.trend.slope
+        rate = (
+            fmt_bytes(round(slope), signed=True)
+            if self.series == "RSS"
+            else fmt_seconds(slope, signed=True)
+        )
+        return f"{'⚠ ' if self.flagged else ''}{self.series} {rate} per run over {self.span}"
+
+
+def _grows(trend: Trend) -> bool:
+    return trend.slope >= GROWTH_BYTES_PER_RUN and trend.rise >= NOISE_FACTOR * trend.spread
+
+
+def rss_trend(runs: Sequence[RunRecord]) -> RunTrend:
+    """RSS after each run: flagged when it grows ``GROWTH_BYTES_PER_RUN`` a run at least, beyond
+    ``NOISE_FACTOR`` × its own spread, over ``MIN_RUNS`` runs at least (``state_growth``)."""
+    measured = [r for r in after_warmup(runs) if r.status == "ok" and r.rss_after is not None]
+    return RunTrend("RSS", measured, [float(r.rss_after or 0) for r in measured], _grows)
+
+
+def fit_trend(runs: Sequence[RunRecord]) -> RunTrend:
+    """Fit time of each run: flagged when it rises steadily and beyond the noise
+    (``Trend.rises``) over ``MIN_RUNS`` runs at least (``run_slowdown``)."""
+    timed = [r for r in after_warmup(runs) if r.status == "ok" and r.fit_seconds is not None]
+    return RunTrend("fit time", timed, [r.fit_seconds or 0.0 for r in timed], Trend.rises)
+
+
+def label_trends(runs: Sequence[RunRecord]) -> tuple[RunTrend, RunTrend]:
+    """RSS and fit-time trends of one label's runs (any kernels, oldest first)."""
+    return rss_trend(runs), fit_trend(runs)
+
+
+def trends_text(name: str, runs: Sequence[RunRecord]) -> str:
+    """``mlp: ⚠ RSS +4.0 MiB per run over runs 2–8; fit time +1 ms per run over runs 2–8``: the
+    dashboard's trend line of one label (``runs``: its runs, any kernels, oldest first)."""
+    rss, fit = label_trends(runs)
+    parts = [t.text() for t in (rss, fit) if t.trend is not None]
+    if not parts:
+        return (
+            f"{name}: a trend needs 3 runs in this kernel, the first a warm-up "
+            f"({len(this_kernel(runs))} so far)"
+        )
+    return f"{name}: " + "; ".join(parts)

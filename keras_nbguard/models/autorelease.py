@@ -1,0 +1,286 @@
+"""Earlier runs' models that nobody asked to keep: release them, and say where the rest are held.
+
+A cell ending in ``model.fit(...)`` puts its ``History`` in ``Out[n]``, ``_n`` and ``_``, and the
+History holds the model with its graphs: run after run, every model stays alive though the user
+kept none of them. ``settle`` looks at the models an earlier run of a label used and releases the
+ones held *only* by IPython's caches (``Out[n]``, ``_n``, ``_``/``__``/``___``, the last result),
+by the ``.model`` link of a Keras callback (a History keeps ``.history``, ``.params`` and
+``.epoch``) or by the last traceback (``sys.last_*``). A model that anything of the user's also
+holds — a name, a list, a dict, an attribute, a closure, a default argument, a running frame — is
+never touched: it is reported, with its paths, as still alive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from keras_nbguard.models import Chain, Probe, sizes
+from keras_nbguard.models.caches import (
+    CACHE_NAMES,
+    TRACEBACK_ATTRS,
+    clear_tracebacks,
+    pop_entry,
+    reset_cache_name,
+)
+from keras_nbguard.models.frameworks import callback_class, instance_dict, worth_following
+from keras_nbguard.models.naming import awkwardness
+from keras_nbguard.models.registry import ModelRegistry, RunRef
+from keras_nbguard.models.stale_nodes import (
+    NodesCut,
+    cut_stale,
+    held,
+    listed,
+    node_link,
+    node_words,
+    plan,
+)
+from keras_nbguard.models.weights_freed import FreedWeights
+from keras_nbguard.records.run import HeldModels
+
+_OUTPUT_NAME = re.compile(r"_\d+")
+_NODE = "node"
+_MODEL_LINKS = ("_model", "model")  # where Keras' Callback.set_model keeps the model
+WIDE = 5_000  # containers with more items than this are not looked into by the cheap walk
+WALK_SECONDS = 1.0  # the heap walk's limit: past it, nothing is released (the walk is partial)
+Release = Callable[[], None]
+Found = tuple[str, int, str, Release]  # (kind, holder id, text, action)
+
+
+@dataclass
+class Settled:
+    """What one ``settle`` did: the models released, and those still held by the user; the nodes
+    of earlier runs cut out of layers that outlive them (stale_nodes.py)."""
+
+    released: list[tuple[RunRef, int | None, list[str]]] = field(default_factory=list)
+    stale: list[tuple[RunRef, int | None, list[str], bool]] = field(default_factory=list)
+    nodes: NodesCut | None = None
+    weights: FreedWeights | None = None  # the released models' weights, to count those freed
+
+    def released_note(self, rss_freed: int | None = None) -> HeldModels | None:
+        """The released models; their weights count only variables freed: none that a layer of
+        yours still holds (the setup cell's ``generator``), and after a full gc, none alive."""
+        if not self.released:
+            return None
+        holders = [h for _, _, hs in self.released for h in hs]
+        note = _note([(run, size) for run, size, _ in self.released],
+                     sorted(dict.fromkeys(holders), key=_path_order), rss_freed=rss_freed)
+        if self.weights is not None and note.weight_bytes is not None:
+            note = dataclasses.replace(note, weight_bytes=self.weights.freed_bytes())
+        return note
+
+    def stale_note(self) -> HeldModels | None:
+        if not self.stale:
+            return None
+        paths = [p for _, _, ps, _ in self.stale for p in ps[:1]]  # each model's best path
+        in_containers = any(nested for *_, nested in self.stale)
+        command = "%nbguard free --containers" if in_containers else "%nbguard free"
+        return _note([(run, size) for run, size, _, _ in self.stale], paths, command=command)
+
+
+def settle(registry: ModelRegistry, label: str, shell: Any, user_ns: Any, *,
+           release: bool = True, exclude: RunRef | None = None,
+           report: bool = True) -> Settled:
+    """Release the models of ``label``'s earlier runs held only by caches and bookkeeping (unless
+    ``release`` is False) and list the others (unless ``report`` is False). ``exclude``: the run
+    whose models are current (the run that just ended); before a run, every model of the label
+    is from an earlier run."""
+    settled = Settled()
+    candidates = _outermost([m for m in registry.of_label(label)
+                             if registry.last_run(m) != exclude])
+    nodes = release and listed(registry, label)  # a layer of yours keeps an earlier run's call
+    if not nodes and (not candidates or (not report and _all_named(candidates, user_ns))
+                      or not _any_nearby(candidates, user_ns, shell)):
+        return settled  # the usual cases, and cheap ones: no heap walk
+    probe = Probe(user_ns, registry, shell=shell, time_limit=WALK_SECONDS).run()
+    try:
+        _settle_walked(settled, probe, candidates, registry, label, shell, user_ns, release)
+    finally:
+        probe.close()
+        del candidates
+    # no gc here: the models sit in reference cycles (model.history <-> History.model) that the
+    # next run's clear collects anyway, right before its deep clean (a full gc is ~0.1 s)
+    return settled
+
+
+def _settle_walked(settled: Settled, probe: Probe, candidates: list[Any],
+                   registry: ModelRegistry, label: str, shell: Any, user_ns: Any,
+                   release: bool) -> None:
+    plans: list[tuple[Any, list[Chain], list[Found | None]]] = []
+    for model in candidates:
+        every = probe.chains.get(id(model), [])
+        if not every:
+            continue  # unreachable: garbage that the next gc collects
+        chains = [c for c in every if c.via is None]  # not those inside another model
+        plans.append((model, every, [_bookkeeping(c, shell, user_ns, registry) for c in chains]))
+    going = {id(m) for m, every, found in plans
+             if release and probe.complete and found and None not in found}
+    through = {id(m): {f[1] for f in found if f is not None and f[0] == _NODE}
+               for m, _, found in plans}
+    nodes: list[tuple[Any, RunRef]] = []
+    if release:  # a node goes only if no model that stays has it (stale_nodes.plan)
+        nodes, going = plan(registry, label, user_ns, held(probe), going, through)
+    releases: dict[str, Release] = {}
+    weights = FreedWeights(user_ns, going)
+    for model, every, found in plans:
+        run = registry.last_run(model) or RunRef(label, 0)
+        size = _size(model)
+        if id(model) in going:
+            holders: dict[int, str] = {}  # one text per holder: Out[12], not _12 and _ too
+            actions = [f for f in found if f is not None]
+            for _, holder, text, action in sorted(actions, key=lambda a: _path_order(a[2])):
+                releases.setdefault(text, action)
+                holders.setdefault(holder, text)
+            settled.released.append((run, size, list(holders.values())))
+            weights.add(model)
+        else:
+            paths = [p for p, _ in probe.paths(model)]
+            nested = any(len(c.edges) > 1 or c.via is not None for c in every if c.user)
+            settled.stale.append((run, size, paths, nested))
+    for action in releases.values():
+        action()
+    settled.nodes = cut_stale(nodes, user_ns)
+    settled.weights = weights if settled.released else None
+
+
+def _bookkeeping(chain: Chain, shell: Any, user_ns: Any,
+                 registry: ModelRegistry | None = None) -> Found | None:
+    """How to release ``chain`` if it belongs to IPython or Keras: (its kind, the holder as an
+    id: a History, a node, or 0 for IPython's output caches; its text; the action). None when the
+    user holds the model this way. A chain through a node an earlier run made in a layer of
+    yours (``vectorize_layer._outbound_nodes[0].operation``) is Keras' bookkeeping: the node is
+    cut (stale_nodes.py), the layer kept."""
+    link = node_link(chain) if registry is not None else None
+    if link is not None and registry is not None:
+        made = registry.node_run(link[1])
+        if made is not None and registry.latest.get(made[0].label) != made[0]:
+            return _NODE, id(link[1]), node_words(chain, registry) or "a node", _nothing
+        return None
+    found = _cached(chain, shell, user_ns)
+    return None if found is None else ("cache", *found)
+
+
+def _nothing() -> None:
+    """A node's release: cut with the others once the models that go are known."""
+
+
+def _cached(chain: Chain, shell: Any, user_ns: Any) -> tuple[int, str, Release] | None:
+    holder = chain.objs[-2] if len(chain.objs) >= 2 else None
+    callback = callback_class()
+    last = chain.edges[-1] if chain.edges else None
+    if (isinstance(holder, callback) and last is not None
+            and last.kind == "attr" and last.key in _MODEL_LINKS):
+        text = chain.text()
+        text = text[: -len(last.text)] if text.endswith(last.text) else text
+        key = last.key
+
+        def unlink() -> None:
+            setattr(holder, key, None)
+
+        return id(holder), f"{text} (its {type(holder).__name__})", unlink
+    kind, key = chain.root.kind, chain.first_key
+    if kind == "traceback" or (kind == "sys" and key in TRACEBACK_ATTRS):
+        def forget_traceback() -> None:
+            clear_tracebacks(shell)
+
+        return 1, "the last traceback", forget_traceback
+    if len(chain.edges) != 1:
+        return None
+    if kind == "out":
+        return 0, f"Out[{key}]", lambda: pop_entry(chain.objs[0], key, "", {})
+    if kind in ("ns", "hidden", "displayhook") and key in CACHE_NAMES:
+        return 0, str(key), lambda: reset_cache_name(shell, user_ns, str(key), {})
+    if kind in ("ns", "hidden") and isinstance(key, str) and _OUTPUT_NAME.fullmatch(key):
+        def drop_output_name() -> None:
+            for names in (user_ns, getattr(shell, "user_ns_hidden", None)):
+                pop_entry(names, key, "", {})
+
+        return 0, key, drop_output_name
+    if kind == "exec" and key == "result":
+        return 0, "the last result", lambda: setattr(chain.objs[0], "result", None)
+    return None
+
+
+def _outermost(models: list[Any]) -> list[Any]:
+    """``models`` less those another one keeps as an attribute (Sequential's ``_functional``, a
+    sub-model): they go with it."""
+    ids = {id(m) for m in models}
+    inner = {id(v) for m in models for v in (instance_dict(m) or {}).values() if id(v) in ids}
+    return [m for m in models if id(m) not in inner]
+
+
+def _any_nearby(models: list[Any], user_ns: Any, shell: Any, depth: int = 5,
+                budget: int = 50_000) -> bool:
+    """Whether a cheap walk *down* from your names and IPython's caches meets one of ``models``
+    within ``depth`` links (``histories[3].model`` is four); True when it can't tell. A model a
+    cell has just rebound is cyclic garbage until the next gc: this spares the heap walk for it
+    (~0.1 s). A model held deeper is still found by ``%nbguard leaks`` and the dashboard."""
+    if any(getattr(sys, name, None) is not None for name in TRACEBACK_ATTRS):
+        return True  # a traceback's frames: let the walk look
+    wanted = {id(m) for m in models}
+    callback = callback_class()
+    level = [x for x in (user_ns, getattr(shell, "displayhook", None),
+                         getattr(shell, "last_execution_result", None)) if x is not None]
+    seen = {id(x) for x in level}
+    for _ in range(depth):
+        below = []
+        for parent in level:
+            children = gc.get_referents(parent)
+            if len(children) > WIDE and parent is not user_ns:
+                continue  # a list of a million numbers holds no model worth a second here
+            for child in children:
+                if id(child) in wanted:
+                    return True
+                if id(child) in seen or not gc.is_tracked(child) or isinstance(child, type):
+                    continue
+                seen.add(id(child))
+                if len(seen) > budget:
+                    return True
+                if worth_following(child, callback):
+                    below.append(child)
+        level = [x for x in below if x is not None]
+    return False
+
+
+def _all_named(models: list[Any], user_ns: Any) -> bool:
+    """Whether a name of the user's binds each model itself: then none can be released (the
+    model a re-run cell is about to rebind), and the heap walk can be skipped."""
+    named = {id(v) for k, v in list(user_ns.items()) if not k.startswith("_")}
+    return all(id(m) in named for m in models)
+
+
+def _size(model: Any) -> int | None:
+    """Bytes of its weights, as the leak finder and the dashboard count them."""
+    return sizes(model)[1]
+
+
+def merged(before: HeldModels | None, after: HeldModels | None) -> HeldModels | None:
+    """The models released before a run and after it, as one note."""
+    if before is None or after is None:
+        return before or after
+    sizes = (before.weight_bytes, after.weight_bytes)
+    freed = (before.rss_freed, after.rss_freed)
+    return HeldModels(
+        count=before.count + after.count, runs=tuple(sorted({*before.runs, *after.runs})),
+        weight_bytes=None if None in sizes else sum(s for s in sizes if s is not None),
+        paths=tuple(dict.fromkeys((*before.paths, *after.paths))),
+        rss_freed=None if None in freed else sum(f for f in freed if f is not None))
+
+
+def _note(models: list[tuple[RunRef, int | None]], paths: list[str], *,
+          command: str | None = None, rss_freed: int | None = None) -> HeldModels:
+    sized = [size for _, size in models]
+    return HeldModels(
+        count=len(models),
+        runs=tuple(sorted({run.run_number for run, _ in models if run.run_number})),
+        weight_bytes=None if None in sized else sum(s for s in sized if s is not None),
+        paths=tuple(paths), command=command, rss_freed=rss_freed)
+
+
+def _path_order(path: str) -> tuple[int, int, str]:
+    return awkwardness(path), len(path), path

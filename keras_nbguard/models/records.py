@@ -1,0 +1,100 @@
+"""The leak finder's results as pure data: a ``Leak`` per live model and the ``LeakReport`` that
+lists them, with its text and HTML renderings. Never a reference to a model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+UNREACHABLE_HINT = (
+    "alive, but nothing you can name holds it: its own reference cycles waiting for the garbage "
+    "collector, or framework internals (e.g. a tf.function cache). keras_nbguard.free() runs gc "
+    "and keras.utils.clear_session(), which releases most of them.")
+
+
+@dataclass(frozen=True)
+class Leak:
+    """One live Keras model and what holds it. Pure data: never a reference to the model."""
+
+    path: str  # the best path, as the user would type it ("" when unreachable)
+    paths: tuple[str, ...]  # every path found, best first
+    model_name: str
+    class_name: str
+    params: int | None  # None: not built yet
+    weight_bytes: int | None
+    optimizer_bytes: int | None  # 0 without an optimizer
+    run_label: str | None  # the run that created it; None: made outside a tracked run
+    run_number: int | None
+    stale: bool
+    reason: str  # why it is stale, current or unreachable, in words
+    holder: str | None = None  # what holds it directly on ``path``, e.g. "list", "closure ..."
+    holder_type: str | None = None
+    inside: str | None = None  # the model it lives in, when every path goes through that model
+    last_run_number: int | None = None  # the latest run of ``run_label``'s kind that fit it
+    held_as: str | None = None  # in words, when a path is no plain attribute: a layer's node
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LeakReport:
+    """Every live Keras model: ``leaks`` (reachable, stale first) and ``unreachable`` ones."""
+
+    leaks: tuple[Leak, ...] = ()
+    unreachable: tuple[Leak, ...] = ()
+    seconds: float = 0.0
+    scans: int = 0  # heap scans (gc.get_referrers calls) the walk made
+    complete: bool = True  # False when the depth or time limit stopped the walk
+    notes: tuple[str, ...] = ()
+
+    @property
+    def stale(self) -> tuple[Leak, ...]:
+        return tuple(leak for leak in self.leaks if leak.stale)
+
+    @property
+    def current(self) -> tuple[Leak, ...]:
+        return tuple(leak for leak in self.leaks if not leak.stale)
+
+    @property
+    def hint(self) -> str | None:
+        return UNREACHABLE_HINT if self.unreachable else None
+
+    def __iter__(self) -> Iterator[Leak]:
+        return iter(self.leaks)
+
+    def __len__(self) -> int:
+        return len(self.leaks)
+
+    def lines(self) -> list[str]:
+        """The text summary, shared by the pretty and HTML reprs."""
+        from keras_nbguard.records.formatting import fmt_size
+
+        out = [f"{len(self.leaks)} live Keras model(s), {len(self.stale)} stale, "
+               f"{len(self.unreachable)} unreachable"]
+        for leak in self.leaks:
+            run = f"{leak.run_label!r} #{leak.run_number}" if leak.run_label else "no tracked run"
+            opt = f" + {fmt_size(leak.optimizer_bytes)} optimizer" if leak.optimizer_bytes else ""
+            words = f" ({leak.held_as})" if leak.held_as else ""
+            out.append(f"  {'STALE' if leak.stale else 'ok   '} {leak.model_name} "
+                       f"({leak.class_name}, {fmt_size(leak.weight_bytes)} weights{opt}, {run}): "
+                       f"{', '.join(leak.paths)}{words}")
+        for leak in self.unreachable:
+            out.append(f"  unreachable {leak.model_name} ({leak.class_name}, "
+                       f"{fmt_size(leak.weight_bytes)} weights): {leak.reason}")
+        if self.leaks or self.unreachable:
+            out.append("  (sizes count weights and optimizer state; the graphs a model pins show "
+                       "as the RSS drop when it is freed)")
+        if self.unreachable:
+            out.append(f"  hint: {UNREACHABLE_HINT}")
+        out.extend(f"  note: {n}" for n in self.notes)
+        return out
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text("\n".join(self.lines()))
+
+    def _repr_html_(self) -> str:
+        import html
+
+        return "<pre class='keras-nbguard-leaks'>" + html.escape("\n".join(self.lines())) + "</pre>"

@@ -1,0 +1,171 @@
+"""From a finished walk to the ``LeakReport``: each model's best path, size, the run that made it,
+and whether it is stale (from an older run of its kind, or held only by caches). ``find_leaks`` is
+the entry point."""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Mapping
+from typing import Any
+
+from keras_nbguard.models.records import Leak, LeakReport
+from keras_nbguard.models.registry import ModelRegistry
+from keras_nbguard.models.stale_nodes import node_words
+from keras_nbguard.models.walk import Probe
+
+# bytes per element; numpy is asked only for dtypes not listed here
+_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
+             "int16": 2, "int8": 1, "uint64": 8, "uint32": 4, "uint16": 2, "uint8": 1, "bool": 1,
+             "complex64": 8, "complex128": 16, "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
+def sizes(model: Any) -> tuple[int | None, int | None, int | None]:
+    """(params, weight bytes, optimizer bytes); None where unknown (e.g. an unbuilt model)."""
+    try:
+        weights = list(model.weights)
+        built = bool(getattr(model, "built", True))
+    except Exception:
+        return None, None, None
+    params, nbytes = _count(weights)
+    optimizer = getattr(model, "optimizer", None)
+    try:
+        opt_bytes = _count(list(optimizer.variables))[1] if optimizer is not None else 0
+    except Exception:
+        opt_bytes = None
+    if not built and not weights:
+        return None, None, opt_bytes
+    return params, nbytes, opt_bytes
+
+
+def count_bytes(variables: list[Any]) -> int | None:
+    """Bytes of ``variables`` (None: a dtype of unknown size)."""
+    return _count(variables)[1]
+
+
+def _count(variables: list[Any]) -> tuple[int, int | None]:
+    params, nbytes = 0, 0
+    for v in variables:
+        n = 1
+        for d in tuple(v.shape):
+            n *= int(d)
+        params += n
+        dtype = str(getattr(v.dtype, "name", v.dtype))
+        size = _ITEMSIZE.get(dtype)
+        if size is None:
+            try:
+                size = sys.modules["numpy"].dtype(dtype).itemsize
+            except Exception:
+                return params, None
+        nbytes += n * size
+    return params, nbytes
+
+
+def leaks_of(probe: Probe, registry: ModelRegistry | None) -> list[tuple[Any, Leak]]:
+    """(model, its Leak) for every model the probe found, Keras' nested models left out."""
+    return [(m, _leak(m, probe, probe.paths(m), registry))
+            for m in probe.models if id(m) not in probe.internal]
+
+
+def build_report(probe: Probe, registry: ModelRegistry | None) -> LeakReport:
+    pairs = leaks_of(probe, registry)
+    reachable = sorted((leak for _, leak in pairs if leak.paths),
+                       key=lambda leak: (not leak.stale, leak.path))
+    unreachable = tuple(leak for _, leak in pairs if not leak.paths)
+    notes = () if probe.complete else (
+        f"the walk stopped after {probe.scans} heap scans (depth {probe.max_depth} or "
+        f"{probe.time_limit:g} s limit): some holders may be missing",)
+    return LeakReport(tuple(reachable), unreachable, probe.seconds, probe.scans,
+                      probe.complete, notes)
+
+
+def _leak(model: Any, probe: Probe, paths: list[tuple[str, bool]],
+          registry: ModelRegistry | None) -> Leak:
+    origin = registry.origin(model) if registry is not None else None
+    last = registry.last_run(model) if registry is not None else None
+    used = last or origin
+    # stale by recency: a later run of its label happened (run numbers can repeat)
+    newest = registry.latest.get(used.label) if registry is not None and used else None
+    old = used is not None and newest is not None and newest != used
+    user = any(u for _, u in paths)
+    if not paths:
+        blockers = probe.blockers.get(id(model)) or []
+        reason = ("no path from your names; held only by its own cycles or framework internals"
+                  + (f" ({', '.join(blockers[:4])})" if blockers else ""))
+        if not probe.complete:
+            reason += "; the walk stopped early"
+    elif old and newest is not None and used is not None:
+        reason = f"from run {used.label!r} #{used.run_number}; the latest is #{newest.run_number}"
+    elif not user:
+        reason = "held only by IPython's caches, a traceback or a module, not by your names"
+    elif used is None:
+        reason = "bound to your names (made outside a tracked run)"
+    else:
+        reason = f"made by the latest run of {used.label!r} and bound to your names"
+    holder, holder_type, inside = _holder(probe, model, paths[0][0] if paths else "")
+    held_as = _held_as(probe, model, paths[0][0] if paths else "", registry)
+    params, weight_bytes, optimizer_bytes = sizes(model)
+    return Leak(
+        path=paths[0][0] if paths else "", paths=tuple(p for p, _ in paths),
+        model_name=str(getattr(model, "name", "?")), class_name=type(model).__name__,
+        params=params, weight_bytes=weight_bytes, optimizer_bytes=optimizer_bytes,
+        run_label=origin.label if origin else None,
+        run_number=origin.run_number if origin else None,
+        stale=old or not user, reason=reason, holder=holder, holder_type=holder_type,
+        inside=inside, last_run_number=last.run_number if last else None, held_as=held_as)
+
+
+def _held_as(probe: Probe, model: Any, best: str, registry: ModelRegistry | None) -> str | None:
+    """The best path in words where it goes through a layer's node list (stale_nodes.py)."""
+    for chain in probe.chains.get(id(model), ()):
+        via = probe.paths(chain.via)[:1] if chain.via is not None else []
+        holder = via[0][0] if via else None
+        if chain.via is not None and holder is None:
+            continue
+        text = (holder or "") + chain.text()
+        if text == best:
+            return node_words(chain, registry, holder)
+    return None
+
+
+def _holder(probe: Probe, model: Any, best: str) -> tuple[str | None, str | None, str | None]:
+    """(what holds the model directly on the best path, its type, the model it lives in)."""
+    chains = probe.chains.get(id(model), [])
+    inside = None
+    if chains and all(c.via is not None for c in chains):
+        inside = str(getattr(chains[0].via, "name", "?"))
+    chosen = next((c for c in chains if c.via is None and c.text() == best), None)
+    chosen = chosen or next((c for c in chains if len(c.objs) >= 2), None)
+    if chosen is None or len(chosen.objs) < 2:
+        return None, None, inside
+    parent, edge = chosen.objs[-2], chosen.edges[-1]
+    kind = type(parent).__qualname__
+    if edge.kind == "cell" and len(chosen.objs) >= 4:
+        func, closure = chosen.objs[-4], chosen.objs[-3]
+        if isinstance(func, types.FunctionType) and isinstance(closure, tuple):
+            index = next((i for i, c in enumerate(closure) if c is parent), 0)
+            names = func.__code__.co_freevars
+            var = names[index] if index < len(names) else "?"
+            return f"closure variable {var!r} of {func.__qualname__}", "cell", inside
+    if edge.kind == "local":
+        return f"local {edge.key!r} of {parent.f_code.co_qualname}()", kind, inside
+    if chosen.root.kind == "ns" and len(chosen.objs) == 2:
+        return "your namespace", kind, inside
+    return kind, kind, inside
+
+
+def find_leaks(user_ns: Mapping[str, Any] | None = None, registry: ModelRegistry | None = None,
+               *, shell: Any = None, max_depth: int = 12, time_limit: float = 1.0,
+               max_paths: int = 12) -> LeakReport:
+    """Every live Keras model, with every path that holds it, its size and its run.
+
+    ``user_ns`` defaults to ``shell.user_ns``; ``shell`` adds IPython's hidden holders (output
+    cache, ``_``, last result, traceback). A model is stale when ``registry`` saw a later run of
+    its label than the one that last used it. Never keeps a model alive.
+    """
+    probe = Probe(user_ns, registry, shell=shell, max_depth=max_depth, time_limit=time_limit,
+                  max_paths=max_paths)
+    try:
+        return build_report(probe.run(), registry)
+    finally:
+        probe.close()

@@ -1,0 +1,139 @@
+"""Where a chain may end: the objects the user can name (the namespace, IPython's output cache
+and ``_``/``__``/``___``, the last traceback, ``sys``, every module, running frames), and a map of
+who holds what just below the user's namespaces, so most holders a heap scan meets are named
+without another scan."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import types
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from keras_nbguard.models.frameworks import worth_following
+from keras_nbguard.models.naming import Root
+
+# id -> (the object, how it is named): a Root, or a module's name (named lazily: there are
+# thousands of modules and few chains end at one).
+Roots = dict[int, tuple[Any, Root | str]]
+_MAPPED = ("ns", "out", "hidden", "displayhook", "exec", "traceback")
+_PACKAGE = __name__.rpartition(".")[0]  # keras_nbguard.models
+_FREEING = f"{_PACKAGE.rpartition('.')[0]}.freeing"
+
+
+def find_roots(ns: Mapping[str, Any], shell: Any) -> tuple[Roots, dict[int, str]]:
+    """Every object a chain may end at, by id, with how the user names it; and the modules the
+    user imported under a name of their own (id of the module -> that name)."""
+    roots: Roots = {}
+
+    def add(obj: Any, root: Root) -> None:
+        if obj is not None and id(obj) not in roots:
+            roots[id(obj)] = (obj, root)
+
+    hidden = frozenset(getattr(shell, "user_ns_hidden", None) or ())
+    add(ns, Root("ns", "", True, namespace=True, hidden=hidden))
+    out = ns.get("Out")
+    add(out if isinstance(out, dict) else None, Root("out", "Out", False))
+    tracebacks = [("sys.last_traceback", getattr(sys, "last_traceback", None))]
+    for name in ("last_value", "last_exc"):
+        tb = getattr(getattr(sys, name, None), "__traceback__", None)
+        tracebacks.append((f"sys.{name}.__traceback__", tb))
+    if shell is not None:
+        add(getattr(shell, "user_ns_hidden", None),
+            Root("hidden", "get_ipython().user_ns_hidden", False))
+        add(shell, Root("shell", "get_ipython()", False))
+        add(getattr(shell, "displayhook", None),
+            Root("displayhook", "get_ipython().displayhook", False))
+        result = getattr(shell, "last_execution_result", None)
+        add(result, Root("exec", "get_ipython().last_execution_result", False))
+        tracebacks.append(("get_ipython().InteractiveTB.tb",
+                           getattr(getattr(shell, "InteractiveTB", None), "tb", None)))
+        error = getattr(result, "error_in_exec", None)
+        tracebacks.append(("get_ipython().last_execution_result.error_in_exec.__traceback__",
+                           getattr(error, "__traceback__", None)))
+    for source, tb in tracebacks:
+        for obj, path in _traceback_objects(source, tb):
+            add(obj, Root("traceback", path, False))
+    add(sys.__dict__, Root("sys", "sys", False, namespace=True))
+    aliases = {id(v): k for k, v in ns.items()
+               if isinstance(v, types.ModuleType) and k not in hidden}
+    for name, module in list(sys.modules.items()):  # named lazily: there are thousands
+        if isinstance(module, types.ModuleType) and id(module.__dict__) not in roots:
+            roots[id(module.__dict__)] = (module.__dict__, name)
+    for frame in _running_frames():
+        add(frame, Root("frame", f"<frame {frame.f_code.co_name}>", False))
+    return roots, aliases
+
+
+def module_root(name: str, aliases: Mapping[int, str]) -> Root:
+    """How the user names a module: by their own alias for it, else ``sys.modules[...]``."""
+    module = sys.modules.get(name)
+    alias = aliases.get(id(module))
+    return Root("module", alias or f"sys.modules[{name!r}]", alias is not None, namespace=True)
+
+
+def name_map(roots: Roots, class_ids: set[int], callback: tuple[type, ...], max_depth: int = 3,
+             max_size: int = 5000, max_nodes: int = 50_000) -> tuple[dict[int, list[int]],
+                                                                     dict[int, Any]]:
+    """Who holds the objects near the user's namespaces, one entry per reference: a bounded walk
+    *down* (depth 3, small containers only) so that most holders a scan meets are already named.
+    Models, modules and framework objects are not entered."""
+    down: dict[int, list[int]] = {}
+    down_objs: dict[int, Any] = {}
+    level = [obj for obj, root in roots.values() if isinstance(root, Root) and root.kind in _MAPPED]
+    budget = 20 * max_nodes  # references looked at, in all
+    for _ in range(max_depth):
+        nxt = []
+        for parent in level:
+            refs = gc.get_referents(parent)
+            if len(refs) > max_size or budget < len(refs):
+                continue
+            budget -= len(refs)
+            pid, ptype = id(parent), type(parent)
+            for child in refs:
+                cid = id(child)
+                if (cid in roots or child is ptype or not gc.is_tracked(child)
+                        or id(type(child)) in class_ids):
+                    continue
+                ups = down.get(cid)
+                if ups is None:
+                    if len(down_objs) >= max_nodes:
+                        continue
+                    down[cid] = ups = []
+                    down_objs[cid] = child
+                    if worth_following(child, callback) and not isinstance(
+                            child, (types.FrameType, types.TracebackType, BaseException)):
+                        nxt.append(child)
+                ups.append(pid)
+        level = nxt
+    return down, down_objs
+
+
+def _traceback_objects(source: str, tb: Any) -> Iterator[tuple[Any, str]]:
+    """Each traceback object and frame of a chain, with its path from ``source``."""
+    path = source
+    for _ in range(1000):
+        if not isinstance(tb, types.TracebackType):
+            return
+        yield tb, path
+        yield tb.tb_frame, f"{path}.tb_frame"
+        tb, path = tb.tb_next, f"{path}.tb_next"
+
+
+def _running_frames() -> Iterator[types.FrameType]:
+    for top in sys._current_frames().values():
+        frame: types.FrameType | None = top
+        while frame is not None:
+            if not is_own_frame(frame):
+                yield frame
+            frame = frame.f_back
+
+
+def is_own_frame(obj: Any) -> bool:
+    """Frames of this package and of freeing.py: they hold the models being probed."""
+    if not isinstance(obj, types.FrameType):
+        return False
+    name = obj.f_globals.get("__name__")
+    return isinstance(name, str) and (name in (_FREEING, _PACKAGE)
+                                      or name.startswith(f"{_PACKAGE}."))

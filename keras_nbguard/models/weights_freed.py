@@ -1,0 +1,86 @@
+"""How many bytes of weights releasing some models really freed.
+
+A model's weights are not its own when it shares layers: a subclassed GAN built on the setup
+cell's ``generator`` and ``discriminator``, a head on a base model. Releasing the GAN frees none
+of their weights, so the ``released`` line must not claim them. Counted here: the released models'
+variables, each once, less those of layers still bound to your names, and — once a full gc has run
+since — less any variable still alive (weakly referenced: nothing here keeps one).
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from keras_nbguard.models.frameworks import package_of
+from keras_nbguard.models.report import count_bytes
+
+_KERAS = ("keras", "tf_keras")
+WIDE = 1000  # a container of yours with more items than this is not searched for layers
+
+
+class FreedWeights:
+    def __init__(self, user_ns: Mapping[str, Any], going: set[int]) -> None:
+        self._held = {id(v) for layer in _your_layers(user_ns) if id(layer) not in going
+                      for v in _weights(layer)}
+        self._vars: dict[int, tuple[weakref.ref[Any] | None, int | None, bool]] = {}
+        self._collections = _full_collections()
+
+    def add(self, model: Any) -> None:
+        """Count ``model``'s variables (each once across models)."""
+        for variable in _weights(model):
+            if id(variable) in self._vars:
+                continue
+            try:
+                ref: weakref.ref[Any] | None = weakref.ref(variable)
+            except TypeError:
+                ref = None
+            self._vars[id(variable)] = (ref, count_bytes([variable]), id(variable) in self._held)
+
+    def freed_bytes(self) -> int | None:
+        """Bytes of the variables freed (None: a size unknown)."""
+        collected = _full_collections() > self._collections
+        total = 0
+        for ref, nbytes, held in self._vars.values():
+            if held or (collected and ref is not None and ref() is not None):
+                continue  # still yours, or alive after a full collection: not freed
+            if nbytes is None:
+                return None
+            total += nbytes
+        return total
+
+
+def _full_collections() -> int:
+    return int(gc.get_stats()[-1].get("collections", 0))
+
+
+def _weights(layer: Any) -> list[Any]:
+    try:
+        return list(layer.weights)
+    except Exception:
+        return []
+
+
+def _is_layer(value: Any) -> bool:
+    if isinstance(value, type):
+        return False
+    try:
+        return any(package_of(c) in _KERAS for c in type(value).__mro__) and hasattr(
+            value, "weights")
+    except Exception:
+        return False
+
+
+def _your_layers(user_ns: Mapping[str, Any]) -> Iterator[Any]:
+    """Keras layers and models bound to your names, or one level down in a list, tuple or dict."""
+    for name, value in list(user_ns.items()):
+        if name.startswith("_"):
+            continue  # IPython's output caches: what they hold is being released
+        if _is_layer(value):
+            yield value
+        elif isinstance(value, (list, tuple)) and len(value) <= WIDE:
+            yield from (v for v in value if _is_layer(v))
+        elif isinstance(value, dict) and len(value) <= WIDE:
+            yield from (v for v in list(value.values()) if _is_layer(v))

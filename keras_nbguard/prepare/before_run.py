@@ -1,0 +1,97 @@
+"""What happens before a tracked run: gc, Keras session clearing, dtype policy and GPU setup."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from keras_nbguard import backends
+from keras_nbguard.backends import DEFAULT_POLICY
+from keras_nbguard.prepare import gpu_setup
+from keras_nbguard.records.options import (
+    RunOptions,  # checked in options.py; here, what a run is prepared with
+)
+
+if TYPE_CHECKING:
+    from keras_nbguard.collectors.gpu import NvmlReader, TfGpu
+
+
+@dataclass
+class Prepared:
+    cleared: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+
+def prepare(
+    options: RunOptions, tf_gpu: TfGpu | None = None, nvml: NvmlReader | None = None
+) -> Prepared:
+    """Everything before a run, for the Keras the user has (and the backend it computes with).
+    Nothing here raises: what could not be done comes back as sentences in ``warnings``."""
+    result = Prepared()
+    try:
+        result.warnings += gpu_setup.configure(options, backends.current_backend(), tf_gpu, nvml)
+    except Exception as exc:  # the GPU set-up never keeps the session from being cleared
+        result.warnings.append(f"GPU set-up failed ({type(exc).__name__}: {exc})")
+    kerases = backends.loaded()
+    if options.mixed_precision and not kerases:
+        kerases = _import_for_policy(result)  # the user asked for a Keras policy: the price
+    if options.clear and kerases:
+        for keras in kerases:  # no gc here: the run collects once, after it let go of all
+            result.warnings += clear_keeping_policy(keras, options.mixed_precision, collect=False)
+        result.cleared = True
+    elif options.mixed_precision and not options.clear:
+        for keras in kerases:
+            _set_policy(keras, options.mixed_precision, result)
+    result.warnings += backends.unsupported_loaded()
+    return result
+
+
+def _import_for_policy(result: Prepared) -> list[backends.Keras]:
+    """Keras 2 when ``TF_USE_LEGACY_KERAS`` asks for it (as TensorFlow reads it), else Keras 3."""
+    legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes")
+    try:
+        importlib.import_module("tf_keras" if legacy else "keras")
+    except ImportError as exc:
+        result.warnings.append(f"--mixed-precision needs Keras, which failed to import: {exc}")
+    return backends.loaded()
+
+
+def clear_keeping_policy(keras: backends.Keras, policy: str | None = None,
+                         collect: bool = True) -> list[str]:
+    """``clear_session()``, then the dtype policy it reset put back (``policy`` instead, when
+    given); on torch, the CUDA cache emptied. Every clear of ours goes through here: runs, free,
+    the button. Returns what could not be done, in words. ``collect=False``: the caller collects.
+
+    Keras 3's ``clear_session`` silently resets the global dtype policy to float32: a user's own
+    mixed precision would be lost between runs.
+    """
+    policy_before = keras.policy_name()
+    keras.clear_session(collect=collect)
+    wanted = policy or policy_before
+    problems: list[str] = []
+    if wanted and wanted != DEFAULT_POLICY and keras.policy_name() != wanted:
+        try:
+            keras.set_policy(wanted)
+        except Exception as exc:
+            problems.append(f"dtype policy {wanted!r} not applied: {exc}")
+    if keras.backend == "torch":
+        problems += gpu_setup.empty_torch_cache()
+    return problems
+
+
+def clear_every_keras() -> tuple[bool, list[str]]:
+    """Clear each Keras the user imported; (whether any was, what could not be done)."""
+    problems: list[str] = []
+    kerases = backends.loaded()
+    for keras in kerases:
+        problems += clear_keeping_policy(keras)
+    return bool(kerases), problems
+
+
+def _set_policy(keras: backends.Keras, name: str, result: Prepared) -> None:
+    try:
+        keras.set_policy(name)
+    except Exception as exc:
+        result.warnings.append(f"dtype policy {name!r} not applied: {exc}")

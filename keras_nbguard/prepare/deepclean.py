@@ -1,0 +1,323 @@
+"""Deep clean: reclaim the memory that ``clear_session`` leaves behind, run after run.
+
+Every traced train step registers ``@custom_gradient`` functions (tf.distribute's all-reduce: two
+per ``fit``) in TensorFlow's global gradient registry, ``ops._gradient_registry``, under
+``CustomGradient-<uid>``. Nothing ever removes them, and each entry's closure holds symbolic tensors
+of its train graph: every dead model's FuncGraphs, their eager-context functions and thousands of
+Python objects stay reachable for the life of the process (tensorflow issues 80895 and 97697).
+
+We remember which entries each tracked run added and, once none of that run's models is alive,
+delete them. Only entries whose gradient function is TensorFlow's or Keras' own code (the
+all-reduce above) are ever deleted: a ``@tf.custom_gradient`` of the user's may belong to a
+tf.function they still hold, which would fail with a LookupError the first time it is
+differentiated (checked). gc then frees the graphs, and TensorFlow's own refcounting
+(``AtomicFunction.__del__``) removes their functions from the eager context — we never remove a
+context function ourselves, because only TensorFlow knows which live function still calls it.
+
+TensorFlow's private layout is used defensively: if it is not what we expect, deep clean turns
+itself off with one warning and the plain ``clear_session`` carries on.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import inspect
+import os
+import sys
+import time
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from keras_nbguard import backends
+from keras_nbguard.backends import BACKEND_NAMES
+from keras_nbguard.collectors.process import RssReader, default_rss_reader
+from keras_nbguard.records import notices
+from keras_nbguard.records.run import CleanReport
+
+OPS_MODULE = "tensorflow.python.framework.ops"
+CONTEXT_MODULE = "tensorflow.python.eager.context"
+CUSTOM_GRADIENT_PREFIX = "CustomGradient-"  # custom_gradient.generate_name(); uids never repeat
+LIBRARY_PACKAGES = ("tensorflow", "keras", "tf_keras")  # whose custom gradients we may purge
+
+# What run_started() hands back: the CustomGradient names present when the run started, or None
+# when TensorFlow was not imported yet (so every entry at the end is the run's).
+Mark = frozenset[str] | None
+
+
+@dataclass(frozen=True)
+class _RunEntries:
+    names: frozenset[str]
+    owners: tuple[weakref.ref[Any], ...]
+
+    def dead(self) -> bool:
+        # A run that fit no model has no owner we can watch: keep its entries (a tf.function the
+        # user still holds may need them to build its gradient later).
+        return bool(self.owners) and all(ref() is None for ref in self.owners)
+
+
+@dataclass
+class Purge:
+    """A purge done, before the gc that frees what it let go (``DeepClean.report`` after it)."""
+
+    start: float
+    rss_before: int | None
+    reason: str | None = None  # why nothing could be purged: deep clean unavailable here
+    entries: int = 0
+    runs: int = 0
+    functions_before: set[str] | None = None
+
+
+class _Unavailable(Exception):
+    """TensorFlow's private layout is not the one deep clean knows."""
+
+
+class DeepClean:
+    """One per Session: attributes gradient-registry entries to runs, purges those of dead runs.
+
+    ``run_started`` / ``run_ended`` bracket a tracked run; ``clean`` runs before a later one, right
+    after ``clear_session`` and gc. None of them raises: a problem disables deep clean with one
+    warning (``available`` False, ``reason`` says why).
+    """
+
+    def __init__(self, *, rss: RssReader | None = None,
+                 warn: Callable[[str], object] | None = None, trim: bool = True) -> None:
+        self.available = True
+        self.reason: str | None = None
+        self.protected = 0  # entries our runs added with a gradient of the user's: never purged
+        self.trim = trim
+        self._rss = rss or default_rss_reader()
+        self._warn = warn or _warn
+        self._runs: list[_RunEntries] = []
+        self._names_cache: tuple[int, frozenset[str]] | None = None  # (registry size, names)
+        # Entries that exist now were not made by our runs: never ours to purge.
+        self._baseline: frozenset[str] = self._guarded(self._custom_names, None) or frozenset()
+
+    @property
+    def held(self) -> int:
+        """Entries remembered for earlier runs, not purged yet."""
+        return sum(len(run.names) for run in self._runs)
+
+    # -- the run lifecycle -----------------------------------------------------------------------
+    def run_started(self) -> Mark:
+        """The mark to hand to ``run_ended``: which entries exist as the run starts (cheap)."""
+        return self._guarded(self._custom_names, None)
+
+    def run_ended(self, mark: Mark, models: Sequence[weakref.ref[Any]]) -> None:
+        """Attribute the entries added since ``mark`` to this run, owned by ``models`` (weakly)."""
+        def attribute() -> None:
+            names = self._custom_names()
+            if names is None:
+                return
+            added = names - (mark or frozenset()) - self._baseline
+            if not added:  # the common re-run that traced nothing new
+                return
+            ours = self._library_entries(added)
+            self.protected += len(added) - len(ours)
+            if ours:
+                self._runs.append(_RunEntries(ours, tuple(models)))
+        self._guarded(attribute, None)
+
+    def clean(self) -> CleanReport:
+        """Purge the entries of every earlier run whose models are all gone, then gc (for free()
+        and the buttons; a run purges, collects once for all it let go, then reports)."""
+        purge = self.purge()
+        if purge.entries:
+            gc.collect()  # the purged closures sit in reference cycles with their graphs
+            self.trim_heap()
+        return self.report(purge)
+
+    def purge(self) -> Purge:
+        """The purge alone: what the next gc can free. ``report`` then says what it did."""
+        purge = Purge(start=time.perf_counter(), rss_before=self._read_rss())
+        if not self.available:
+            purge.reason = self.reason
+            return purge
+        backend = backends.current_backend()
+        if backend != "tensorflow":  # what it purges is TensorFlow's alone
+            purge.reason = f"{BACKEND_NAMES.get(backend, backend)} backend"
+            return purge
+        try:
+            registry = self._registry()
+            if registry is None:
+                purge.reason = "TensorFlow is not imported"
+                return purge
+            if not any(run.dead() for run in self._runs):  # the usual case: nothing to purge
+                return purge  # and nothing released by us: no census of the eager functions
+            purge.functions_before = _function_names()
+            purge.entries, purge.runs = self._purge(registry)
+        except Exception as exc:
+            self._disable(exc)
+            purge.reason = self.reason
+        return purge
+
+    def report(self, purge: Purge) -> CleanReport:
+        """What ``purge`` did, read after the gc that followed it."""
+        figures: dict[str, Any] = {}
+        if purge.reason is None:
+            released = None
+            after = _function_names() if purge.functions_before is not None else None
+            if purge.functions_before is not None and after is not None:
+                released = len(purge.functions_before - after)
+            figures = {"entries": purge.entries, "runs": purge.runs, "kept": self.held,
+                       "functions": released if purge.entries or released else 0}
+        return CleanReport(available=purge.reason is None and self.available,
+                           reason=purge.reason if purge.reason is not None else self.reason,
+                           rss_before=purge.rss_before, rss_after=self._read_rss(),
+                           seconds=time.perf_counter() - purge.start, **figures)
+
+    def trim_heap(self) -> None:
+        """Give freed heap pages back to the OS, so RSS shows what a clean freed (if on)."""
+        if self.trim:
+            _malloc_trim()
+
+    # -- internals -------------------------------------------------------------------------------
+    def _purge(self, registry: dict[str, Any]) -> tuple[int, int]:
+        entries = runs = 0
+        alive: list[_RunEntries] = []
+        for run in self._runs:
+            if not run.dead():
+                alive.append(run)
+                continue
+            runs += 1
+            for name in run.names:
+                if registry.pop(name, None) is not None:
+                    entries += 1
+        self._runs = alive
+        if entries:  # the registry shrank: its size no longer stands for its names
+            self._names_cache = None
+        return entries, runs
+
+    def _library_entries(self, names: frozenset[str]) -> frozenset[str]:
+        """The entries among ``names`` whose gradient function is TensorFlow's or Keras' own."""
+        registry = self._registry() or {}
+        libraries = _library_dirs()
+        return frozenset(name for name in names if name in registry
+                         and _gradient_origin(registry[name]).startswith(libraries))
+
+    def _custom_names(self) -> frozenset[str] | None:
+        registry = self._registry()
+        if registry is None:
+            return None
+        # The registry only ever grows between our purges, so an unchanged size means unchanged
+        # names: a run without new traces (the common re-run) skips the ~1,000-entry scan.
+        cached = self._names_cache
+        if cached is not None and cached[0] == len(registry):
+            return cached[1]
+        names = frozenset(name for name in registry
+                          if isinstance(name, str) and name.startswith(CUSTOM_GRADIENT_PREFIX))
+        self._names_cache = (len(registry), names)
+        return names
+
+    def _registry(self) -> dict[str, Any] | None:
+        """The gradient registry's dict; None when TensorFlow is not imported (nothing to do)."""
+        ops = sys.modules.get(OPS_MODULE)
+        if ops is None:
+            return None
+        registry = getattr(ops, "_gradient_registry", None)
+        if registry is None:
+            raise _Unavailable(f"{OPS_MODULE} has no _gradient_registry")
+        entries = getattr(registry, "_registry", None)
+        if not isinstance(entries, dict):
+            raise _Unavailable(f"the gradient registry ({type(registry).__name__}) keeps its "
+                               f"entries in {type(entries).__name__}, not a dict")
+        return entries
+
+    def _guarded(self, step: Callable[[], Any], default: Any) -> Any:
+        if not self.available:
+            return default
+        try:
+            return step()
+        except Exception as exc:
+            self._disable(exc)
+            return default
+
+    def _disable(self, exc: Exception) -> None:
+        """Turn deep clean off for good, with one warning: a half-known layout is not safe."""
+        if not self.available:
+            return
+        self.available = False
+        self.reason = str(exc) if isinstance(exc, _Unavailable) else f"{type(exc).__name__}: {exc}"
+        self._runs = []
+        self._warn(f"deep clean unavailable: {self.reason}; runs get a plain clear_session")
+
+    def _read_rss(self) -> int | None:
+        try:
+            return self._rss()
+        except Exception:
+            return None
+
+
+def _gradient_origin(entry: Any) -> str:
+    """The file that defined a custom_gradient entry's ``grad_fn``; "" when it is no function.
+
+    The layout (TF 2.16-2.21): the entry is ``{"type": internal_grad_fn, ...}``, whose closure holds
+    ``tape_grad_fn``, whose closure holds the ``grad_fn`` that ``f`` returned.
+    """
+    internal = entry.get("type") if isinstance(entry, dict) else None
+    grad_fn = _free_variable(_free_variable(internal, "tape_grad_fn"), "grad_fn")
+    code = getattr(inspect.unwrap(grad_fn), "__code__", None)  # a partial or object: unknown
+    return getattr(code, "co_filename", "") or ""
+
+
+def _free_variable(function: Any, name: str) -> Any:
+    code = getattr(function, "__code__", None)
+    closure = getattr(function, "__closure__", None)
+    if code is None or closure is None or name not in code.co_freevars:
+        raise _Unavailable(f"a custom_gradient registry entry has no {name!r} in its closure")
+    return closure[code.co_freevars.index(name)].cell_contents
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """The package directories of the imported TensorFlow and Keras."""
+    dirs = []
+    for name in LIBRARY_PACKAGES:
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if path:
+            dirs.append(os.path.dirname(os.path.abspath(path)) + os.sep)
+    return tuple(dirs)
+
+
+def _function_names() -> set[str] | None:
+    """Names of the eager context's functions; None when it can't be read without side effects.
+
+    An eager context that is not initialized yet is left so: initializing it would claim the GPU
+    before the user could configure it.
+    """
+    module = sys.modules.get(CONTEXT_MODULE)
+    context_safe = getattr(module, "context_safe", None)
+    try:
+        ctx = context_safe() if context_safe is not None else None
+        if ctx is None or getattr(ctx, "_context_handle", None) is None:
+            return None
+        names: Iterable[Any] = ctx.list_function_names()
+        return set(names)
+    except Exception:
+        return None
+
+
+def _malloc_trim() -> None:
+    """Give the heap pages the dead graphs held back to the OS (glibc), so RSS shows the clean.
+
+    A few ms. Without it the freed memory stays in malloc's arenas: reused by the next run (RSS
+    stays flat run over run either way), but the RSS after the clean would not show it.
+    """
+    trim = _malloc_trim_function()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim_function() -> Callable[[int], int] | None:
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim with
+        return None
+
+
+def _warn(message: str) -> None:
+    notices.warn(message, stacklevel=3)

@@ -1,0 +1,284 @@
+"""Pure data: what one tracked run measured. Stdlib only, no references to live objects."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+from dataclasses import dataclass, field
+from typing import Any
+
+from keras_nbguard.records.calls import FitRecord, InferenceRecord
+from keras_nbguard.records.formatting import (
+    clean_worth_showing,
+    fmt_bytes,
+    fmt_clean,
+    fmt_deltas,
+    fmt_fit,
+    fmt_gpu,
+    fmt_inference,
+    fmt_own_time,
+    fmt_params,
+    fmt_released,
+    fmt_seconds,
+    fmt_stale,
+    fmt_traces,
+)
+
+STATUSES = ("ok", "error", "interrupted", "oom", "died")  # died: the kernel was killed mid-run
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """Where a run happens: the notebook (or script), the cell, the kernel and its process."""
+
+    notebook: str
+    cell_id: str | None
+    kernel_id: str
+    pid: int
+    pid_started: float
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """GPU memory for one run: a figure is None when it could not be read; ``reason`` says why."""
+
+    tf_current: int | None = None
+    tf_peak: int | None = None
+    nvml_used: int | None = None
+    nvml_total: int | None = None
+    nvml_process_used: int | None = None
+    reason: str | None = None
+    # whose allocator ``tf_current`` / ``tf_peak`` are: "TF", "JAX" or "torch" (names kept from
+    # when TensorFlow was the only one, so stored records still read)
+    allocator: str = "TF"
+
+    @property
+    def known(self) -> bool:
+        return any(
+            v is not None
+            for v in (self.tf_current, self.tf_peak, self.nvml_used, self.nvml_process_used)
+        )
+
+
+@dataclass(frozen=True)
+class CleanReport:
+    """What one deep clean reclaimed. Unknown figures are None, never 0."""
+
+    available: bool
+    entries: int = 0  # gradient-registry entries purged
+    runs: int = 0  # earlier runs whose entries were purged
+    kept: int = 0  # entries still held for runs whose models are alive (or unknown)
+    functions: int | None = None  # eager-context functions released; None: not counted
+    rss_before: int | None = None  # bytes
+    rss_after: int | None = None
+    seconds: float = 0.0
+    reason: str | None = None  # why nothing was attempted (unavailable, TensorFlow not imported)
+
+    @property
+    def rss_freed(self) -> int | None:
+        if self.rss_before is None or self.rss_after is None:
+            return None
+        return self.rss_before - self.rss_after
+
+
+@dataclass(frozen=True)
+class HeldModels:
+    """Models of earlier runs of a run's label: those released around the run (``paths``: the
+    holders they were released from), or those still alive after it (``paths``: where they are
+    held, as the user would type it). Pure data: never a model."""
+
+    count: int
+    runs: tuple[int, ...] = ()  # the run numbers they came from
+    weight_bytes: int | None = None  # their weights; None when a size is unknown
+    paths: tuple[str, ...] = ()
+    command: str | None = None  # stale: what frees them
+    rss_freed: int | None = None  # released: RSS drop once gone, graphs included (None: unknown)
+
+
+@dataclass(frozen=True)
+class Growth:
+    """A name in the user's namespace whose value grew over a run (looked for only when RSS grew):
+    ``items`` it gained (None: not a container), ``bytes`` about how much memory they hold."""
+
+    name: str
+    kind: str  # its type's name
+    items: int | None
+    bytes: int | None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """Everything measured about one ``%%kerasrun`` cell or ``track()`` block."""
+
+    label: str
+    status: str
+    started_at: float
+    wall_seconds: float
+    fit_seconds: float | None
+    fits: tuple[FitRecord, ...]
+    rss_before: int | None
+    rss_after: int | None
+    rss_peak: int | None
+    gpu: GpuReading
+    cleared: bool
+    traces: int | None  # tf.function traces (train steps etc.)
+    warnings: tuple[str, ...] = ()
+    run_number: int = 1
+    traced: tuple[tuple[str, int], ...] = ()  # the functions traced most, with their counts
+    dataset_traces: int | None = None  # functions traced of tf.data pipelines the user built
+    prepare_seconds: float | None = None  # gc, clear_session and GPU setup before the cell
+    # our own time around the cell, by part ("clear", "gc", "leak check", ...): what the magic
+    # adds to the time the cell holds the kernel, beside ``wall`` (the cell itself)
+    own_time: tuple[tuple[str, float], ...] = ()
+    error: str | None = None
+    advice: tuple[str, ...] = ()
+    # (seconds since start, rss bytes), downsampled for display and storage
+    rss_samples: tuple[tuple[float, int], ...] = field(default=(), repr=False)
+    # against the previous run of the same label; None for a first run or an unknown figure
+    delta_fit_seconds: float | None = None
+    delta_rss_after: int | None = None
+    previous_run: int | None = None
+    previous_elsewhere: bool = False  # the previous run was in another kernel (before a restart)
+    # where the run happened, so history can span kernel restarts
+    notebook: str | None = None
+    cell_id: str | None = None
+    kernel_id: str | None = None
+    # the kernel's process: "Restart kernel" in Jupyter keeps the kernel id, not the process
+    pid: int | None = None
+    deep_clean: CleanReport | None = None  # what the clean before this run reclaimed
+    # earlier runs' models of this label: released from IPython's and Keras' caches around the
+    # run, and those still held by the user's own names and containers after it
+    released_models: HeldModels | None = None
+    stale_models: HeldModels | None = None
+    findings: tuple[str, ...] = ()  # the label's top causes after this run (diagnosis.py)
+    growth: tuple[Growth, ...] = ()  # the user's names that grew most over this run, largest first
+    inference: tuple[InferenceRecord, ...] = ()  # evaluate and predict calls, in call order
+    keras: str | None = None  # which Keras ran, e.g. "Keras 3.15.1 (jax)"; None: none imported
+    fit_reason: str | None = None  # why fits could not be timed (a Keras we can't patch)
+    trace_kind: str = "tf.function"  # what ``traces`` counts ("XLA compilations" on JAX)
+    trace_reason: str | None = None  # why ``traces`` is None
+    isolated: str | None = None  # run in a fresh process (--isolate): how it went, in words
+    params: dict[str, Any] | None = None  # the --sweep point this run is
+    # per tf.function, the distinct inputs (shapes, Python values) it was traced for in the run:
+    # (name, how many), most first; one function traced for many is retracing (diagnosis)
+    signatures: tuple[tuple[str, int], ...] = ()
+
+    # -- derived figures ---------------------------------------------------------------------
+    @property
+    def rss_delta(self) -> int | None:
+        """RSS change over this run (after - before)."""
+        if self.rss_before is None or self.rss_after is None:
+            return None
+        return self.rss_after - self.rss_before
+
+    def compared_to(self, previous: RunRecord | None) -> RunRecord:
+        """This record with its deltas against ``previous`` (the last run of the same label)."""
+        if previous is None:
+            return self
+        return dataclasses.replace(
+            self,
+            previous_run=previous.run_number,
+            previous_elsewhere=(previous.kernel_id, previous.pid) != (self.kernel_id, self.pid),
+            delta_fit_seconds=_diff(self.fit_seconds, previous.fit_seconds),
+            delta_rss_after=_diff(self.rss_after, previous.rss_after),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
+        known = {f.name for f in dataclasses.fields(cls)}
+        data = {k: v for k, v in data.items() if k in known}  # a newer writer's extras: ignored
+        data["fits"] = tuple(FitRecord.from_dict(f) for f in data.get("fits", ()))
+        data["gpu"] = GpuReading(**(data.get("gpu") or {}))
+        for key in ("warnings", "advice", "findings"):
+            data[key] = tuple(data.get(key, ()))
+        data["traced"] = tuple((name, count) for name, count in data.get("traced", ()))
+        data["signatures"] = tuple((name, n) for name, n in data.get("signatures", ()))
+        data["own_time"] = tuple((part, s) for part, s in data.get("own_time", ()))
+        data["growth"] = tuple(Growth(**g) for g in data.get("growth", ()))
+        data["inference"] = tuple(InferenceRecord(**i) for i in data.get("inference", ()))
+        data["rss_samples"] = tuple(tuple(s) for s in data.get("rss_samples", ()))
+        if data.get("deep_clean"):
+            data["deep_clean"] = CleanReport(**data["deep_clean"])
+        for key in ("released_models", "stale_models"):
+            if data.get(key):
+                held = data[key]
+                data[key] = HeldModels(**{**held, "runs": tuple(held.get("runs", ())),
+                                          "paths": tuple(held.get("paths", ()))})
+        return cls(**data)
+
+    # -- display -------------------------------------------------------------------------------
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """(name, value) rows shared by the text and HTML summaries."""
+        rows = [
+            ("status", self.status),
+            ("wall", f"{fmt_seconds(self.wall_seconds)}, the cell's own code"),
+            *([("ours", f"{fmt_own_time(self.own_time)} (before and after the cell)")]
+              if self.own_time else []),
+            ("fit", fmt_fit(self)),
+            *([("inference", fmt_inference(self))] if self.inference else []),
+            ("rss", f"{fmt_bytes(self.rss_before)} → {fmt_bytes(self.rss_after)} "
+                    f"(peak {fmt_bytes(self.rss_peak)})"),
+            ("gpu", fmt_gpu(self.gpu)),
+            ("traces", fmt_traces(self)),
+            ("vs previous", fmt_deltas(self)),
+        ]
+        if self.stale_models is not None:
+            rows.append(("stale", fmt_stale(self.stale_models)))
+        if self.released_models is not None:
+            rows.append(("released", fmt_released(self.released_models)))
+        if self.deep_clean is not None and clean_worth_showing(self.deep_clean):
+            rows.append(("deep clean", fmt_clean(self.deep_clean)))
+        if self.params:
+            rows.append(("params", fmt_params(self.params)))
+        if self.isolated:
+            rows.append(("isolated", self.isolated))
+        rows.extend(("finding", f) for f in self.findings)
+        if not self.cleared:
+            rows.append(("cleared", "no (--no-clear, or no Keras imported yet)"))
+        if self.error:
+            rows.append(("error", self.error))
+        rows.extend(("advice", a) for a in self.advice)
+        rows.extend(("warning", w) for w in self.warnings)
+        return rows
+
+    def title(self) -> str:
+        return f"kerasrun {self.label!r} #{self.run_number}"
+
+    def summary_text(self, rows: list[tuple[str, str]] | None = None) -> str:
+        rows = self.summary_rows() if rows is None else rows
+        return "\n".join([self.title(), *(f"  {name:<12} {value}" for name, value in rows)])
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        if cycle:
+            p.text(f"RunRecord({self.label!r}, ...)")
+            return
+        p.text(self.title())
+        for name, value in self.summary_rows():
+            p.break_()
+            p.text(f"  {name:<12} {value}")
+
+    def summary_bundle(self) -> dict[str, str]:
+        """The summary as a display bundle, built once (the magic shows it after every run)."""
+        rows = self.summary_rows()
+        return {"text/plain": self.summary_text(rows), "text/html": self._repr_html_(rows)}
+
+    def _repr_html_(self, rows: list[tuple[str, str]] | None = None) -> str:
+        rows = self.summary_rows() if rows is None else rows
+        colour = {"ok": "#2e7d32", "error": "#c62828", "oom": "#c62828"}.get(self.status, "#ef6c00")
+        cells = "".join(
+            f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(name)}</th>"
+            f"<td style='text-align:left'>{html.escape(value)}</td></tr>"
+            for name, value in rows[1:]
+        )
+        return (
+            f"<div class='keras-nbguard-run'><b>{html.escape(self.title())}</b> "
+            f"<span style='color:{colour};font-weight:bold'>{html.escape(self.status)}</span>"
+            f"<table style='font-size:90%'>{cells}</table></div>"
+        )
+
+
+def _diff(a: float | None, b: float | None) -> Any:
+    return None if a is None or b is None else a - b

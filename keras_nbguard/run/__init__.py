@@ -1,0 +1,1 @@
+"""One run: prepare it, start the collectors, build its record; never raises into the cell."""

@@ -1,0 +1,113 @@
+"""The kernel's live Keras models as the Session knows them: which run made each (the probes
+registry, loaded with the first run that hands models over, to keep ``%load_ext`` cheap), the
+release of earlier runs' models held only by caches, the leak finder and ``free()``."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from keras_nbguard.models import LeakReport, ModelRegistry
+    from keras_nbguard.models.freeing import FreeReport
+    from keras_nbguard.records.run import RunRecord
+    from keras_nbguard.run.tracking import Run
+
+
+class LiveModels:
+    def __init__(self, shell: Any, warn: Callable[[str], object]) -> None:
+        self.shell = shell  # the IPython shell, or None: then ``__main__`` is the namespace
+        self._warn = warn
+        self._registry: ModelRegistry | None = None
+
+    @property
+    def tracked(self) -> bool:
+        """Whether a run has handed over models yet (without loading the leak finder)."""
+        return self._registry is not None
+
+    @property
+    def registry(self) -> ModelRegistry:
+        """Which run created each model, by weak reference."""
+        if self._registry is None:
+            from keras_nbguard.models import ModelRegistry
+
+            self._registry = ModelRegistry()
+        return self._registry
+
+    def run_ended(self, run: Run, record: RunRecord) -> RunRecord:
+        """Note the run's models; return its record with the earlier models released after it
+        and those still held.
+
+        After the run, not only before the next: a cell that rebinds ``model`` leaves the last
+        model in ``Out[n]`` only now, and the summary should say what is really still alive.
+        Their graphs go with the next run's clear and deep clean."""
+        from keras_nbguard.models.autorelease import merged
+
+        try:
+            models = [m for m in (r() if isinstance(r, weakref.ref) else r for r in run.models)
+                      if m is not None]
+            ids = {id(m) for m in models}
+            names = {id(v): k for k, v in list(self._user_ns().items())
+                     if id(v) in ids and not k.startswith("_")}
+            nodes = getattr(getattr(run, "creations", None), "nodes", ())
+            self.registry.note_run(run.label, run.run_number, models, run.id, nodes, names)
+            del models
+        except Exception as exc:
+            self._warn(f"models of the run were not attributed: {exc}")
+        try:
+            settled = self.settle(
+                run.label,
+                release=not run.options.keep_stale,
+                exclude=self.registry.latest.get(run.label),
+            )
+            released = merged(run.released, settled.released_note())
+            return dataclasses.replace(
+                record, released_models=released, stale_models=settled.stale_note()
+            )
+        except Exception as exc:
+            self._warn(f"earlier runs' models were not looked at: {type(exc).__name__}: {exc}")
+            return record
+
+    def settle(self, label: str, *, release: bool, exclude: Any = None, report: bool = True) -> Any:
+        """Release ``label``'s earlier models held only by caches and Keras' bookkeeping; list
+        the rest (``autorelease.settle``)."""
+        from keras_nbguard.models.autorelease import settle
+
+        return settle(
+            self.registry,
+            label,
+            self.shell,
+            self._user_ns(),
+            release=release,
+            exclude=exclude,
+            report=report,
+        )
+
+    def leaks(self) -> LeakReport:
+        """Every live Keras model, with the paths that hold it; stale ones flagged."""
+        from keras_nbguard.models import find_leaks
+
+        return find_leaks(self._user_ns(), self.registry, shell=self.shell)
+
+    def free(
+        self, *, include_current: bool, containers: bool, deep_clean: Callable[[], Any] | None
+    ) -> FreeReport:
+        from keras_nbguard.models.freeing import free as free_models
+
+        namespace = self.shell if self.shell is not None else sys.modules["__main__"].__dict__
+        return free_models(
+            namespace,
+            self.registry,
+            include_current=include_current,
+            containers=containers,
+            deep_clean=deep_clean,
+        )
+
+    def namespace(self) -> Any:
+        return self._user_ns()
+
+    def _user_ns(self) -> Any:
+        return self.shell.user_ns if self.shell is not None else sys.modules["__main__"].__dict__

@@ -1,0 +1,2 @@
+"""The run history in SQLite: schema (shared with the server), writer, feed, runs whose kernel
+died, export."""
