@@ -17,38 +17,55 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0",
-       "KERAS_BACKEND": "tensorflow", "PYTHONPATH": ROOT}
+ENV = {
+    **os.environ,
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+    "TF_ENABLE_ONEDNN_OPTS": "0",
+    "KERAS_BACKEND": "tensorflow",
+    "PYTHONPATH": ROOT,
+}
 STEPS = 3  # a trial: three training steps at one batch size (Lightning's steps per trial)
 
 # name: (host limit MiB, the code that makes x, y and model)
 MODELS = {
-    "convnet": (512, """
+    "convnet": (
+        512,
+        """
 x = rng.random((1024, 64, 64, 3), dtype="float32"); y = rng.integers(0, 10, 1024)
 model = keras.Sequential([keras.Input((64, 64, 3)),
     keras.layers.Conv2D(32, 3, activation="relu"), keras.layers.MaxPooling2D(),
     keras.layers.Conv2D(64, 3, activation="relu"), keras.layers.MaxPooling2D(),
     keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)])
 model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-"""),
-    "mlp": (512, """
+""",
+    ),
+    "mlp": (
+        512,
+        """
 x = rng.random((16384, 784), dtype="float32"); y = rng.integers(0, 10, 16384)
 model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(1024, activation="relu"),
     keras.layers.Dense(1024, activation="relu"), keras.layers.Dense(10)])
 model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-"""),
-    "lstm": (384, """
+""",
+    ),
+    "lstm": (
+        384,
+        """
 x = rng.random((4096, 64, 16), dtype="float32"); y = rng.random((4096, 1), dtype="float32")
 model = keras.Sequential([keras.Input((64, 16)), keras.layers.LSTM(128), keras.layers.Dense(1)])
 model.compile("adam", "mse")
-"""),
-    "textconv": (256, """
+""",
+    ),
+    "textconv": (
+        256,
+        """
 x = rng.integers(0, 10000, (4096, 256)); y = rng.integers(0, 2, (4096, 1))
 model = keras.Sequential([keras.Input((256,), dtype="int32"), keras.layers.Embedding(10000, 64),
     keras.layers.Conv1D(128, 5, activation="relu"), keras.layers.GlobalMaxPooling1D(),
     keras.layers.Dense(1, activation="sigmoid")])
 model.compile("adam", "binary_crossentropy")
-"""),
+""",
+    ),
 }
 
 CHILD = """
@@ -77,9 +94,13 @@ print("RESULT " + json.dumps(out))
 
 def child(name: str, mode: str, arg: int) -> dict:
     limit, setup = MODELS[name]
-    proc = subprocess.run([sys.executable, "-c", CHILD.format(setup=setup, steps=STEPS), mode,
-                           str(arg), str(limit)], capture_output=True, text=True, env=ENV,
-                          timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD.format(setup=setup, steps=STEPS), mode, str(arg), str(limit)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=900,
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if not lines:
         raise RuntimeError(f"{name} {mode} {arg} failed:\n{proc.stderr[-2000:]}")
@@ -97,9 +118,12 @@ class Truth:
         if batch not in self.runs:
             self.runs[batch] = child(self.name, "trial", batch)
             run = self.runs[batch]
-            print(f"    trial batch {batch:>6,}: peak {run['peak']:7.1f} MiB "
-                  f"({'fits' if run['peak'] <= self.limit else 'over'}), "
-                  f"fit {run['seconds']:.1f} s", flush=True)
+            print(
+                f"    trial batch {batch:>6,}: peak {run['peak']:7.1f} MiB "
+                f"({'fits' if run['peak'] <= self.limit else 'over'}), "
+                f"fit {run['seconds']:.1f} s",
+                flush=True,
+            )
         return self.runs[batch]["peak"] <= self.limit
 
     def largest(self, fits: int, over: int) -> int:
@@ -165,32 +189,48 @@ def bench(name: str) -> dict:
         largest = truth.largest(low, advised)
     tried = lightning_trials(largest)
     lightning_s = sum(truth.seconds_at(b) for b in tried)
-    return dict(name=name, limit=MODELS[name][0], advised=advised, fits=advised_fits,
-                above=above, above_over=above_over, largest=largest, trials=len(tried),
-                lightning_s=lightning_s, advice_s=advice["seconds"], probes=advice["probes"],
-                range=advice["range"])
+    return dict(
+        name=name,
+        limit=MODELS[name][0],
+        advised=advised,
+        fits=advised_fits,
+        above=above,
+        above_over=above_over,
+        largest=largest,
+        trials=len(tried),
+        lightning_s=lightning_s,
+        advice_s=advice["seconds"],
+        probes=advice["probes"],
+        range=advice["range"],
+    )
 
 
 def main(names: list[str]) -> None:
     started = time.monotonic()
     rows = [bench(name) for name in names or list(MODELS)]
     print()
-    print(f"{'model':<10}{'limit':>7}{'advised':>9}{'fits':>6}{'1.25x':>8}{'over':>6}"
-          f"{'largest':>9}{'adv/lgst':>9}{'advice s':>10}{'LT trials':>10}{'LT s':>8}"
-          f"{'ratio':>7}  range")
+    print(
+        f"{'model':<10}{'limit':>7}{'advised':>9}{'fits':>6}{'1.25x':>8}{'over':>6}"
+        f"{'largest':>9}{'adv/lgst':>9}{'advice s':>10}{'LT trials':>10}{'LT s':>8}"
+        f"{'ratio':>7}  range"
+    )
     for r in rows:
         if not r.get("advised"):
             print(f"{r['name']:<10} no advice: {r['advice']['text']}")
             continue
-        print(f"{r['name']:<10}{r['limit']:>7}{r['advised']:>9,}{'yes' if r['fits'] else 'NO':>6}"
-              f"{r['above']:>8,}{'yes' if r['above_over'] else 'NO':>6}{r['largest']:>9,}"
-              f"{r['advised'] / r['largest']:>9.0%}{r['advice_s']:>10.1f}{r['trials']:>10}"
-              f"{r['lightning_s']:>8.1f}{r['advice_s'] / r['lightning_s']:>7.0%}  "
-              f"{'-'.join(map(str, r['range'])) if r['range'] else 'linear'}")
-    print(f"\nlimit: MiB a fit may add over its start (VmHWM - RSS before); a trial: {STEPS} "
-          f"steps in a fresh process; LT: Lightning's doubling-then-bisecting trials at the "
-          f"fit time measured here per batch (no process start counted); ratio: advice time / "
-          f"LT time. {time.monotonic() - started:.0f} s in all.")
+        print(
+            f"{r['name']:<10}{r['limit']:>7}{r['advised']:>9,}{'yes' if r['fits'] else 'NO':>6}"
+            f"{r['above']:>8,}{'yes' if r['above_over'] else 'NO':>6}{r['largest']:>9,}"
+            f"{r['advised'] / r['largest']:>9.0%}{r['advice_s']:>10.1f}{r['trials']:>10}"
+            f"{r['lightning_s']:>8.1f}{r['advice_s'] / r['lightning_s']:>7.0%}  "
+            f"{'-'.join(map(str, r['range'])) if r['range'] else 'linear'}"
+        )
+    print(
+        f"\nlimit: MiB a fit may add over its start (VmHWM - RSS before); a trial: {STEPS} "
+        f"steps in a fresh process; LT: Lightning's doubling-then-bisecting trials at the "
+        f"fit time measured here per batch (no process start counted); ratio: advice time / "
+        f"LT time. {time.monotonic() - started:.0f} s in all."
+    )
 
 
 if __name__ == "__main__":

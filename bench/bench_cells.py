@@ -30,8 +30,11 @@ WAYS = ("bare", "keep_stale", "kerasrun")
 FIRST_RUN = 5  # runs 1-4 hold TensorFlow's one-time warm-up; the slope starts after it
 MB = 1e6
 GOAL_MB = 1.0
-MAGIC = {"bare": "", "keep_stale": "%%kerasrun --label cell --quiet --keep-stale\n",
-         "kerasrun": "%%kerasrun --label cell --quiet\n"}
+MAGIC = {
+    "bare": "",
+    "keep_stale": "%%kerasrun --label cell --quiet --keep-stale\n",
+    "kerasrun": "%%kerasrun --label cell --quiet\n",
+}
 SETUP = """\
 import numpy as np
 import keras
@@ -122,27 +125,41 @@ def measure(shape: str, way: str, runs: int) -> dict[str, Any]:
     (never the user's); a failure shows the child's own output, then stops."""
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "KERAS_NBGUARD_DB": os.path.join(tmp, "runs.sqlite"),
-               "IPYTHONDIR": tmp, "PYTHONPATH": os.pathsep.join(filter(None, [
-                   repo, os.environ.get("PYTHONPATH")]))}
-        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", shape, way,
-                               "--runs", str(runs)], capture_output=True, text=True, env=env)
+        env = {
+            **os.environ,
+            "KERAS_NBGUARD_DB": os.path.join(tmp, "runs.sqlite"),
+            "IPYTHONDIR": tmp,
+            "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])),
+        }
+        done = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--child", shape, way, "--runs", str(runs)],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
     if done.returncode != 0:
-        sys.exit(f"\n{shape}/{way}: child exited {done.returncode}\n--- stdout (tail)\n"
-                 f"{done.stdout[-3000:]}\n--- stderr (tail)\n{done.stderr[-3000:]}")
+        sys.exit(
+            f"\n{shape}/{way}: child exited {done.returncode}\n--- stdout (tail)\n"
+            f"{done.stdout[-3000:]}\n--- stderr (tail)\n{done.stderr[-3000:]}"
+        )
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    seen["notes"] = [line for line in done.stderr.splitlines() if "keras_nbguard" in line
-                     or "Traceback" in line or "Error" in line]
+    seen["notes"] = [
+        line
+        for line in done.stderr.splitlines()
+        if "keras_nbguard" in line or "Traceback" in line or "Error" in line
+    ]
     return seen
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=14)
-    parser.add_argument("--shapes", default=",".join(SHAPES),
-                        help=f"comma-separated, of: {', '.join(SHAPES)}")
-    parser.add_argument("--ways", default=",".join(WAYS),
-                        help=f"comma-separated, of: {', '.join(WAYS)}")
+    parser.add_argument(
+        "--shapes", default=",".join(SHAPES), help=f"comma-separated, of: {', '.join(SHAPES)}"
+    )
+    parser.add_argument(
+        "--ways", default=",".join(WAYS), help=f"comma-separated, of: {', '.join(WAYS)}"
+    )
     parser.add_argument("--child", nargs=2, metavar=("SHAPE", "WAY"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -154,39 +171,57 @@ def main() -> None:
         if unknown := [p for p in picked if p not in known]:
             parser.error(f"unknown {name}(s): {', '.join(unknown)}")
     first = FIRST_RUN if args.runs >= FIRST_RUN + 2 else 1
-    print(f"{args.runs} runs per (shape, way), each in a fresh process; growth = RSS slope over "
-          f"runs {first}-{args.runs}, MB = 1e6 bytes")
+    print(
+        f"{args.runs} runs per (shape, way), each in a fresh process; growth = RSS slope over "
+        f"runs {first}-{args.runs}, MB = 1e6 bytes"
+    )
     t0 = time.perf_counter()
     table: dict[str, dict[str, dict[str, Any]]] = {}
     for shape in shapes:
         for way in ways:
             seen = measure(shape, way, args.runs)
-            seen["mb"] = slope([r / MB for r in seen["rss"][first - 1:]])
+            seen["mb"] = slope([r / MB for r in seen["rss"][first - 1 :]])
             table.setdefault(shape, {})[way] = seen
-            print(f"  {shape:>11} {way:>10}: {seen['mb']:+6.2f} MB/run (RSS run 1 "
-                  f"{seen['rss'][0] / MB:.0f} MB -> run {args.runs} {seen['rss'][-1] / MB:.0f} "
-                  f"MB; {sum(seen['run_s']) / args.runs:.2f} s/run)", flush=True)
-    print(f"\nMB/run (s/run) {' | '.join(f'{w:>16}' for w in WAYS)} | bare / kerasrun | "
-          f"live models at end ({'/'.join(WAYS)})")
+            print(
+                f"  {shape:>11} {way:>10}: {seen['mb']:+6.2f} MB/run (RSS run 1 "
+                f"{seen['rss'][0] / MB:.0f} MB -> run {args.runs} {seen['rss'][-1] / MB:.0f} "
+                f"MB; {sum(seen['run_s']) / args.runs:.2f} s/run)",
+                flush=True,
+            )
+    print(
+        f"\nMB/run (s/run) {' | '.join(f'{w:>16}' for w in WAYS)} | bare / kerasrun | "
+        f"live models at end ({'/'.join(WAYS)})"
+    )
     for shape, by_way in table.items():
-        cells = [f"{by_way[w]['mb']:+6.2f} ({sum(by_way[w]['run_s']) / args.runs:.2f} s)"
-                 if w in by_way else "-" for w in WAYS]
-        ratio = (_ratio(by_way["bare"]["mb"], by_way["kerasrun"]["mb"])
-                 if {"bare", "kerasrun"} <= set(by_way) else "-")
+        cells = [
+            f"{by_way[w]['mb']:+6.2f} ({sum(by_way[w]['run_s']) / args.runs:.2f} s)"
+            if w in by_way
+            else "-"
+            for w in WAYS
+        ]
+        ratio = (
+            _ratio(by_way["bare"]["mb"], by_way["kerasrun"]["mb"])
+            if {"bare", "kerasrun"} <= set(by_way)
+            else "-"
+        )
         models = "/".join(str(by_way[w]["models"]) if w in by_way else "-" for w in WAYS)
         print(f"{shape:>14} {' | '.join(f'{c:>16}' for c in cells)} | {ratio:>15} | {models}")
     for shape, by_way in table.items():
         for way, seen in by_way.items():
             if shape == "appended":
                 count, with_loss = seen["histories"]
-                print(f"  appended/{way}: {with_loss}/{count} kept histories still hold "
-                      f"history['loss']")
+                print(
+                    f"  appended/{way}: {with_loss}/{count} kept histories still hold "
+                    f"history['loss']"
+                )
             for note in dict.fromkeys(seen["notes"]):
                 print(f"  note {shape}/{way} (stderr): {note}")
     if "kerasrun" in ways:
         met = all(by_way["kerasrun"]["mb"] <= GOAL_MB for by_way in table.values())
-        print(f"goal: <= {GOAL_MB} MB/run under %%kerasrun for every shape: "
-              f"{'met' if met else 'NOT met'}")
+        print(
+            f"goal: <= {GOAL_MB} MB/run under %%kerasrun for every shape: "
+            f"{'met' if met else 'NOT met'}"
+        )
     print(f"wall: {time.perf_counter() - t0:.0f} s")
 
 

@@ -31,8 +31,13 @@ def child(code: str) -> dict:
     Bytecode caching is on, as in any normal install (some sandboxes set
     PYTHONDONTWRITEBYTECODE, which makes every fresh process recompile our modules: ~40 ms)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                         text=True, check=True, env=env).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -66,16 +71,20 @@ def bench_load() -> None:
         if history:  # the same notebook ("<interactive>") with that many runs stored
             child(fill % history)
         times = [child(code)["ms"] for _ in range(3 if QUICK else 7)]
-        print(f"%load_ext keras_nbguard, {history} runs in the notebook's history: median "
-              f"{statistics.median(times):.1f} ms (min {min(times):.1f}, max {max(times):.1f}) "
-              f"over {len(times)} fresh processes; goal <= 100 ms")
+        print(
+            f"%load_ext keras_nbguard, {history} runs in the notebook's history: median "
+            f"{statistics.median(times):.1f} ms (min {min(times):.1f}, max {max(times):.1f}) "
+            f"over {len(times)} fresh processes; goal <= 100 ms"
+        )
 
 
 def shell_with_keras():
     from IPython.core.interactiveshell import InteractiveShell
+
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "keras_nbguard")
-    shell.run_cell(textwrap.dedent("""
+    shell.run_cell(
+        textwrap.dedent("""
         import numpy as np, keras
         rng = np.random.default_rng(0)
         x = rng.random((4096, 64), dtype="float32"); y = rng.random((4096, 1), dtype="float32")
@@ -86,7 +95,8 @@ def shell_with_keras():
                                   keras.layers.Dense(1)])
             m.compile("adam", "mse")
             return m
-    """))
+    """)
+    )
     return shell
 
 
@@ -98,6 +108,7 @@ def bench_cell_overhead(shell) -> None:
         "%%kerasrun --no-clear (summary shown)": "%%kerasrun --no-clear --label t2\nx1 = 1\n",
     }
     from IPython.utils.capture import capture_output
+
     times: dict[str, list[float]] = {k: [] for k in variants}
     with capture_output():
         for _ in range(n):  # interleaved, so drift hits every variant alike
@@ -116,6 +127,7 @@ def bench_cell_overhead(shell) -> None:
 
 def bench_fit_throughput(shell) -> None:
     import keras_nbguard
+
     ns = shell.user_ns
     shell.run_cell("model = make_model(); model.fit(x, y, epochs=1, verbose=0)")
     model, x, y = ns["model"], ns["x"], ns["y"]
@@ -148,23 +160,28 @@ def bench_fit_throughput(shell) -> None:
     q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
     samples = len(x) * epochs
     b, m = samples / statistics.median(bare_times), samples / statistics.median(tracked_times)
-    print(f"fit throughput ({epochs} epochs x {len(x)} samples, batch 32, {rounds} ABBA pairs): "
-          f"bare {b:,.0f} samples/s, under track {m:,.0f} samples/s (ratio of medians "
-          f"{m / b:.3f}); paired ratio median "
-          f"{statistics.median(ratios):.3f} (interquartile {q1:.3f}–{q3:.3f}) (goal >= 0.99)")
+    print(
+        f"fit throughput ({epochs} epochs x {len(x)} samples, batch 32, {rounds} ABBA pairs): "
+        f"bare {b:,.0f} samples/s, under track {m:,.0f} samples/s (ratio of medians "
+        f"{m / b:.3f}); paired ratio median "
+        f"{statistics.median(ratios):.3f} (interquartile {q1:.3f}–{q3:.3f}) (goal >= 0.99)"
+    )
     # Wall-clock pairs on a shared 2-CPU VM vary by ~10% each; the CPU our sampling thread used
     # during the tracked fits (the one thing that runs beside a fit) measures its cost directly.
     share = sampler_cpu / sum(tracked_times)
-    print(f"  CPU of the draining thread during the tracked fits: {sampler_cpu * 1000:.0f} ms "
-          f"over {sum(tracked_times):.1f} s of fit = {share:.2%} of one core "
-          f"(throughput ratio {1 - share:.3f} if every bit of it came out of the fit); the "
-          f"helper process's, on a core of its own: {helper_used * 1000:.0f} ms")
+    print(
+        f"  CPU of the draining thread during the tracked fits: {sampler_cpu * 1000:.0f} ms "
+        f"over {sum(tracked_times):.1f} s of fit = {share:.2%} of one core "
+        f"(throughput ratio {1 - share:.3f} if every bit of it came out of the fit); the "
+        f"helper process's, on a core of its own: {helper_used * 1000:.0f} ms"
+    )
 
 
 def idle_wakeups_cpu(hz: float, seconds: float) -> float:
     """CPU share of a thread that only wakes ``hz`` times a second: the floor any sampler pays
     on this machine, whatever it reads."""
     import threading
+
     stop = threading.Event()
 
     def loop() -> None:
@@ -183,6 +200,7 @@ def idle_wakeups_cpu(hz: float, seconds: float) -> float:
 def sampler_thread_cpu() -> float:
     """CPU seconds used so far by the shared RSS sampling thread (from /proc)."""
     from keras_nbguard.collectors import process
+
     thread = process._shared_thread()
     for _ in range(100):  # it records its id as it starts
         if thread.native_id is not None:
@@ -198,6 +216,7 @@ def helper_cpu() -> float:
     import psutil
 
     from keras_nbguard.collectors import process
+
     helper = process._helper()
     if helper is None:
         return 0.0
@@ -207,10 +226,13 @@ def helper_cpu() -> float:
 
 def bench_sampler_cpu() -> None:
     from keras_nbguard.collectors.process import RssSampler
+
     seconds = 2 if QUICK else 10
     for hz in (100, 50):
-        print(f"a thread that only wakes {hz} times a second: CPU "
-              f"{idle_wakeups_cpu(hz, seconds):.3%} of one core (this machine's floor)")
+        print(
+            f"a thread that only wakes {hz} times a second: CPU "
+            f"{idle_wakeups_cpu(hz, seconds):.3%} of one core (this machine's floor)"
+        )
         sampler = RssSampler(interval=1 / hz)
         c0, h0, t0 = time.process_time(), helper_cpu(), time.perf_counter()
         sampler.start()
@@ -219,9 +241,11 @@ def bench_sampler_cpu() -> None:
         cpu, wall = time.process_time() - c0, time.perf_counter() - t0
         helper = helper_cpu() - h0
         achieved = len(sampler.samples) / wall
-        print(f"RSS sampler at {hz} Hz: {achieved:.0f} samples/s achieved, CPU "
-              f"{(cpu + helper) / wall:.3%} of one core over {wall:.1f} s: the kernel "
-              f"{cpu / wall:.3%}, the helper process {helper / wall:.3%} (goal < 1%)")
+        print(
+            f"RSS sampler at {hz} Hz: {achieved:.0f} samples/s achieved, CPU "
+            f"{(cpu + helper) / wall:.3%} of one core over {wall:.1f} s: the kernel "
+            f"{cpu / wall:.3%}, the helper process {helper / wall:.3%} (goal < 1%)"
+        )
 
 
 def pure_python_loop() -> float:
@@ -256,7 +280,7 @@ def bench_pure_python_cell() -> None:
     pure_python_loop()  # warm
     for i in range(rounds):
         order = ["outside", "helper", "thread"]
-        for mode in order[i % 3:] + order[:i % 3]:  # rotate, so no mode always goes first
+        for mode in order[i % 3 :] + order[: i % 3]:  # rotate, so no mode always goes first
             if mode == "outside":
                 times[mode].append(pure_python_loop())
             else:
@@ -264,13 +288,17 @@ def bench_pure_python_cell() -> None:
                 times[mode].append(seconds)
                 rates[mode].append(rate)
     base = statistics.median(times["outside"])
-    print(f"pure-Python loop ({base * 1000:.0f} ms), {rounds} rounds, the three ways rotated in "
-          f"each; ratio to the same round's loop outside, median [quartiles]:")
+    print(
+        f"pure-Python loop ({base * 1000:.0f} ms), {rounds} rounds, the three ways rotated in "
+        f"each; ratio to the same round's loop outside, median [quartiles]:"
+    )
     for mode in ("helper", "thread"):
         ratios = sorted(t / o for t, o in zip(times[mode], times["outside"], strict=True))
         q1, med, q3 = statistics.quantiles(ratios, n=4)
-        print(f"  inside a tracked run, sampled by a {mode:<6}: {med:.3f}x [{q1:.3f}-{q3:.3f}] "
-              f"at {statistics.median(rates[mode]):.0f} samples/s (goal <= 1.01x at >= 50)")
+        print(
+            f"  inside a tracked run, sampled by a {mode:<6}: {med:.3f}x [{q1:.3f}-{q3:.3f}] "
+            f"at {statistics.median(rates[mode]):.0f} samples/s (goal <= 1.01x at >= 50)"
+        )
 
 
 SEED = """
@@ -309,26 +337,29 @@ SEED = """
 
 def bench_seed() -> None:
     runs = 8 if QUICK else 20
-    print(f"seed scenario: {runs} x build-compile-fit (Dense 512, adam, 2 epochs), a fresh process "
-          f"each way; slopes over runs 5-{runs}:")
+    print(
+        f"seed scenario: {runs} x build-compile-fit (Dense 512, adam, 2 epochs), a fresh process "
+        f"each way; slopes over runs 5-{runs}:"
+    )
     results = {}
     for mode in ("bare", "kerasrun"):
         results[mode] = child(SEED.format(mode=mode, runs=runs))
     for mode, r in results.items():
         rss_mb = [v / 2**20 for v in r["rss"]][4:]
         fits_ms = [v * 1000 for v in r["fit"]][4:]
-        print(f"  {mode:<9} RSS growth {slope(rss_mb):+.2f} MiB/run "
-              f"(run 5 {rss_mb[0]:.0f} MiB -> run {runs} {rss_mb[-1]:.0f} MiB), "
-              f"fit-time slope {slope(fits_ms):+.2f} ms/run (median fit "
-              f"{statistics.median(fits_ms):.0f} ms)")
+        print(
+            f"  {mode:<9} RSS growth {slope(rss_mb):+.2f} MiB/run "
+            f"(run 5 {rss_mb[0]:.0f} MiB -> run {runs} {rss_mb[-1]:.0f} MiB), "
+            f"fit-time slope {slope(fits_ms):+.2f} ms/run (median fit "
+            f"{statistics.median(fits_ms):.0f} ms)"
+        )
 
 
 def main() -> None:
     argparse.ArgumentParser(description=__doc__).add_argument("--quick", action="store_true")
     # a history database of the bench's own: never the user's, and empty at the start
     os.environ["KERAS_NBGUARD_DB"] = os.path.join(tempfile.mkdtemp(), "bench.sqlite")
-    print(f"keras_nbguard core benchmarks ({os.cpu_count()} CPUs, Python "
-          f"{sys.version.split()[0]})")
+    print(f"keras_nbguard core benchmarks ({os.cpu_count()} CPUs, Python {sys.version.split()[0]})")
     bench_load()
     bench_sampler_cpu()
     bench_pure_python_cell()

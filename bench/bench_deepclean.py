@@ -60,8 +60,9 @@ def loop(way: str, runs: int) -> dict[str, list[float]]:
             mark = deep.run_started()
         seen["rss"].append(rss())
         seen["objects"].append(len(gc.get_objects()))
-        model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(512, activation="relu"),
-                                  keras.layers.Dense(1)])
+        model = keras.Sequential(
+            [keras.Input((32,)), keras.layers.Dense(512, activation="relu"), keras.layers.Dense(1)]
+        )
         model.compile("adam", "mse")
         model.fit(x, y, epochs=1, batch_size=32, verbose=0)
         if deep is not None:
@@ -74,11 +75,17 @@ def loop(way: str, runs: int) -> dict[str, list[float]]:
 def measure(way: str, runs: int) -> dict[str, list[float]]:
     """``loop`` in a fresh interpreter, so no way inherits another's leftovers."""
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get(
-        "PYTHONPATH")]))}
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", way,
-                          "--runs", str(runs)], capture_output=True, text=True, check=True,
-                         env=env).stdout
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])),
+    }
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--child", way, "--runs", str(runs)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -91,24 +98,32 @@ def main() -> None:
         print(json.dumps(loop(args.child, args.runs)))
         return
     first = FIRST_RUN if args.runs >= FIRST_RUN + 2 else 1
-    print(f"seed loop, {args.runs} runs a way; growth per run = slope over runs "
-          f"{first}-{args.runs}")
+    print(
+        f"seed loop, {args.runs} runs a way; growth per run = slope over runs {first}-{args.runs}"
+    )
     growth: dict[str, tuple[float, float]] = {}
     for way in WAYS:
         seen = measure(way, args.runs)
-        mb = slope([r / MB for r in seen["rss"][first - 1:]])
-        objects = slope(seen["objects"][first - 1:])
+        mb = slope([r / MB for r in seen["rss"][first - 1 :]])
+        objects = slope(seen["objects"][first - 1 :])
         growth[way] = (mb, objects)
-        clean = (f", clean {sum(seen['clean_s']) / len(seen['clean_s']) * 1000:.0f} ms/run"
-                 if seen["clean_s"] else "")
-        print(f"  {way:>5}: RSS {mb:+6.2f} MB/run, Python objects {objects:+8.0f}/run "
-              f"(RSS run 1 {seen['rss'][0] / MB:.0f} MB -> run {args.runs} "
-              f"{seen['rss'][-1] / MB:.0f} MB; {sum(seen['run_s']) / args.runs:.2f} s/run{clean})")
+        clean = (
+            f", clean {sum(seen['clean_s']) / len(seen['clean_s']) * 1000:.0f} ms/run"
+            if seen["clean_s"]
+            else ""
+        )
+        print(
+            f"  {way:>5}: RSS {mb:+6.2f} MB/run, Python objects {objects:+8.0f}/run "
+            f"(RSS run 1 {seen['rss'][0] / MB:.0f} MB -> run {args.runs} "
+            f"{seen['rss'][-1] / MB:.0f} MB; {sum(seen['run_s']) / args.runs:.2f} s/run{clean})"
+        )
     deep_mb, deep_objects = growth["deep"]
     for way in ("bare", "plain"):
         mb, objects = growth[way]
-        print(f"  {way} / deep: RSS growth {_ratio(mb, deep_mb)}, "
-              f"object growth {_ratio(objects, deep_objects)}")
+        print(
+            f"  {way} / deep: RSS growth {_ratio(mb, deep_mb)}, "
+            f"object growth {_ratio(objects, deep_objects)}"
+        )
     print(f"  goal: <= 0.5 MB/run with deep clean: {'met' if deep_mb <= 0.5 else 'NOT met'}")
 
 

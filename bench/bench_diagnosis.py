@@ -29,12 +29,24 @@ HISTORY = (5, 20, 100, 1000)
 def record(n: int, label: str = "mlp") -> RunRecord:
     fit = 1.0 + (n % 3) / 100
     return RunRecord(
-        label=label, status="ok", started_at=float(n), wall_seconds=fit + 0.2, fit_seconds=fit,
+        label=label,
+        status="ok",
+        started_at=float(n),
+        wall_seconds=fit + 0.2,
+        fit_seconds=fit,
         fits=(FitRecord(seconds=fit, epochs=2, epoch_seconds=(0.6, fit - 0.6), steps=8),),
-        rss_before=(500 + n) * MiB, rss_after=(500 + n) * MiB, rss_peak=(520 + n) * MiB,
-        gpu=GpuReading(reason="no GPU"), cleared=True, traces=3, run_number=n,
-        traced=(("one_step_on_iterator", 3),), signatures=(("one_step_on_iterator", 2),),
-        kernel_id="k", pid=1)
+        rss_before=(500 + n) * MiB,
+        rss_after=(500 + n) * MiB,
+        rss_peak=(520 + n) * MiB,
+        gpu=GpuReading(reason="no GPU"),
+        cleared=True,
+        traces=3,
+        run_number=n,
+        traced=(("one_step_on_iterator", 3),),
+        signatures=(("one_step_on_iterator", 2),),
+        kernel_id="k",
+        pid=1,
+    )
 
 
 def best_ms(call, rounds: int = 7, calls: int = 200) -> float:

@@ -70,8 +70,11 @@ def main() -> None:
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "keras_nbguard")
     assert shell.run_cell(SETUP).success
-    head = {"bare": "", "kerasrun": "%%kerasrun --label text --quiet\n",
-            "keep-stale": "%%kerasrun --label text --quiet --keep-stale\n"}[args.mode]
+    head = {
+        "bare": "",
+        "kerasrun": "%%kerasrun --label text --quiet\n",
+        "keep-stale": "%%kerasrun --label text --quiet --keep-stale\n",
+    }[args.mode]
     figures, refs = [], []
     for n in range(1, args.runs + 1):
         result = shell.run_cell(head + RUN, store_history=True)
@@ -83,10 +86,12 @@ def main() -> None:
     tail = figures[3:]
     slope = (tail[-1] - tail[0]) / (len(tail) - 1) if len(tail) > 1 else float("nan")
     layer = shell.user_ns["vectorize_layer"]
-    print(f"mode {args.mode}: slope {slope:.2f} MiB/run over runs 4-{args.runs}; "
-          f"models of earlier runs alive after gc: {sum(r() is not None for r in refs[:-1])}; "
-          f"vectorize_layer nodes in/out: {len(layer._inbound_nodes)}/"
-          f"{len(layer._outbound_nodes)}")
+    print(
+        f"mode {args.mode}: slope {slope:.2f} MiB/run over runs 4-{args.runs}; "
+        f"models of earlier runs alive after gc: {sum(r() is not None for r in refs[:-1])}; "
+        f"vectorize_layer nodes in/out: {len(layer._inbound_nodes)}/"
+        f"{len(layer._outbound_nodes)}"
+    )
 
 
 if __name__ == "__main__":

@@ -31,14 +31,33 @@ MB = 2**20
 
 
 def record(i: int) -> RunRecord:
-    fit = FitRecord(seconds=1.2, epochs=3, epoch_seconds=(0.6, 0.3, 0.3), callback_seconds=0.0,
-                    batch_size=32, steps=64)
+    fit = FitRecord(
+        seconds=1.2,
+        epochs=3,
+        epoch_seconds=(0.6, 0.3, 0.3),
+        callback_seconds=0.0,
+        batch_size=32,
+        steps=64,
+    )
     return RunRecord(
-        label=f"mlp{i % 3}", status="ok" if i % 50 else "error", started_at=1.7e9 + i * 10,
-        wall_seconds=1.5, fit_seconds=2.4, fits=(fit, fit), rss_before=500 * MB + i * 1000,
-        rss_after=510 * MB + i * 1000, rss_peak=520 * MB, gpu=GpuReading(reason="no GPU"),
-        cleared=True, traces=3, run_number=i // 3 + 1, notebook=NOTEBOOK, kernel_id="k1", pid=1,
-        rss_samples=tuple((t * 0.01, 500 * MB + t) for t in range(200)))
+        label=f"mlp{i % 3}",
+        status="ok" if i % 50 else "error",
+        started_at=1.7e9 + i * 10,
+        wall_seconds=1.5,
+        fit_seconds=2.4,
+        fits=(fit, fit),
+        rss_before=500 * MB + i * 1000,
+        rss_after=510 * MB + i * 1000,
+        rss_peak=520 * MB,
+        gpu=GpuReading(reason="no GPU"),
+        cleared=True,
+        traces=3,
+        run_number=i // 3 + 1,
+        notebook=NOTEBOOK,
+        kernel_id="k1",
+        pid=1,
+        rss_samples=tuple((t * 0.01, 500 * MB + t) for t in range(200)),
+    )
 
 
 def build(path: str, runs: int) -> None:
@@ -60,8 +79,10 @@ def main() -> None:
         path = os.path.join(tmp, "runs.sqlite")
         t0 = time.perf_counter()
         build(path, args.runs)
-        print(f"built {args.runs:,} runs in {time.perf_counter() - t0:.0f} s "
-              f"({os.path.getsize(path) / MB:.0f} MiB)")
+        print(
+            f"built {args.runs:,} runs in {time.perf_counter() - t0:.0f} s "
+            f"({os.path.getsize(path) / MB:.0f} MiB)"
+        )
         times, size = [], 0
         for _ in range(5):
             t0 = time.perf_counter()
@@ -69,9 +90,11 @@ def main() -> None:
             page = render(by_notebook(runs), db=path, message=None, plotly_url="plotly.min.js")
             times.append(time.perf_counter() - t0)
             size = len(page)
-        print(f"history page, {args.runs:,} runs of one notebook: median "
-              f"{statistics.median(times) * 1000:.0f} ms (min {min(times) * 1000:.0f}, max "
-              f"{max(times) * 1000:.0f}); page {size / MB:.1f} MiB; goal < 1000 ms")
+        print(
+            f"history page, {args.runs:,} runs of one notebook: median "
+            f"{statistics.median(times) * 1000:.0f} ms (min {min(times) * 1000:.0f}, max "
+            f"{max(times) * 1000:.0f}); page {size / MB:.1f} MiB; goal < 1000 ms"
+        )
 
 
 if __name__ == "__main__":

@@ -62,8 +62,13 @@ print(json.dumps({"rss": rss, "seconds": seconds, "tf": "tensorflow" in sys.modu
 def kernel(line: str, runs: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["KERAS_NBGUARD_DB"] = os.path.join(tempfile.mkdtemp(), "history.db")
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(KERNEL), line, str(runs), SEED],
-                         capture_output=True, text=True, check=True, env=env).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(KERNEL), line, str(runs), SEED],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -77,18 +82,22 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
     runs = parser.parse_args().runs
-    ways = {"isolated": "--isolate --label seed", "isolated --prestart":
-            "--isolate --prestart --label seed", "in-process": "--label seed"}
+    ways = {
+        "isolated": "--isolate --label seed",
+        "isolated --prestart": "--isolate --prestart --label seed",
+        "in-process": "--label seed",
+    }
     seen = {name: kernel(line, runs) for name, line in ways.items()}
     base = statistics.median(seen["in-process"]["seconds"][1:])
     print(f"{runs} runs of the seed cell each; kernel RSS slope over runs 2..{runs}")
-    print(f"{'':22} {'RSS MiB/run':>12} {'median s/run':>13} {'vs in-process':>14} "
-          f"{'TF in kernel':>13}")
+    print(
+        f"{'':22} {'RSS MiB/run':>12} {'median s/run':>13} {'vs in-process':>14} "
+        f"{'TF in kernel':>13}"
+    )
     for name, got in seen.items():
         mib = slope([r / 2**20 for r in got["rss"][1:]])
         per_run = statistics.median(got["seconds"][1:])
-        print(f"{name:22} {mib:12.2f} {per_run:13.2f} {per_run - base:+13.2f}s "
-              f"{got['tf']!s:>13}")
+        print(f"{name:22} {mib:12.2f} {per_run:13.2f} {per_run - base:+13.2f}s {got['tf']!s:>13}")
 
 
 if __name__ == "__main__":

@@ -53,8 +53,12 @@ x = np.zeros((32, 4), "float32"); y = np.zeros((32, 1), "float32")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--objects", type=int, default=1_000_000,
-                        help="reachable objects to build in the namespace (default 1,000,000)")
+    parser.add_argument(
+        "--objects",
+        type=int,
+        default=1_000_000,
+        help="reachable objects to build in the namespace (default 1,000,000)",
+    )
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
 
@@ -76,8 +80,10 @@ def main() -> None:
     registry.note_run("bench", 2, [shell.user_ns["model"]])
     gc.collect()
     heap = len(gc.get_objects())
-    print(f"namespace: {args.objects:,} reachable objects built in {build:.1f} s; "
-          f"gc-tracked heap {heap:,} objects (TF/Keras included)")
+    print(
+        f"namespace: {args.objects:,} reachable objects built in {build:.1f} s; "
+        f"gc-tracked heap {heap:,} objects (TF/Keras included)"
+    )
     for title, known in (("models known to the registry", registry), ("no registry", None)):
         times, report = [], None
         for _ in range(args.repeat):
@@ -86,10 +92,12 @@ def main() -> None:
             times.append(time.perf_counter() - t)
         assert report is not None
         median = statistics.median(times)
-        print(f"find_leaks, {title}: median {median * 1000:.0f} ms (min {min(times) * 1000:.0f}, "
-              f"max {max(times) * 1000:.0f}) over {args.repeat} runs; {report.scans} heap "
-              f"scan(s), complete={report.complete}; goal <= 200 ms "
-              f"{'met' if median <= 0.2 else 'NOT met'}")
+        print(
+            f"find_leaks, {title}: median {median * 1000:.0f} ms (min {min(times) * 1000:.0f}, "
+            f"max {max(times) * 1000:.0f}) over {args.repeat} runs; {report.scans} heap "
+            f"scan(s), complete={report.complete}; goal <= 200 ms "
+            f"{'met' if median <= 0.2 else 'NOT met'}"
+        )
     print(f"models: {len(report.leaks)} reachable, {len(report.unreachable)} unreachable")
     report = find_leaks(shell.user_ns, registry, shell=shell)
     for leak in report.leaks:

@@ -73,8 +73,14 @@ print(json.dumps({"bare": bare, "magic": ours, "collections": collections,
 
 def measure(setup: str, train: str, pairs: int) -> dict:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    out = subprocess.run([sys.executable, "-c", CHILD], input=json.dumps([setup, train, pairs]),
-                         capture_output=True, text=True, env=env, timeout=3600)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        input=json.dumps([setup, train, pairs]),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=3600,
+    )
     if out.returncode != 0:
         return {"error": (out.stderr or out.stdout).strip().splitlines()[-1:]}
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -88,8 +94,10 @@ def main() -> None:
     cases = {"dense512": (DENSE512_SETUP, DENSE512_TRAIN)}
     cases.update({e.name: (e.setup, e.train) for e in examples().values()})
     chosen = args.only.split(",") if args.only else list(cases)
-    print(f"%%kerasrun's cost per run, {args.pairs} interleaved pairs per example, "
-          f"{os.cpu_count()} CPUs; medians; goal: + <= max(50 ms, 5%)")
+    print(
+        f"%%kerasrun's cost per run, {args.pairs} interleaved pairs per example, "
+        f"{os.cpu_count()} CPUs; medians; goal: + <= max(50 ms, 5%)"
+    )
     for name in chosen:
         got = measure(*cases[name], args.pairs)
         if "error" in got:
@@ -98,13 +106,16 @@ def main() -> None:
         bare, magic = statistics.median(got["bare"]), statistics.median(got["magic"])
         added = magic - bare
         goal = max(0.050, 0.05 * bare)
-        parts = ", ".join(f"{k} {v * 1000:.0f}" for k, v in
-                          sorted(got["parts"].items(), key=lambda kv: -kv[1]))
-        print(f"  {name:<20} bare {bare:6.3f} s  %%kerasrun {magic:6.3f} s  added "
-              f"{added * 1000:+6.0f} ms ({added / bare:+.1%})  "
-              f"{'meets' if added <= goal else 'misses'} the goal; ours [ms]: {parts}; "
-              f"gen-2 collections a run (ours and Python's own): {min(got['collections'])}-"
-              f"{max(got['collections'])}")
+        parts = ", ".join(
+            f"{k} {v * 1000:.0f}" for k, v in sorted(got["parts"].items(), key=lambda kv: -kv[1])
+        )
+        print(
+            f"  {name:<20} bare {bare:6.3f} s  %%kerasrun {magic:6.3f} s  added "
+            f"{added * 1000:+6.0f} ms ({added / bare:+.1%})  "
+            f"{'meets' if added <= goal else 'misses'} the goal; ours [ms]: {parts}; "
+            f"gen-2 collections a run (ours and Python's own): {min(got['collections'])}-"
+            f"{max(got['collections'])}"
+        )
     print(f"  gc: {got.get('frozen', 'n/a')}" if chosen else "")
 
 

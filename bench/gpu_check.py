@@ -72,22 +72,35 @@ print({mark!r} + json.dumps({{"records": records, "kit": shell.user_ns["_kit"],
 """
 
 
-def run_cells(cells: list[str], env: dict[str, str] | None = None,
-              timeout: float = 300) -> dict[str, Any]:
+def run_cells(
+    cells: list[str], env: dict[str, str] | None = None, timeout: float = 300
+) -> dict[str, Any]:
     """Run ``cells`` in a fresh process's IPython shell; its run records and ``_kit`` back."""
     with tempfile.TemporaryDirectory() as tmp:
-        child_env = {**os.environ, "KERAS_NBGUARD_DB": os.path.join(tmp, "runs.sqlite"),
-                     "IPYTHONDIR": os.path.join(tmp, "ipython"), "TF_CPP_MIN_LOG_LEVEL": "2",
-                     "PYTHONPATH": ROOT, **(env or {})}
+        child_env = {
+            **os.environ,
+            "KERAS_NBGUARD_DB": os.path.join(tmp, "runs.sqlite"),
+            "IPYTHONDIR": os.path.join(tmp, "ipython"),
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "PYTHONPATH": ROOT,
+            **(env or {}),
+        }
         proc = subprocess.run(
             [sys.executable, "-c", CHILD.format(root=ROOT, mark=MARK)],
-            input=json.dumps(cells), capture_output=True, text=True, env=child_env,
-            timeout=timeout, cwd=tmp)
+            input=json.dumps(cells),
+            capture_output=True,
+            text=True,
+            env=child_env,
+            timeout=timeout,
+            cwd=tmp,
+        )
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
     if proc.returncode or not lines:
-        raise AssertionError(f"the check's process failed (rc {proc.returncode}):\n"
-                             f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    result = json.loads(lines[-1][len(MARK):])
+        raise AssertionError(
+            f"the check's process failed (rc {proc.returncode}):\n"
+            f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
+    result = json.loads(lines[-1][len(MARK) :])
     assert not result["failed"], f"cells failed: {result['failed']}\n{proc.stderr[-3000:]}"
     return result
 
@@ -120,8 +133,10 @@ NVML_AFTER = "_kit['after'].append(NvmlReader().read())"
 
 
 def conv_run(batch: int) -> str:
-    return (f"m = convnet()\nm.fit(images[:{2 * batch}], labels[:{2 * batch}], "
-            f"batch_size={batch}, epochs=1, verbose=0)\ndel m")
+    return (
+        f"m = convnet()\nm.fit(images[:{2 * batch}], labels[:{2 * batch}], "
+        f"batch_size={batch}, epochs=1, verbose=0)\ndel m"
+    )
 
 
 def setup(rows: int = 256) -> list[str]:
@@ -190,53 +205,74 @@ class Kit:
         used, how = process_use(first, self.baseline)
         self.say("growth on at load (%load_ext, then a small fit):")
         self.say(f"  process {mib(used)} ({how}) of a {mib(g['nvml_total'])} device")
-        self.check(used is not None and g["nvml_total"] is not None
-                   and used < SMALL_PART * g["nvml_total"],
-                   f"a small fit takes under {SMALL_PART:.0%} of the device")
+        self.check(
+            used is not None
+            and g["nvml_total"] is not None
+            and used < SMALL_PART * g["nvml_total"],
+            f"a small fit takes under {SMALL_PART:.0%} of the device",
+        )
         self.per_run_table(result["records"])
         mixed = gpu(records["mixed32"])["tf_peak"]
         self.say("--mixed-precision, the same convnet at batch 32:")
         self.say(f"  allocator peak float32 {mib(p32)}, mixed_float16 {mib(mixed)}")
-        self.check(p32 is not None and mixed is not None and mixed < p32,
-                   "mixed precision peaks lower than float32")
+        self.check(
+            p32 is not None and mixed is not None and mixed < p32,
+            "mixed precision peaks lower than float32",
+        )
         repeats = [r for r in result["records"] if r["label"] == "repeat"]
         over = self.repeated("in-process", repeats, result["kit"]["after"][1:])
         peak = max((gpu(r)["tf_peak"] or 0) for r in repeats)
-        self.check(all(v is not None and v >= peak for v in over),
-                   f"in-process the kernel keeps its pool between runs (each at least the "
-                   f"runs' allocator peak, {mib(peak)}): only its end gives it back")
+        self.check(
+            all(v is not None and v >= peak for v in over),
+            f"in-process the kernel keeps its pool between runs (each at least the "
+            f"runs' allocator peak, {mib(peak)}): only its end gives it back",
+        )
         return result
 
     def per_run_table(self, records: list[dict[str, Any]]) -> None:
         self.say("per run: the allocator's view and the driver's, side by side")
-        self.say(f"  {'run':<10}{'alloc current':>15}{'alloc peak':>13}{'NVML process':>15}"
-                 f"{'NVML device':>14}{'process-peak':>15}")
+        self.say(
+            f"  {'run':<10}{'alloc current':>15}{'alloc peak':>13}{'NVML process':>15}"
+            f"{'NVML device':>14}{'process-peak':>15}"
+        )
         for r in records:
             g = gpu(r)
-            gap = (None if g["nvml_process_used"] is None or g["tf_peak"] is None
-                   else g["nvml_process_used"] - g["tf_peak"])
-            self.say(f"  {r['label']:<10}{mib(g['tf_current']):>15}{mib(g['tf_peak']):>13}"
-                     f"{mib(g['nvml_process_used']):>15}{mib(g['nvml_used']):>14}{mib(gap):>15}")
+            gap = (
+                None
+                if g["nvml_process_used"] is None or g["tf_peak"] is None
+                else g["nvml_process_used"] - g["tf_peak"]
+            )
+            self.say(
+                f"  {r['label']:<10}{mib(g['tf_current']):>15}{mib(g['tf_peak']):>13}"
+                f"{mib(g['nvml_process_used']):>15}{mib(g['nvml_used']):>14}{mib(gap):>15}"
+            )
             if g["reason"]:
                 self.say(f"    ({g['reason']})")
-        self.say("  The allocator counts the tensors it handed out (current) and their high mark"
-                 " since the run began (peak); NVML counts what the process holds on the device:"
-                 " the allocator's whole pool, grown in chunks and never given back, plus the"
-                 " CUDA context, cuDNN/cuBLAS workspaces and kernels (a few hundred MiB before"
-                 " any tensor). So NVML's process figure is the larger, and does not go down.")
-        known = [gpu(r) for r in records if gpu(r)["nvml_process_used"] is not None
-                 and gpu(r)["tf_peak"] is not None]
-        self.check(bool(known) and all(g["nvml_process_used"] >= g["tf_peak"] for g in known),
-                   "NVML's process use covers the allocator's peak in every run")
-        self.check(all(gpu(r)["tf_peak"] for r in records),
-                   "every run has an allocator peak")
+        self.say(
+            "  The allocator counts the tensors it handed out (current) and their high mark"
+            " since the run began (peak); NVML counts what the process holds on the device:"
+            " the allocator's whole pool, grown in chunks and never given back, plus the"
+            " CUDA context, cuDNN/cuBLAS workspaces and kernels (a few hundred MiB before"
+            " any tensor). So NVML's process figure is the larger, and does not go down."
+        )
+        known = [
+            gpu(r)
+            for r in records
+            if gpu(r)["nvml_process_used"] is not None and gpu(r)["tf_peak"] is not None
+        ]
+        self.check(
+            bool(known) and all(g["nvml_process_used"] >= g["tf_peak"] for g in known),
+            "NVML's process use covers the allocator's peak in every run",
+        )
+        self.check(all(gpu(r)["tf_peak"] for r in records), "every run has an allocator peak")
 
-    def repeated(self, how: str, records: list[dict[str, Any]],
-                 after: list[list[Any]]) -> list[int | None]:
-        over = [None if a[0] is None or self.baseline is None else a[0] - self.baseline
-                for a in after]
-        self.say(f"{len(records)} repeated runs {how}: device use after each, over the kit's "
-                 f"start")
+    def repeated(
+        self, how: str, records: list[dict[str, Any]], after: list[list[Any]]
+    ) -> list[int | None]:
+        over = [
+            None if a[0] is None or self.baseline is None else a[0] - self.baseline for a in after
+        ]
+        self.say(f"{len(records)} repeated runs {how}: device use after each, over the kit's start")
         self.say("  " + ", ".join(mib(v) for v in over))
         self.check(all(r["status"] == "ok" for r in records), f"every {how} run ended ok")
         return over
@@ -248,10 +284,14 @@ class Kit:
         used, how = process_use(record, self.baseline)
         total = gpu(record)["nvml_total"]
         self.say("--no-gpu-growth (keras imported in an earlier cell, GPU not yet touched):")
-        self.say(f"  process {mib(used)} ({how}) of a {mib(total)} device; "
-                 f"warnings: {record['warnings'] or 'none'}")
-        self.check(used is not None and total is not None and used > MOST * total,
-                   f"TensorFlow reserves most of the device (over {MOST:.0%})")
+        self.say(
+            f"  process {mib(used)} ({how}) of a {mib(total)} device; "
+            f"warnings: {record['warnings'] or 'none'}"
+        )
+        self.check(
+            used is not None and total is not None and used > MOST * total,
+            f"TensorFlow reserves most of the device (over {MOST:.0%})",
+        )
 
     # -- 3: --gpu-limit: out of memory with advice, then the advised batch fits ------------------
     def limit(self) -> None:
@@ -261,58 +301,74 @@ class Kit:
         advice_mib = int(0.9 * DRY_HOST_MIB) if self.dry else ADVICE_MIB
         if self.calibration is None:
             big = 96 if self.dry else 512
-            self.say(f"--gpu-limit {CAP_MIB}: convnet not calibrated (no allocator peaks); "
-                     f"batch {big}")
+            self.say(
+                f"--gpu-limit {CAP_MIB}: convnet not calibrated (no allocator peaks); batch {big}"
+            )
         else:
             fixed, per = self.calibration
             # the advice halves the batch: aim the half at 70% of the cap, the whole well over
             # it (under a cap cuDNN picks algorithms with smaller workspaces: needs drop)
             big = max(2, int(2 * (0.7 * cap - fixed) / per) // 2 * 2)
-            self.say(f"--gpu-limit {CAP_MIB}: convnet peak = {mib(int(fixed))} + "
-                     f"{per / MIB:.2f} MiB x batch (batch 16 and 32, uncapped); batch {big} "
-                     f"needs ~{mib(int(fixed + per * big))}")
-        cells = [*setup(2 * big), "import keras_nbguard",
-                 f"%%kerasrun {flag} --label big\n{conv_run(big)}",
-                 "import re\nr = keras_nbguard.runs(this_kernel=True)[-1]\n"
-                 # the smallest batch the advice names (its wording may change)
-                 "named = [int(b) for b in re.findall(r'batch_size=(\\d+)', ' '.join(r.advice))]\n"
-                 f"_kit['smaller'] = min((b for b in named if b < {big}), default=None)",
-                 # the advised batch, under the same cap (a cell of its own, as a user would)
-                 "if _kit['smaller']:\n    try:\n        get_ipython().run_cell_magic("
-                 f"'kerasrun', '{flag} --label smaller', "
-                 "'m = convnet()\\nm.fit(images[:2 * %d], labels[:2 * %d], batch_size=%d, "
-                 "epochs=1, verbose=0)\\ndel m' % ((_kit['smaller'],) * 3))\n"
-                 "    except Exception as exc:\n        _kit['smaller_error'] = repr(exc)",
-                 # batch_advice on the GPU (its allocator's peaks), then its batch under the cap
-                 "advice = keras_nbguard.batch_advice(convnet(), images, labels, "
-                 f"limit_mib={advice_mib})\n"
-                 "_kit['advice'] = advice.text()\n_kit['advised'] = advice.batch_size\n"
-                 "if advice.batch_size:\n    get_ipython().run_cell_magic('kerasrun', "
-                 f"'{flag} --label advised', 'm = convnet()\\nm.fit(images, labels, "
-                 "batch_size=%d, steps_per_epoch=2, epochs=1, verbose=0)\\ndel m' % "
-                 "min(advice.batch_size, len(images)))"]
+            self.say(
+                f"--gpu-limit {CAP_MIB}: convnet peak = {mib(int(fixed))} + "
+                f"{per / MIB:.2f} MiB x batch (batch 16 and 32, uncapped); batch {big} "
+                f"needs ~{mib(int(fixed + per * big))}"
+            )
+        cells = [
+            *setup(2 * big),
+            "import keras_nbguard",
+            f"%%kerasrun {flag} --label big\n{conv_run(big)}",
+            "import re\nr = keras_nbguard.runs(this_kernel=True)[-1]\n"
+            # the smallest batch the advice names (its wording may change)
+            "named = [int(b) for b in re.findall(r'batch_size=(\\d+)', ' '.join(r.advice))]\n"
+            f"_kit['smaller'] = min((b for b in named if b < {big}), default=None)",
+            # the advised batch, under the same cap (a cell of its own, as a user would)
+            "if _kit['smaller']:\n    try:\n        get_ipython().run_cell_magic("
+            f"'kerasrun', '{flag} --label smaller', "
+            "'m = convnet()\\nm.fit(images[:2 * %d], labels[:2 * %d], batch_size=%d, "
+            "epochs=1, verbose=0)\\ndel m' % ((_kit['smaller'],) * 3))\n"
+            "    except Exception as exc:\n        _kit['smaller_error'] = repr(exc)",
+            # batch_advice on the GPU (its allocator's peaks), then its batch under the cap
+            "advice = keras_nbguard.batch_advice(convnet(), images, labels, "
+            f"limit_mib={advice_mib})\n"
+            "_kit['advice'] = advice.text()\n_kit['advised'] = advice.batch_size\n"
+            "if advice.batch_size:\n    get_ipython().run_cell_magic('kerasrun', "
+            f"'{flag} --label advised', 'm = convnet()\\nm.fit(images, labels, "
+            "batch_size=%d, steps_per_epoch=2, epochs=1, verbose=0)\\ndel m' % "
+            "min(advice.batch_size, len(images)))",
+        ]
         result = run_cells(cells)
         records = {r["label"]: r for r in result["records"]}
         big_run, smaller = records["big"], result["kit"].get("smaller")
-        self.say(f"  batch {big}: {big_run['status']}, allocator peak "
-                 f"{mib(gpu(big_run)['tf_peak'])}")
+        self.say(
+            f"  batch {big}: {big_run['status']}, allocator peak {mib(gpu(big_run)['tf_peak'])}"
+        )
         for line in big_run["advice"]:
             self.say(f"    advice: {line}")
         self.check(big_run["status"] == "oom", f"batch {big} ends oom under the cap")
-        self.check(smaller is not None and f"batch_size={big}" in " ".join(big_run["advice"]),
-                   f"the advice names batch_size={big} and a smaller one ({smaller})")
+        self.check(
+            smaller is not None and f"batch_size={big}" in " ".join(big_run["advice"]),
+            f"the advice names batch_size={big} and a smaller one ({smaller})",
+        )
         run = records.get("smaller")
-        self.say(f"  batch {smaller}: {run['status'] if run else 'not run'}, allocator peak "
-                 f"{mib(gpu(run)['tf_peak']) if run else 'n/a'}")
-        self.check(run is not None and run["status"] == "ok"
-                   and (gpu(run)["tf_peak"] or 0) <= cap,
-                   "the smaller batch fits under the same cap")
+        self.say(
+            f"  batch {smaller}: {run['status'] if run else 'not run'}, allocator peak "
+            f"{mib(gpu(run)['tf_peak']) if run else 'n/a'}"
+        )
+        self.check(
+            run is not None and run["status"] == "ok" and (gpu(run)["tf_peak"] or 0) <= cap,
+            "the smaller batch fits under the same cap",
+        )
         advised = records.get("advised")
         self.say(f"  {result['kit'].get('advice')}")
-        self.say(f"  the advised batch under the cap: {advised['status'] if advised else 'not run'}"
-                 f", allocator peak {mib(gpu(advised)['tf_peak']) if advised else 'n/a'}")
-        self.check(advised is not None and advised["status"] == "ok",
-                   f"batch_advice's batch (for {advice_mib} MiB) fits under the same cap")
+        self.say(
+            f"  the advised batch under the cap: {advised['status'] if advised else 'not run'}"
+            f", allocator peak {mib(gpu(advised)['tf_peak']) if advised else 'n/a'}"
+        )
+        self.check(
+            advised is not None and advised["status"] == "ok",
+            f"batch_advice's batch (for {advice_mib} MiB) fits under the same cap",
+        )
 
     # -- 5b: --isolate: each run's GPU memory given back ------------------------------------------
     def isolate(self) -> None:
@@ -321,25 +377,39 @@ class Kit:
             cells += [f"%%kerasrun --isolate --quiet --label repeat\n{MLP_RUN}", NVML_AFTER]
         result = run_cells(cells, timeout=(300 if self.dry else 120) + 60 * self.repeats)
         before, after = result["kit"]["before"], result["kit"]["after"]
-        self.say(f"  the kernel before its first run: device {mib(before[0])}; the kernel's own "
-                 f"process after the last: {mib(after[-1][2] if after else None)}")
+        self.say(
+            f"  the kernel before its first run: device {mib(before[0])}; the kernel's own "
+            f"process after the last: {mib(after[-1][2] if after else None)}"
+        )
         over = self.repeated("with --isolate", result["records"], after)
-        self.check(all(v is not None and v < GIVEN_BACK_MIB * MIB for v in over),
-                   f"each isolated run gives its GPU memory back (under {GIVEN_BACK_MIB} MiB "
-                   f"left over the start)")
+        self.check(
+            all(v is not None and v < GIVEN_BACK_MIB * MIB for v in over),
+            f"each isolated run gives its GPU memory back (under {GIVEN_BACK_MIB} MiB "
+            f"left over the start)",
+        )
 
     # -- 6: JAX and torch, where installed with a GPU ---------------------------------------------
     def backend(self, name: str) -> None:
-        probe = {"jax": "import jax\n_kit['gpu'] = jax.default_backend() == 'gpu'\n"
-                        "_kit['env'] = os.environ.get('XLA_PYTHON_CLIENT_PREALLOCATE')",
-                 "torch": "import torch\n_kit['gpu'] = torch.cuda.is_available()"}[name]
-        cells = ["%load_ext keras_nbguard", "import os, importlib.util\n"
-                 f"_kit['installed'] = importlib.util.find_spec({name!r}) is not None"]
-        cells += ["if _kit['installed']:\n" + "\n".join(f"    {line}" for line in
-                                                         probe.splitlines())]
-        cells += ["if _kit.get('gpu'):\n    exec(" + repr(SETUP.replace("BATCH_ROWS", "64"))
-                  + ")\n    get_ipython().run_cell_magic('kerasrun', '--quiet --label mlp', "
-                  + repr(MLP_RUN) + ")"]
+        probe = {
+            "jax": "import jax\n_kit['gpu'] = jax.default_backend() == 'gpu'\n"
+            "_kit['env'] = os.environ.get('XLA_PYTHON_CLIENT_PREALLOCATE')",
+            "torch": "import torch\n_kit['gpu'] = torch.cuda.is_available()",
+        }[name]
+        cells = [
+            "%load_ext keras_nbguard",
+            "import os, importlib.util\n"
+            f"_kit['installed'] = importlib.util.find_spec({name!r}) is not None",
+        ]
+        cells += [
+            "if _kit['installed']:\n" + "\n".join(f"    {line}" for line in probe.splitlines())
+        ]
+        cells += [
+            "if _kit.get('gpu'):\n    exec("
+            + repr(SETUP.replace("BATCH_ROWS", "64"))
+            + ")\n    get_ipython().run_cell_magic('kerasrun', '--quiet --label mlp', "
+            + repr(MLP_RUN)
+            + ")"
+        ]
         result = run_cells(cells, env={"KERAS_BACKEND": name})
         kit = result["kit"]
         if not kit.get("installed") or not kit.get("gpu"):
@@ -349,16 +419,23 @@ class Kit:
         record = result["records"][0]
         g = gpu(record)
         used, how = process_use(record, self.baseline)
-        self.say(f"Keras on {name}: allocator ({g['allocator']}) current {mib(g['tf_current'])}, "
-                 f"peak {mib(g['tf_peak'])}; process {mib(used)} ({how}) of "
-                 f"{mib(g['nvml_total'])}")
+        self.say(
+            f"Keras on {name}: allocator ({g['allocator']}) current {mib(g['tf_current'])}, "
+            f"peak {mib(g['tf_peak'])}; process {mib(used)} ({how}) of "
+            f"{mib(g['nvml_total'])}"
+        )
         if name == "jax":
             self.check(kit.get("env") == "false", "%load_ext turned JAX's preallocation off")
-        self.check(g["allocator"] == {"jax": "JAX", "torch": "torch"}[name]
-                   and bool(g["tf_peak"]), f"{name}'s own allocator gives the run's peak")
-        self.check(used is not None and g["nvml_total"] is not None
-                   and used < SMALL_PART * g["nvml_total"],
-                   f"on {name} a small fit takes under {SMALL_PART:.0%} of the device")
+        self.check(
+            g["allocator"] == {"jax": "JAX", "torch": "torch"}[name] and bool(g["tf_peak"]),
+            f"{name}'s own allocator gives the run's peak",
+        )
+        self.check(
+            used is not None
+            and g["nvml_total"] is not None
+            and used < SMALL_PART * g["nvml_total"],
+            f"on {name} a small fit takes under {SMALL_PART:.0%} of the device",
+        )
 
     def all(self) -> list[str]:
         """Every check, each on its own: one that fails is reported and the next still runs
@@ -366,9 +443,14 @@ class Kit:
         started = time.monotonic()
         self.baseline = device_used()
         self.say(f"device use at the kit's start: {mib(self.baseline)}")
-        named = {"growth_on": self.growth_on, "growth_off": self.growth_off,
-                 "limit": self.limit, "isolate": self.isolate,
-                 "jax": lambda: self.backend("jax"), "torch": lambda: self.backend("torch")}
+        named = {
+            "growth_on": self.growth_on,
+            "growth_off": self.growth_off,
+            "limit": self.limit,
+            "isolate": self.isolate,
+            "jax": lambda: self.backend("jax"),
+            "torch": lambda: self.backend("torch"),
+        }
         wanted = self.only or [n for n in named if not (self.quick and n in ("jax", "torch"))]
         checks = [named[name] for name in wanted]
         failures = []
@@ -378,9 +460,11 @@ class Kit:
             except Exception as exc:  # a failed assertion, a timeout, a record not there
                 failures.append(str(exc).splitlines()[0] if str(exc) else repr(exc))
                 self.say(f"  FAILED: {exc}")
-        self.say(f"kit done in {time.monotonic() - started:.0f} s: "
-                 f"{len(failures)} check(s) failed" if failures else
-                 f"kit done in {time.monotonic() - started:.0f} s: every check passed")
+        self.say(
+            f"kit done in {time.monotonic() - started:.0f} s: {len(failures)} check(s) failed"
+            if failures
+            else f"kit done in {time.monotonic() - started:.0f} s: every check passed"
+        )
         return failures
 
 
@@ -400,32 +484,48 @@ def describe_machine() -> str:
         parts.append(f"CUDA {cuda // 1000}.{cuda % 1000 // 10}")
     except Exception as exc:
         parts.append(f"GPU: n/a ({exc})")
-    version = subprocess.run([sys.executable, "-c", "import tensorflow as tf; "
-                              "print(tf.__version__, tf.sysconfig.get_build_info()"
-                              ".get('cuda_version', 'no CUDA build'))"],
-                             capture_output=True, text=True,
-                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    version = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import tensorflow as tf; "
+            "print(tf.__version__, tf.sysconfig.get_build_info()"
+            ".get('cuda_version', 'no CUDA build'))",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     parts.append(f"TensorFlow {version.stdout.strip() or 'n/a'}")
     return ", ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="3 repeated runs instead of 10; no JAX/torch checks")
-    parser.add_argument("--only", metavar="A,B", default="",
-                        help="these checks only: growth_on, growth_off, limit, isolate, jax, "
-                             "torch (limit calibrates itself from growth_on when run after it)")
-    parser.add_argument("--cpu-dry-run", action="store_true",
-                        help="run every check's cells without a GPU: the kit's plumbing only")
+    parser.add_argument(
+        "--quick", action="store_true", help="3 repeated runs instead of 10; no JAX/torch checks"
+    )
+    parser.add_argument(
+        "--only",
+        metavar="A,B",
+        default="",
+        help="these checks only: growth_on, growth_off, limit, isolate, jax, "
+        "torch (limit calibrates itself from growth_on when run after it)",
+    )
+    parser.add_argument(
+        "--cpu-dry-run",
+        action="store_true",
+        help="run every check's cells without a GPU: the kit's plumbing only",
+    )
     args = parser.parse_args(argv)
     if not args.cpu_dry_run:
         why = no_gpu_reason()
         if why is not None:
             print(f"no GPU: {why}")
             return 0
-    kit = Kit(quick=args.quick, dry=args.cpu_dry_run,
-              only=[name for name in args.only.split(",") if name])
+    kit = Kit(
+        quick=args.quick, dry=args.cpu_dry_run, only=[name for name in args.only.split(",") if name]
+    )
     kit.say(f"keras_nbguard GPU check kit: {describe_machine()}")
     return 1 if kit.all() else 0
 

@@ -28,10 +28,29 @@ if TYPE_CHECKING:  # loaded with the first run or call, to keep %load_ext cheap
 # No submodule may have one of these names: importing it would replace the function (the
 # modules are named for what they do: exporting, freeing, tracking; tests/test_api_faults.py).
 __all__ = [
-    "BatchAdvice", "CleanReport", "FitRecord", "FreeReport", "GpuReading", "InferenceRecord",
-    "Leak", "LeakReport", "NbguardWarning", "RunRecord", "Session", "__version__", "batch_advice",
-    "configure", "dashboard", "diagnose",
-    "export", "free", "get_session", "leaks", "runs", "runs_frame", "track",
+    "BatchAdvice",
+    "CleanReport",
+    "FitRecord",
+    "FreeReport",
+    "GpuReading",
+    "InferenceRecord",
+    "Leak",
+    "LeakReport",
+    "NbguardWarning",
+    "RunRecord",
+    "Session",
+    "__version__",
+    "batch_advice",
+    "configure",
+    "dashboard",
+    "diagnose",
+    "export",
+    "free",
+    "get_session",
+    "leaks",
+    "runs",
+    "runs_frame",
+    "track",
 ]
 
 
@@ -58,8 +77,9 @@ def runs_frame(label: str | None = None, this_kernel: bool = False) -> Any:
     return frame(runs(label, this_kernel))
 
 
-def export(path: str, label: str | None = None, this_kernel: bool = False, *,
-           force: bool = False) -> int:
+def export(
+    path: str, label: str | None = None, this_kernel: bool = False, *, force: bool = False
+) -> int:
     """Write ``runs()`` to the new CSV file ``path``; returns the number of runs written.
 
     An existing file is replaced only with ``force=True``; a notebook or a SQLite database (the
@@ -67,8 +87,9 @@ def export(path: str, label: str | None = None, this_kernel: bool = False, *,
     from keras_nbguard.store.exporting import write_csv
 
     session = get_session()
-    return write_csv(session.runs(label, this_kernel), path, force=force,
-                     protected=session.protected_paths())
+    return write_csv(
+        session.runs(label, this_kernel), path, force=force, protected=session.protected_paths()
+    )
 
 
 def diagnose(label: str | None = None) -> Findings:

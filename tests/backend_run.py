@@ -19,8 +19,11 @@ from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 
 shell = InteractiveShell.instance()
 IMPORT = "from tensorflow import keras" if FLAVOUR == "tf_keras" else "import keras"
-POLICY = ("keras.mixed_precision.global_policy().name" if FLAVOUR == "tf_keras"
-          else "keras.config.dtype_policy().name")
+POLICY = (
+    "keras.mixed_precision.global_policy().name"
+    if FLAVOUR == "tf_keras"
+    else "keras.config.dtype_policy().name"
+)
 CELL = """%%kerasrun -l mlp {options}
 m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
                       keras.layers.Dense(1)])
@@ -49,8 +52,9 @@ keep, names, policies = [], [], []
             assert shell.run_cell(CELL.format(options=options)).success
         # a dtype policy survives the clear of the next runs
         for options in ("--mixed-precision bfloat16", ""):
-            assert shell.run_cell(f"%%kerasrun -l policy {options}\npolicies.append({POLICY})\n"
-                                  ).success
+            assert shell.run_cell(
+                f"%%kerasrun -l policy {options}\npolicies.append({POLICY})\n"
+            ).success
     import keras_nbguard
 
     runs = keras_nbguard.runs("mlp")
@@ -61,10 +65,10 @@ keep, names, policies = [], [], []
             {
                 "records": [r.to_dict() for r in runs[-3:]],
                 "names": shell.user_ns["names"],
-        "policies": shell.user_ns["policies"],
-        "kept_after_free": [m is not None for m in shell.user_ns["keep"]],
-        "stale_after_free": len(keras_nbguard.leaks().stale),
-        "freed": repr(freed),
+                "policies": shell.user_ns["policies"],
+                "kept_after_free": [m is not None for m in shell.user_ns["keep"]],
+                "stale_after_free": len(keras_nbguard.leaks().stale),
+                "freed": repr(freed),
                 "leaks": [
                     {"stale": leak.stale, "paths": list(leak.paths)} for leak in report.leaks
                 ],
@@ -75,7 +79,7 @@ keep, names, policies = [], [], []
                 ),
                 "after_load": after_load,
                 "warnings": [str(w.message) for w in caught],
-        "status": shell.run_line_magic("nbguard", "status").text(),
+                "status": shell.run_line_magic("nbguard", "status").text(),
             }
         )
     )

@@ -29,7 +29,6 @@ def make_model(units=16):
 """
 
 
-
 def run(shell, source: str):
     """Run a cell, returning IPython's ExecutionResult."""
     return shell.run_cell(source, store_history=True)
@@ -68,22 +67,36 @@ def fresh_shell() -> InteractiveShell:
     return shell
 
 
-
 def make_record(**changes) -> RunRecord:
     fields = dict(
-        label="mlp", status="ok", started_at=1.0, wall_seconds=1.5, fit_seconds=1.2,
-        fits=(FitRecord(seconds=1.2, epochs=2, epoch_seconds=(0.7, 0.5), callback_seconds=0.01,
-                        batch_size=32, steps=8),),
-        rss_before=100 * 2**20, rss_after=110 * 2**20, rss_peak=120 * 2**20,
-        gpu=GpuReading(reason="no GPU: TensorFlow sees none"), cleared=True, traces=3,
+        label="mlp",
+        status="ok",
+        started_at=1.0,
+        wall_seconds=1.5,
+        fit_seconds=1.2,
+        fits=(
+            FitRecord(
+                seconds=1.2,
+                epochs=2,
+                epoch_seconds=(0.7, 0.5),
+                callback_seconds=0.01,
+                batch_size=32,
+                steps=8,
+            ),
+        ),
+        rss_before=100 * 2**20,
+        rss_after=110 * 2**20,
+        rss_peak=120 * 2**20,
+        gpu=GpuReading(reason="no GPU: TensorFlow sees none"),
+        cleared=True,
+        traces=3,
         rss_samples=((0.0, 100 * 2**20), (0.5, 120 * 2**20)),
     )
     fields.update(changes)
     return RunRecord(**fields)
 
 
-def wait_until(condition: Callable[[], object], timeout: float = 10.0,
-               step: float = 0.01) -> None:
+def wait_until(condition: Callable[[], object], timeout: float = 10.0, step: float = 0.01) -> None:
     """Return once ``condition()`` holds; fail after ``timeout`` seconds. Wait on a thread or a
     process by its effect, not by a sleep long enough on a fast machine and flaky on a slow one."""
     deadline = time.monotonic() + timeout

@@ -22,13 +22,17 @@ from pathlib import Path
 from typing import Any
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+]
 # per-plugin settings written into the server's own settings dir
 BASE_SETTINGS: dict[str, dict[str, Any]] = {
     "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},  # every cell in the DOM
-    "@jupyterlab/apputils-extension/notification": {"fetchNews": "false",
-                                                    "checkForUpdates": False},
+    "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
 }
 
 
@@ -55,8 +59,9 @@ class Server:
 
 
 @contextmanager
-def jupyter_server(tmp: Path, app: str = "lab",
-                   settings: dict[str, dict[str, Any]] | None = None) -> Iterator[Server]:
+def jupyter_server(
+    tmp: Path, app: str = "lab", settings: dict[str, dict[str, Any]] | None = None
+) -> Iterator[Server]:
     """Start ``jupyter lab`` (or ``jupyter notebook``, Notebook 7) serving ``tmp/root``."""
     root, home = tmp / "root", tmp / "home"
     root.mkdir(parents=True, exist_ok=True)
@@ -67,22 +72,37 @@ def jupyter_server(tmp: Path, app: str = "lab",
         path = user_settings / package / f"{name}.jupyterlab-settings"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
-    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(home / "config"),
-           "JUPYTER_DATA_DIR": str(home / "data"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-           "IPYTHONDIR": str(home / "ipython"), "JUPYTERLAB_SETTINGS_DIR": str(user_settings),
-           "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"), "TF_CPP_MIN_LOG_LEVEL": "2",
-           "JUPYTER_PLATFORM_DIRS": "1"}
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(home / "config"),
+        "JUPYTER_DATA_DIR": str(home / "data"),
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+        "IPYTHONDIR": str(home / "ipython"),
+        "JUPYTERLAB_SETTINGS_DIR": str(user_settings),
+        "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "JUPYTER_PLATFORM_DIRS": "1",
+    }
     env.pop("KERAS_NBGUARD_DASHBOARD", None)
     port, token = free_port(), secrets.token_hex(16)
     expose = "LabApp" if app == "lab" else "JupyterNotebookApp"
     log = tmp / f"jupyter-{app}.log"
-    cmd = [sys.executable, "-m", "jupyter", app, "--allow-root", "--no-browser",
-           "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-           f"--IdentityProvider.token={token}", f"--{expose}.expose_app_in_browser=True",
-           f"--ServerApp.root_dir={root}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyter",
+        app,
+        "--allow-root",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--{expose}.expose_app_in_browser=True",
+        f"--ServerApp.root_dir={root}",
+    ]
     with open(log, "wb") as out:
-        process = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                   cwd=root)
+        process = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=root)
     server = Server(f"http://127.0.0.1:{port}", token, root, process, log)
     try:
         _wait_until_up(server, timeout=90)
@@ -100,11 +120,13 @@ def _wait_until_up(server: Server, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
-            raise RuntimeError(f"jupyter exited ({server.process.returncode}):\n"
-                               f"{server.log_tail()}")
+            raise RuntimeError(
+                f"jupyter exited ({server.process.returncode}):\n{server.log_tail()}"
+            )
         try:
-            with urllib.request.urlopen(f"{server.url}/api/status?token={server.token}",
-                                        timeout=2) as reply:
+            with urllib.request.urlopen(
+                f"{server.url}/api/status?token={server.token}", timeout=2
+            ) as reply:
                 if reply.status == 200:
                     return
         except OSError:
@@ -118,8 +140,9 @@ def chromium_page(width: int = 1300, height: int = 1100) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
-                                             headless=True)
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+        )
         try:
             page = browser.new_page(viewport={"width": width, "height": height})
             page.errors = []
@@ -153,7 +176,9 @@ def run_all(page: Any, timeout: float) -> None:
     prompts = "[...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]"
     page.wait_for_function(
         f"() => {prompts}.every(p => /\\[\\d+\\]/.test(p.textContent)) && "
-        f"{KERNEL}?.status === 'idle'", timeout=timeout * 1000)
+        f"{KERNEL}?.status === 'idle'",
+        timeout=timeout * 1000,
+    )
 
 
 def kernel_eval(page: Any, code: str, timeout: float = 30) -> str:
@@ -170,4 +195,6 @@ def kernel_eval(page: Any, code: str, timeout: float = 30) -> str:
             };
             await Promise.race([future.done, new Promise(r => setTimeout(r, ms))]);
             return out;
-        }""", [code, int(timeout * 1000)])
+        }""",
+        [code, int(timeout * 1000)],
+    )

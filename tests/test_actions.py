@@ -39,6 +39,7 @@ def test_a_run_waits_for_a_reset_in_progress():
         release.wait(5)
         order.append("reset")
         return "slow"
+
     session.actions["slow"] = slow_reset
     clicker = threading.Thread(target=session.perform, args=("slow",))
     clicker.start()
@@ -60,8 +61,9 @@ def test_failing_reset_is_reported_not_raised():
 
 
 def test_reset_history_and_clear_output_cache(keras_shell):
-    keras_shell.run_cell("%%kerasrun --quiet\nmodel = make_model()\n"
-                         "model.fit(x, y, verbose=0)\n", store_history=True)
+    keras_shell.run_cell(
+        "%%kerasrun --quiet\nmodel = make_model()\nmodel.fit(x, y, verbose=0)\n", store_history=True
+    )
     assert "History" in type(keras_shell.user_ns["_"]).__name__
     session = keras_nbguard.get_session()
     report = session.perform("clear_output_cache")

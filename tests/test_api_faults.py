@@ -25,16 +25,19 @@ def session():
         yield s
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"gpu_limit_mb": -5}, "gpu_limit_mb takes a positive number of MiB, not -5"),
-    ({"gpu_limit_mb": 0}, "gpu_limit_mb takes a positive number of MiB"),
-    ({"host_limit_mb": "abc"}, "host_limit_mb takes a positive whole number of MiB"),
-    ({"host_limit_mb": 1.5}, "host_limit_mb takes a positive whole number"),
-    ({"mixed_precision": "float8"}, "mixed_precision: unknown policy 'float8'"),
-    ({"mixed_precision": ["mixed_float16"]}, "unknown policy"),
-    ({"clear": "no"}, "clear takes True or False, not 'no'"),
-    ({"gpu_growth": "yes"}, "gpu_growth takes True or False"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"gpu_limit_mb": -5}, "gpu_limit_mb takes a positive number of MiB, not -5"),
+        ({"gpu_limit_mb": 0}, "gpu_limit_mb takes a positive number of MiB"),
+        ({"host_limit_mb": "abc"}, "host_limit_mb takes a positive whole number of MiB"),
+        ({"host_limit_mb": 1.5}, "host_limit_mb takes a positive whole number"),
+        ({"mixed_precision": "float8"}, "mixed_precision: unknown policy 'float8'"),
+        ({"mixed_precision": ["mixed_float16"]}, "unknown policy"),
+        ({"clear": "no"}, "clear takes True or False, not 'no'"),
+        ({"gpu_growth": "yes"}, "gpu_growth takes True or False"),
+    ],
+)
 def test_configure_rejects_wrong_values_and_changes_nothing(session, changes, message):
     before = session.options
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
@@ -43,8 +46,9 @@ def test_configure_rejects_wrong_values_and_changes_nothing(session, changes, me
 
 
 def test_the_accepted_values_come_out_in_one_form(session):
-    options = keras_nbguard.configure(gpu_limit_mb=2048.0, host_limit_mb=512,
-                                      mixed_precision="float16", clear=0, gpu_growth=None)
+    options = keras_nbguard.configure(
+        gpu_limit_mb=2048.0, host_limit_mb=512, mixed_precision="float16", clear=0, gpu_growth=None
+    )
     assert options.gpu_limit_mb == 2048 and isinstance(options.gpu_limit_mb, int)
     assert options.mixed_precision == "mixed_float16"  # as the magic has always mapped it
     assert options.clear is False and options.gpu_growth is None
@@ -56,8 +60,10 @@ def test_the_accepted_values_come_out_in_one_form(session):
 
 
 def test_track_checks_its_options_like_configure(session):
-    with pytest.raises(ValueError, match="host_limit_mb"), keras_nbguard.track("x",
-                                                                              host_limit_mb="abc"):
+    with (
+        pytest.raises(ValueError, match="host_limit_mb"),
+        keras_nbguard.track("x", host_limit_mb="abc"),
+    ):
         pass
     assert keras_nbguard.runs() == []  # no run began
     with keras_nbguard.track("y", mixed_precision="float16", clear=False) as run:
@@ -87,18 +93,24 @@ def test_the_magics_map_float16_as_configure_does(shell):
 
 # -- each subcommand takes its own flags ---------------------------------------------------------
 
-@pytest.mark.parametrize("line, message", [
-    ("runs --db {tmp}/x.sqlite", "%nbguard runs has no option --db; it takes --label, "
-                                 "--this-kernel"),
-    ("status --gpu-limit 5", "%nbguard status has no option --gpu-limit; it takes no options"),
-    ("leaks --label a", "%nbguard leaks has no option --label"),
-    ("reset --all", "%nbguard reset has no option --all; it takes --label, --undo"),
-    ("diagnose --this-kernel", "%nbguard diagnose has no option --this-kernel"),
-    ("free --quiet --side", "%nbguard free has no option --side, --quiet"),
-    ("export runs.csv --undo", "%nbguard export has no option --undo"),
-    ("dashboard --no-clear", "%nbguard dashboard has no option --no-clear"),
-    ("runs --this", None),  # an abbreviation of its own flag is still its flag
-])
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        (
+            "runs --db {tmp}/x.sqlite",
+            "%nbguard runs has no option --db; it takes --label, --this-kernel",
+        ),
+        ("status --gpu-limit 5", "%nbguard status has no option --gpu-limit; it takes no options"),
+        ("leaks --label a", "%nbguard leaks has no option --label"),
+        ("reset --all", "%nbguard reset has no option --all; it takes --label, --undo"),
+        ("diagnose --this-kernel", "%nbguard diagnose has no option --this-kernel"),
+        ("free --quiet --side", "%nbguard free has no option --side, --quiet"),
+        ("export runs.csv --undo", "%nbguard export has no option --undo"),
+        ("dashboard --no-clear", "%nbguard dashboard has no option --no-clear"),
+        ("runs --this", None),  # an abbreviation of its own flag is still its flag
+    ],
+)
 def test_a_flag_the_subcommand_does_not_take_is_a_usage_error(shell, tmp_path, line, message):
     db_before = keras_nbguard.get_session().store.path
     options_before = keras_nbguard.get_session().options

@@ -19,10 +19,15 @@ NOTEBOOKS = Path(__file__).parent.parent / "notebooks"
 def execute(name: str, tmp_path: Path) -> dict[str, str]:
     """The notebook run in ``tmp_path``; the text of each tagged cell's outputs, by tag."""
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
-    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"
-              and "raises-exception" not in c.metadata.get("tags", [])]
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    errors = [
+        o
+        for c in nb.cells
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "error" and "raises-exception" not in c.metadata.get("tags", [])
+    ]
     assert errors == []
     return {tag: outputs_text(c) for c in nb.cells for tag in c.metadata.get("tags", [])}
 

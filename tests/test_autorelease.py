@@ -67,10 +67,16 @@ HOLDERS = {
     "name": ("pass", "if 'first' not in globals(): first = model", "first"),
     "list": ("keep = []", "keep.append(model)", "keep[0]"),
     "dict": ("keep = {}", "keep[len(keep)] = model", "keep[0]"),
-    "attribute": ("class Box: pass\nbox = Box()", "setattr(box, f'm{len(vars(box))}', model)",
-                  "box.m0"),
-    "closure": ("keep = []", "keep.append((lambda m: lambda: m)(model))",
-                "keep[0].__closure__[0].cell_contents"),
+    "attribute": (
+        "class Box: pass\nbox = Box()",
+        "setattr(box, f'm{len(vars(box))}', model)",
+        "box.m0",
+    ),
+    "closure": (
+        "keep = []",
+        "keep.append((lambda m: lambda: m)(model))",
+        "keep[0].__closure__[0].cell_contents",
+    ),
     "default": ("keep = []", "keep.append(lambda m=model: m)", "keep[0].__defaults__[0]"),
 }
 
@@ -109,7 +115,9 @@ def test_keep_stale_keeps_everything_and_config_sets_it(keras_shell):
 @pytest.mark.slow
 def test_a_model_still_training_in_another_thread_is_never_touched(keras_shell):
     rerun(keras_shell, KERAS_IO, 1)
-    run(keras_shell, """
+    run(
+        keras_shell,
+        """
 import threading
 started, stop = threading.Event(), threading.Event()
 class Hold(keras.callbacks.Callback):
@@ -121,7 +129,8 @@ trainer = threading.Thread(target=lambda m: m.fit(x, y, epochs=2, verbose=0, cal
 trainer.start()
 started.wait(60)
 del model
-""")
+""",
+    )
     training = keras_shell.user_ns["trainer"]
     ref = weakref.ref(keras_shell.user_ns["Out"][max(keras_shell.user_ns["Out"])].model)
     try:
@@ -143,8 +152,10 @@ def test_the_summary_says_what_was_released_and_what_is_still_alive(keras_shell)
     rerun(keras_shell, KERAS_IO, 2)
     rows = dict(last("io").summary_rows())
     assert rows["stale"].startswith("2 models from #1, #2 still alive (")
-    assert "weights, graphs not counted): keep[0], keep[1] — %nbguard free --containers" in (
-        rows["stale"])
+    assert (
+        "weights, graphs not counted): keep[0], keep[1] — %nbguard free --containers"
+        in (rows["stale"])
+    )
     assert rows["released"].startswith("1 model from #3 held by Out[")
     assert "(its History): " in rows["released"] and "0.6 KiB weights" in rows["released"]
     bundle = last("io").summary_bundle()
@@ -172,9 +183,11 @@ def test_a_reset_and_a_new_kernel_never_make_the_latest_model_stale(keras_shell,
 @pytest.mark.slow
 def test_free_deep_cleans_at_once_and_shows_the_rss_drop(keras_shell):
     run(keras_shell, "keep = []")
-    cell = ("%%kerasrun --label big --quiet\nmodel = keras.Sequential([keras.Input((8,)), "
-            "keras.layers.Dense(3000), keras.layers.Dense(3000), keras.layers.Dense(1)])\n"
-            "model.compile('adam', 'mse')\nkeep.append(model)\n" + FIT)
+    cell = (
+        "%%kerasrun --label big --quiet\nmodel = keras.Sequential([keras.Input((8,)), "
+        "keras.layers.Dense(3000), keras.layers.Dense(3000), keras.layers.Dense(1)])\n"
+        "model.compile('adam', 'mse')\nkeep.append(model)\n" + FIT
+    )
     rerun(keras_shell, cell, 2)
     report = keras_shell.run_line_magic("nbguard", "free --containers")
     assert len(report.freed) == 1 and report.deep_clean is not None
@@ -190,12 +203,15 @@ def test_a_custom_training_loop_is_deep_cleaned_once_its_models_are_gone(keras_s
 
     from keras_nbguard.prepare.deepclean import _gradient_origin, _library_dirs
 
-    run(keras_shell, """
+    run(
+        keras_shell,
+        """
 import tensorflow as tf
 @tf.custom_gradient
 def halve_grad(v):
     return tf.identity(v), lambda dy: dy * 0.5
-""")
+""",
+    )
     loop = """%%kerasrun --label loop --quiet
 model = make_model()
 opt = keras.optimizers.Adam()

@@ -141,8 +141,11 @@ def test_status_names_the_keras_and_its_gpu(flavour):
     keras_row = next(line for line in seen["status"].splitlines() if line.split()[:1] == ["keras"])
     assert ("(tf_keras)" if name == "tf_keras" else f"({name})") in keras_row
     gpu_row = next(line for line in seen["status"].splitlines() if line.split()[:1] == ["gpu"])
-    assert {"tf_keras": "TensorFlow sees no GPU", "jax": "no GPU: JAX computes on cpu",
-            "torch": "no GPU: torch sees no CUDA device"}[name] in gpu_row
+    assert {
+        "tf_keras": "TensorFlow sees no GPU",
+        "jax": "no GPU: JAX computes on cpu",
+        "torch": "no GPU: torch sees no CUDA device",
+    }[name] in gpu_row
 
 
 def test_a_dtype_policy_survives_the_clear_and_free_lets_go(flavour):

@@ -21,8 +21,9 @@ def probes(*pairs: tuple[int, float]) -> list[Probe]:
 
 # -- the arithmetic, from given probes -------------------------------------------------------------
 def test_a_linear_model_gets_the_largest_batch_under_the_limit_less_the_margin():
-    advice = advise(probes((8, 58.0), (32, 82.0), (128, 178.0)), 1000.0, "given", "host",
-                    1.0, 2.0, 1.5)
+    advice = advise(
+        probes((8, 58.0), (32, 82.0), (128, 178.0)), 1000.0, "given", "host", 1.0, 2.0, 1.5
+    )
     assert advice.fixed_mib == pytest.approx(50.0) and advice.per_sample_mib == pytest.approx(1.0)
     assert advice.linear and advice.batch_range is None
     assert advice.batch_size == 900  # (1000 x 0.95 - 50) / 1 MiB per sample
@@ -36,8 +37,9 @@ def test_a_linear_model_gets_the_largest_batch_under_the_limit_less_the_margin()
 
 def test_memory_not_linear_in_the_batch_gets_a_range_and_says_so():
     # quadratic: the line through all three misses the middle one by far more than noise
-    advice = advise(probes((10, 60.0), (100, 150.0), (200, 450.0)), 2000.0, "given", "host",
-                    None, None, 1.0)
+    advice = advise(
+        probes((10, 60.0), (100, 150.0), (200, 450.0)), 2000.0, "given", "host", None, None, 1.0
+    )
     assert not advice.linear
     low, high = advice.batch_range
     assert low < high and advice.batch_size == low
@@ -47,8 +49,16 @@ def test_memory_not_linear_in_the_batch_gets_a_range_and_says_so():
 
 
 def test_a_batch_smaller_than_wanted_names_the_accumulation_that_keeps_it():
-    advice = advise(probes((8, 18.0), (32, 42.0), (64, 74.0)), 300.0, "given", "host",
-                    4.0, 8.0, 1.0, user_batch=1000)
+    advice = advise(
+        probes((8, 18.0), (32, 42.0), (64, 74.0)),
+        300.0,
+        "given",
+        "host",
+        4.0,
+        8.0,
+        1.0,
+        user_batch=1000,
+    )
     assert advice.batch_size == 275  # (285 - 10) / 1
     batch, k = advice.accumulation
     assert k * batch >= 1000 and k == 4 and batch == 250
@@ -58,8 +68,9 @@ def test_a_batch_smaller_than_wanted_names_the_accumulation_that_keeps_it():
 
 
 def test_probes_that_show_no_rise_give_an_upper_bound_and_say_so():
-    advice = advise(probes((8, 40.0), (64, 40.5), (256, 40.2)), 500.0, "given", "host",
-                    None, None, 1.0)
+    advice = advise(
+        probes((8, 40.0), (64, 40.5), (256, 40.2)), 500.0, "given", "host", None, None, 1.0
+    )
     assert advice.per_sample_mib > 0 and "barely grows" in advice.text()
 
 
@@ -69,8 +80,9 @@ def test_fewer_than_two_probes_is_no_advice_with_the_reason():
 
 
 def test_the_chart_shows_the_probes_the_line_the_limit_and_the_advice():
-    advice = advise(probes((8, 58.0), (32, 82.0), (128, 178.0)), 1000.0, "given", "host",
-                    1.0, 2.0, 1.5)
+    advice = advise(
+        probes((8, 58.0), (32, 82.0), (128, 178.0)), 1000.0, "given", "host", 1.0, 2.0, 1.5
+    )
     page = advice._repr_html_()
     assert page.count("<svg") == 1 and page.count("<circle") == 3
     assert "limit 1,000 MiB" in page and ">900</text>" in page
@@ -85,23 +97,24 @@ def test_it_is_public():
 @pytest.mark.slow
 def test_the_user_s_model_and_optimizer_are_unchanged_and_probes_stay_under_half(keras_shell):
     ns = keras_shell.user_ns
-    assert run(keras_shell, "model = make_model()\nmodel.fit(x, y, batch_size=32, verbose=0)"
-               ).success
+    assert run(
+        keras_shell, "model = make_model()\nmodel.fit(x, y, batch_size=32, verbose=0)"
+    ).success
     model = ns["model"]
     weights = [w.copy() for w in model.get_weights()]
     slots = [v.numpy() for v in model.optimizer.variables]
     iterations = int(model.optimizer.iterations)
     advice = batch_advice(model, ns["x"], ns["y"], limit_mib=256)
     assert all(np.array_equal(a, b) for a, b in zip(weights, model.get_weights(), strict=True))
-    assert all(np.array_equal(a, b.numpy())
-               for a, b in zip(slots, model.optimizer.variables, strict=True))
+    assert all(
+        np.array_equal(a, b.numpy()) for a, b in zip(slots, model.optimizer.variables, strict=True)
+    )
     assert int(model.optimizer.iterations) == iterations
     assert isinstance(advice, BatchAdvice) and advice.where == "host (VmHWM)"
     assert len(advice.probes) >= 2
     assert all(p.peak_mib < 128 for p in advice.probes)  # half of the limit
     assert advice.batch_size and advice.batch_size > 0 and advice.seconds > 0
-    assert advice.breakdown["weights_mib"] == pytest.approx(
-        sum(w.nbytes for w in weights) / 2**20)
+    assert advice.breakdown["weights_mib"] == pytest.approx(sum(w.nbytes for w in weights) / 2**20)
     assert advice.breakdown["optimizer_mib"] > advice.breakdown["weights_mib"]  # Adam: 2 slots
 
 
@@ -141,17 +154,24 @@ def test_an_accumulated_fit_at_the_advised_batch_stays_under_the_host_limit(shel
     with gradient_accumulation_steps=k runs under the same --host-limit."""
     limit = 160
     assert run(shell, CONV).success
-    advice = batch_advice(shell.user_ns["conv"](), shell.user_ns["images"],
-                          shell.user_ns["labels"], limit_mib=limit, batch_size=1024)
+    advice = batch_advice(
+        shell.user_ns["conv"](),
+        shell.user_ns["images"],
+        shell.user_ns["labels"],
+        limit_mib=limit,
+        batch_size=1024,
+    )
     assert advice.batch_size is not None and advice.batch_size < 1024, advice.text()
     assert advice.predict(1024) > limit
     batch, k = advice.accumulation
     assert k * batch >= 1024
     shell.user_ns.update(batch=batch, k=k)
-    cell = (f"%%kerasrun --host-limit {limit} --label accumulated\n"
-            "m = conv(accumulate=k)\n"
-            "m.fit(images, labels, batch_size=batch, steps_per_epoch=k, verbose=0)\n"
-            "del m")
+    cell = (
+        f"%%kerasrun --host-limit {limit} --label accumulated\n"
+        "m = conv(accumulate=k)\n"
+        "m.fit(images, labels, batch_size=batch, steps_per_epoch=k, verbose=0)\n"
+        "del m"
+    )
     run(shell, cell)
     record = keras_nbguard.runs("accumulated", this_kernel=True)[-1]
     assert record.status == "ok", (advice.text(), record.error)

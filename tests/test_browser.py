@@ -26,10 +26,13 @@ SCREENSHOT = ROOT / "docs" / "dashboard.png"
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                       reason=f"{CHROMIUM} is missing (apt-get install -y chromium)"),
-    pytest.mark.skipif(importlib.util.find_spec("playwright") is None,
-                       reason="playwright is not installed (pip install -e '.[test]')"),
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing (apt-get install -y chromium)"
+    ),
+    pytest.mark.skipif(
+        importlib.util.find_spec("playwright") is None,
+        reason="playwright is not installed (pip install -e '.[test]')",
+    ),
 ]
 # The plot's traces: ``meta`` is our trace key ("fit:fit:mlp", "rss:after:mlp", ...)
 TRACES = """() => [...(document.querySelector('.js-plotly-plot')?.data || [])].map(t => ({
@@ -59,22 +62,28 @@ NOTEBOOK_WIDGET = "window.jupyterapp.shell.currentWidget"
 def check_live_and_queued(page, comms: str) -> None:
     """While a run goes, the live panels move; a reset clicked then is queued (comms on a
     subshell) or waits in the kernel's queue (comms disabled) — never run in the middle."""
-    page.evaluate("""code => { window.nbguardDone = false;
+    page.evaluate(
+        """code => { window.nbguardDone = false;
         window.jupyterapp.shell.currentWidget.sessionContext.session.kernel
             .requestExecute({code, store_history: false}).done
-            .then(() => { window.nbguardDone = true; }); }""", SLOW_RUN)
+            .then(() => { window.nbguardDone = true; }); }""",
+        SLOW_RUN,
+    )
     page.wait_for_function(f"() => ({TOP})().includes('running: slow #1')", timeout=30_000)
-    page.wait_for_function(f"() => ({TRACES})().some(t => t.meta === 'live:epochs' "
-                           "&& t.y.length >= 2)", timeout=30_000)
+    page.wait_for_function(
+        f"() => ({TRACES})().some(t => t.meta === 'live:epochs' && t.y.length >= 2)", timeout=30_000
+    )
     assert not page.evaluate("window.nbguardDone")  # seen while the cell was busy
     page.get_by_role("button", name="Clear session", exact=True).click()
     if comms == "perCommTarget":
-        page.wait_for_function(f"() => ({REPORTS})().includes(\"queued: runs when 'slow' ends\")",
-                               timeout=20_000)
+        page.wait_for_function(
+            f"() => ({REPORTS})().includes(\"queued: runs when 'slow' ends\")", timeout=20_000
+        )
         assert not page.evaluate("window.nbguardDone")
     page.wait_for_function("window.nbguardDone", timeout=60_000)
-    page.wait_for_function(f"() => ({REPORTS})().includes('clear_session: cleared')",
-                           timeout=20_000)
+    page.wait_for_function(
+        f"() => ({REPORTS})().includes('clear_session: cleared')", timeout=20_000
+    )
     assert points(page, "fit:fit:slow") == 1
 
 
@@ -82,8 +91,10 @@ def check_dashboard(page, server, app: str, screenshot: Path | None) -> str:
     """Open and run the notebook, check the plot and a reset button; returns which was clicked."""
     page.goto(server.page_url(NOTEBOOK.name, app))
     run_all(page, timeout=150)
-    page.wait_for_function(f"() => ({TRACES})().some(t => t.meta === 'fit:fit:mlp' "
-                           "&& t.y.length === 3)", timeout=30_000)
+    page.wait_for_function(
+        f"() => ({TRACES})().some(t => t.meta === 'fit:fit:mlp' && t.y.length === 3)",
+        timeout=30_000,
+    )
     assert points(page, "fit:fit:mlp") == 3
     for series in ("after", "peak", "before"):
         assert points(page, f"rss:{series}:mlp") == 3
@@ -97,9 +108,12 @@ def check_dashboard(page, server, app: str, screenshot: Path | None) -> str:
         page.locator(".widget-vbox").first.screenshot(path=str(screenshot))
     # Keep the last run's model under another name, then run again: `kept` is now stale
     # (from mlp #3 while mlp #4 is the latest run), the one model "Free flagged models" must free.
-    kernel_eval(page, "kept = model\nget_ipython().run_cell('%%kerasrun --label mlp --quiet\\n"
-                      "model = make_model()\\nmodel.fit(x, y, epochs=1, verbose=0)\\n')",
-                timeout=60)
+    kernel_eval(
+        page,
+        "kept = model\nget_ipython().run_cell('%%kerasrun --label mlp --quiet\\n"
+        "model = make_model()\\nmodel.fit(x, y, epochs=1, verbose=0)\\n')",
+        timeout=60,
+    )
     assert "True" in kernel_eval(page, "print('kept' in globals())")
     page.get_by_role("button", name="Free flagged", exact=True).click()
     page.wait_for_function(f"() => ({REPORTS})().includes('free')", timeout=30_000)
@@ -119,8 +133,11 @@ def test_dashboard_in_jupyterlab(tmp_path, comms):
     with jupyter_server(tmp_path, "lab", settings) as server, chromium_page(1300, 2000) as page:
         shutil.copy(NOTEBOOK, server.root / NOTEBOOK.name)
         try:
-            shot = (SCREENSHOT if os.environ.get("KERAS_NBGUARD_SCREENSHOTS") == "1"
-                    else tmp_path / "dashboard.png")
+            shot = (
+                SCREENSHOT
+                if os.environ.get("KERAS_NBGUARD_SCREENSHOTS") == "1"
+                else tmp_path / "dashboard.png"
+            )
             check_dashboard(page, server, "lab", shot if comms == "perCommTarget" else None)
             check_live_and_queued(page, comms)
             assert [e for e in page.errors] == []
@@ -130,8 +147,10 @@ def test_dashboard_in_jupyterlab(tmp_path, comms):
             raise
 
 
-@pytest.mark.skipif(importlib.util.find_spec("notebook") is None,
-                    reason="Notebook 7 is not installed (pip install notebook)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("notebook") is None,
+    reason="Notebook 7 is not installed (pip install notebook)",
+)
 def test_dashboard_in_notebook7(tmp_path):
     with jupyter_server(tmp_path, "notebook") as server, chromium_page() as page:
         shutil.copy(NOTEBOOK, server.root / NOTEBOOK.name)
@@ -145,19 +164,34 @@ def test_dashboard_in_notebook7(tmp_path):
 
 def write_notebook(path: Path, cells: tuple[str, ...]) -> None:
     """A notebook of code cells, not run yet."""
-    notebook = {"cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}",
-                           "metadata": {}, "outputs": [], "source": source}
-                          for i, source in enumerate(cells)],
-                "nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {
-                    "display_name": "Python 3", "language": "python", "name": "python3"}}}
+    notebook = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "id": f"c{i}",
+                "metadata": {},
+                "outputs": [],
+                "source": source,
+            }
+            for i, source in enumerate(cells)
+        ],
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}
+        },
+    }
     path.write_text(json.dumps(notebook))
 
 
-FIRST_PAINT_CELLS = ("%load_ext keras_nbguard\nimport keras_nbguard, time",
-                     "%%kerasrun --label mlp --quiet\nx = sum(range(10**6))",
-                     "%%kerasrun --label mlp --quiet\nx = sum(range(10**6))",
-                     "shown_at = time.time()\nkeras_nbguard.dashboard()",
-                     "probe_at = time.time()")
+FIRST_PAINT_CELLS = (
+    "%load_ext keras_nbguard\nimport keras_nbguard, time",
+    "%%kerasrun --label mlp --quiet\nx = sum(range(10**6))",
+    "%%kerasrun --label mlp --quiet\nx = sum(range(10**6))",
+    "shown_at = time.time()\nkeras_nbguard.dashboard()",
+    "probe_at = time.time()",
+)
 PLOTLY = "() => !!document.querySelector('.jp-OutputArea-output .js-plotly-plot .main-svg')"
 # what would be cut at a narrow width: text wider than its box, a plot wider than the area,
 # a panel title past the plot's right edge
@@ -196,8 +230,10 @@ def test_figure_in_a_fresh_kernel_the_next_cell_at_once_nothing_cut_at_540_px(tm
         wait_idle(page, 120)
         page.evaluate(f"{NOTEBOOK_WIDGET}.content.activeCellIndex = 3")
         start = time.perf_counter()
-        page.evaluate("() => { const run = c => window.jupyterapp.commands.execute(c); "
-                      "run('notebook:run-cell-and-select-next'); run('notebook:run-cell'); }")
+        page.evaluate(
+            "() => { const run = c => window.jupyterapp.commands.execute(c); "
+            "run('notebook:run-cell-and-select-next'); run('notebook:run-cell'); }"
+        )
         page.wait_for_function(PLOTLY, timeout=120_000, polling=50)
         interactive = time.perf_counter() - start
         wait_idle(page, 60)
@@ -205,13 +241,17 @@ def test_figure_in_a_fresh_kernel_the_next_cell_at_once_nothing_cut_at_540_px(tm
         answered = kernel_eval(page, "print(probe_at - shown_at)", timeout=60)
         idle_answer = time.perf_counter() - start
         next_cell = float(answered)
-        print(f"interactive figure {interactive:.2f} s after the click; the next cell ran "
-              f"{next_cell:.2f} s after the dashboard cell began; a request at Idle answered in "
-              f"{idle_answer:.2f} s")
+        print(
+            f"interactive figure {interactive:.2f} s after the click; the next cell ran "
+            f"{next_cell:.2f} s after the dashboard cell began; a request at Idle answered in "
+            f"{idle_answer:.2f} s"
+        )
         assert next_cell <= 5.0  # at once (0.2-0.9 s here); plotly's figure used to take 10-15
         assert idle_answer <= 5.0  # Idle means idle: no figure being made after the cells
-        drawn = (f"() => ({TRACES})().some(t => t.meta === 'rss:after:mlp' "
-                 "&& t.y.length === 2)")  # the runs fit nothing: RSS is their figure
+        drawn = (
+            f"() => ({TRACES})().some(t => t.meta === 'rss:after:mlp' "
+            "&& t.y.length === 2)"
+        )  # the runs fit nothing: RSS is their figure
         page.wait_for_function(drawn, timeout=30_000)
         fit_note = page.inner_text(".js-plotly-plot")
         assert "no fit in these runs" in fit_note and "no GPU" in fit_note  # empty panels say why
@@ -219,7 +259,8 @@ def test_figure_in_a_fresh_kernel_the_next_cell_at_once_nothing_cut_at_540_px(tm
         time.sleep(0.5)  # plotly's resize to the area settles
         seen = page.evaluate(CUT)
         page.locator(".jp-OutputArea-output .widget-vbox").first.screenshot(
-            path=str(tmp_path / "narrow.png"))
+            path=str(tmp_path / "narrow.png")
+        )
         print(f"output area {seen['width']:.0f} px; cut: {seen['cut']}")
         assert 480 <= seen["width"] <= 600 and seen["cut"] == []
         page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")  # as autosave does
@@ -228,8 +269,12 @@ def test_figure_in_a_fresh_kernel_the_next_cell_at_once_nothing_cut_at_540_px(tm
         assert [e for e in page.errors] == []
 
 
-RESTART_CELLS = ("%load_ext keras_nbguard", "%%kerasrun --label mlp --quiet\nx = 1",
-                 "%nbguard dashboard", "%nbguard dashboard --side")
+RESTART_CELLS = (
+    "%load_ext keras_nbguard",
+    "%%kerasrun --label mlp --quiet\nx = 1",
+    "%nbguard dashboard",
+    "%nbguard dashboard --side",
+)
 PANEL = ".jp-LinkedOutputView"
 BANNERS = """() => [...document.querySelectorAll('.nbguard-restart')]
     .filter(b => b.offsetParent !== null).map(b => !!b.closest('.jp-LinkedOutputView'))"""
@@ -264,8 +309,11 @@ PANEL_FIGURE = ".jp-LinkedOutputView .js-plotly-plot .main-svg"
 
 
 def test_side_panel_opens_with_the_dashboard(tmp_path):
-    cells = ("%load_ext keras_nbguard", "%%kerasrun --label mlp --quiet\nx = sum(range(10**6))",
-             "%nbguard dashboard --side")
+    cells = (
+        "%load_ext keras_nbguard",
+        "%%kerasrun --label mlp --quiet\nx = sum(range(10**6))",
+        "%nbguard dashboard --side",
+    )
     with jupyter_server(tmp_path, "lab") as server, chromium_page() as page:
         write_notebook(server.root / "side.ipynb", cells)
         page.goto(server.page_url("side.ipynb"))
@@ -273,13 +321,15 @@ def test_side_panel_opens_with_the_dashboard(tmp_path):
         run_all(page, timeout=120)
         page.wait_for_selector(".lm-TabBar-tabLabel:text-is('keras_nbguard')", timeout=30_000)
         panel = ".jupyter-widgets-sidecar, .jp-LinkedOutputView, .widget-sidecar"
-        page.wait_for_function(f"() => !!document.querySelector('{panel}') && [...document"
-                               f".querySelectorAll('{panel}')].some(p => p.innerText"
-                               ".includes('keras_nbguard'))", timeout=60_000)
+        page.wait_for_function(
+            f"() => !!document.querySelector('{panel}') && [...document"
+            f".querySelectorAll('{panel}')].some(p => p.innerText"
+            ".includes('keras_nbguard'))",
+            timeout=60_000,
+        )
         assert not page.query_selector(".jp-Notebook .keras-nbguard-static")  # not in the cell
         # the figure, once made, is as wide as the panel: not plotly's 700 px, cut off
-        page.wait_for_function(f"() => !!document.querySelector('{PANEL_FIGURE}')",
-                               timeout=120_000)
+        page.wait_for_function(f"() => !!document.querySelector('{PANEL_FIGURE}')", timeout=120_000)
         widths = page.evaluate(f"""() => {{
             const svg = document.querySelector('{PANEL_FIGURE}');
             const panel = svg.closest('.jp-LinkedOutputView, .jupyter-widgets-sidecar');

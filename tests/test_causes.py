@@ -86,8 +86,10 @@ model.fit(batches(), steps_per_epoch=4, epochs=3, verbose=0)
     assert fit.input_kind == "generator" and fit.input_batches >= 12
     per_batch = fit.input_seconds / fit.input_batches
     assert per_batch >= 0.3  # each batch sleeps that long at least
-    assert finding.message.startswith(f"your generator took {fmt_seconds(per_batch)} to make "
-                                      f"each of its {fit.input_batches} batches")
+    assert finding.message.startswith(
+        f"your generator took {fmt_seconds(per_batch)} to make "
+        f"each of its {fit.input_batches} batches"
+    )
 
 
 def test_a_slow_py_dataset_is_timed_too_and_a_fast_input_is_not_named(keras_shell):
@@ -108,9 +110,12 @@ model.fit(Slow(), epochs=3, verbose=0)  # the step time: the median of the epoch
     assert 0.3 * 12 <= fit.input_seconds < fit.seconds
     per_batch = fit.input_seconds / fit.input_batches
     assert only("input_pipeline", "pyds").message.startswith(
-        f"your PyDataset took {fmt_seconds(per_batch)} to make each of its 12 batches")
-    fast = "%%kerasrun --label fastgen --quiet\ndef batches():\n    while True:\n" \
-           "        yield x[:32], y[:32]\nmodel.fit(batches(), steps_per_epoch=6, verbose=0)\n"
+        f"your PyDataset took {fmt_seconds(per_batch)} to make each of its 12 batches"
+    )
+    fast = (
+        "%%kerasrun --label fastgen --quiet\ndef batches():\n    while True:\n"
+        "        yield x[:32], y[:32]\nmodel.fit(batches(), steps_per_epoch=6, verbose=0)\n"
+    )
     assert run(keras_shell, fast).success
     assert keras_nbguard.runs("fastgen")[-1].fits[0].input_seconds is not None
     assert keras_nbguard.diagnose("fastgen") == []

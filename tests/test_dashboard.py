@@ -37,9 +37,17 @@ NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "dashboard_demo.ipynb"
 
 
 def runs(n: int, label: str = "mlp", grow_mb: int = 4, **changes):
-    return [make_record(label=label, run_number=i + 1, started_at=1000.0 + i,
-                        fit_seconds=1.0 + 0.01 * i, rss_after=(500 + grow_mb * i) * MB,
-                        **changes) for i in range(n)]
+    return [
+        make_record(
+            label=label,
+            run_number=i + 1,
+            started_at=1000.0 + i,
+            fit_seconds=1.0 + 0.01 * i,
+            rss_after=(500 + grow_mb * i) * MB,
+            **changes,
+        )
+        for i in range(n)
+    ]
 
 
 def by_uid(data):
@@ -98,13 +106,20 @@ def test_failed_runs_are_marked_and_restarts_found():
 def test_a_kernel_restart_breaks_each_labels_line_at_its_run_numbers():
     first = [dataclasses.replace(r, kernel_id="k", pid=1) for r in runs(3)]
     first += [dataclasses.replace(r, kernel_id="k", pid=1, run_number=1) for r in runs(1, "cnn")]
-    then = [dataclasses.replace(r, kernel_id="k", pid=2, run_number=r.run_number + 3)
-            for r in runs(2)]  # "Restart kernel" keeps the id; the numbers go on
+    then = [
+        dataclasses.replace(r, kernel_id="k", pid=2, run_number=r.run_number + 3) for r in runs(2)
+    ]  # "Restart kernel" keeps the id; the numbers go on
     then += [dataclasses.replace(r, kernel_id="k", pid=2, run_number=2) for r in runs(1, "cnn")]
     rows = run_rows(first + then)
     assert [(row["g"], row["n"], row["k"]) for row in rows] == [
-        ("mlp", 1, 0), ("mlp", 2, 0), ("mlp", 3, 0), ("cnn", 1, 0), ("mlp", 4, 1), ("mlp", 5, 1),
-        ("cnn", 2, 1)]
+        ("mlp", 1, 0),
+        ("mlp", 2, 0),
+        ("mlp", 3, 0),
+        ("cnn", 1, 0),
+        ("mlp", 4, 1),
+        ("mlp", 5, 1),
+        ("cnn", 2, 1),
+    ]
     data = figure_data(first + then)
     assert by_uid(data)["rss:after:mlp"]["x"] == [1, 2, 3, 3.5, 4, 5]
     assert by_uid(data)["rss:after:mlp"]["y"][3] is None
@@ -114,23 +129,33 @@ def test_a_kernel_restart_breaks_each_labels_line_at_its_run_numbers():
 
 def test_trend_in_words_over_the_labels_last_runs():
     assert trend_text(runs(8, grow_mb=4), "mlp") == (  # flagged: the diagnosis names it
-        "mlp: ⚠ RSS +4.0 MiB per run over runs 2–8; fit time +10 ms per run over runs 2–8")
+        "mlp: ⚠ RSS +4.0 MiB per run over runs 2–8; fit time +10 ms per run over runs 2–8"
+    )
     assert trend_text(runs(8, grow_mb=1), "mlp").startswith("mlp: RSS +1.0 MiB per run")
     assert trend_text(runs(3, grow_mb=4), "mlp").startswith("mlp: RSS +4.0")  # too few runs
     assert trend_text(runs(1), "mlp") == (
-        "mlp: a trend needs 3 runs in this kernel, the first a warm-up (1 so far)")
+        "mlp: a trend needs 3 runs in this kernel, the first a warm-up (1 so far)"
+    )
     # only since the label's last restart (an old history whose numbers went back)
     assert "(2 so far)" in trend_text(runs(5) + runs(2, grow_mb=1), "mlp")
 
 
 def test_trend_is_this_kernels_never_mixed_with_an_earlier_one():
     # a restart: the old kernel's RSS was far higher, each new run adds 8 MiB; numbers go on
-    earlier = [dataclasses.replace(r, kernel_id="k", pid=1, rss_after=r.rss_after + 700 * MB)
-               for r in runs(3)]
-    now = [dataclasses.replace(r, kernel_id="k", pid=2, run_number=r.run_number + 3)
-           for r in runs(3, grow_mb=8)]
-    now += [dataclasses.replace(r, kernel_id="k", pid=2, run_number=r.run_number + 6,
-                                rss_after=r.rss_after + 24 * MB) for r in runs(4, grow_mb=8)]
+    earlier = [
+        dataclasses.replace(r, kernel_id="k", pid=1, rss_after=r.rss_after + 700 * MB)
+        for r in runs(3)
+    ]
+    now = [
+        dataclasses.replace(r, kernel_id="k", pid=2, run_number=r.run_number + 3)
+        for r in runs(3, grow_mb=8)
+    ]
+    now += [
+        dataclasses.replace(
+            r, kernel_id="k", pid=2, run_number=r.run_number + 6, rss_after=r.rss_after + 24 * MB
+        )
+        for r in runs(4, grow_mb=8)
+    ]
     text = trend_text(earlier + now, "mlp")
     assert text.startswith("mlp: ⚠ RSS +8.0 MiB per run over runs 5–10")  # not mixed: -300
 
@@ -145,8 +170,11 @@ def test_static_view_has_charts_table_and_failures_in_red():
     assert "mlp    3  error" in bundle["text/plain"]
     assert "m: held by model" in bundle["text/plain"]
     assert "Findings</b>: none, nothing stands out" in bundle["text/html"]
-    words = {"kind": "retracing", "message": "40 tf.function traces in mlp #1",
-             "advice": "fix the shapes"}  # the other fields (evidence, runs ...) left empty
+    words = {
+        "kind": "retracing",
+        "message": "40 tf.function traces in mlp #1",
+        "advice": "fix the shapes",
+    }  # the other fields (evidence, runs ...) left empty
     found = [Finding(**{f.name: () for f in dataclasses.fields(Finding)} | words)]
     bundle = static_view(records, figure_data(records), [], [], "last run", "", found)
     assert "<b>retracing</b>: 40 tf.function traces in mlp #1" in bundle["text/html"]
@@ -155,17 +183,21 @@ def test_static_view_has_charts_table_and_failures_in_red():
 
 def test_importing_the_dashboard_costs_no_plotly_or_widgets():
     assert callable(keras_nbguard.dashboard)  # the documented call, a plain function
-    code = ("import sys, keras_nbguard.board.widget, keras_nbguard.board.figures, "
-            "keras_nbguard.board.plotting; "
-            "print([m for m in ('plotly', 'ipywidgets', 'anywidget', 'tensorflow', 'keras') "
-            "if m in sys.modules])")
+    code = (
+        "import sys, keras_nbguard.board.widget, keras_nbguard.board.figures, "
+        "keras_nbguard.board.plotting; "
+        "print([m for m in ('plotly', 'ipywidgets', 'anywidget', 'tensorflow', 'keras') "
+        "if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     # a widget made: ipywidgets and anywidget, never plotly's figures or nbformat/jsonschema
-    code = ("import sys, keras_nbguard; from keras_nbguard.board.widget import Dashboard; "
-            "Dashboard(keras_nbguard.get_session(), mode='widget'); "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'plotly', 'nbformat', "
-            "'jsonschema', 'rfc3987_syntax', 'anywidget', 'ipywidgets'}))")
+    code = (
+        "import sys, keras_nbguard; from keras_nbguard.board.widget import Dashboard; "
+        "Dashboard(keras_nbguard.get_session(), mode='widget'); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'plotly', 'nbformat', "
+        "'jsonschema', 'rfc3987_syntax', 'anywidget', 'ipywidgets'}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "['anywidget', 'ipywidgets']"
 
@@ -221,15 +253,20 @@ def sent(board) -> list[dict]:
     """The messages the figure sends from now on (what travels to the page)."""
     messages: list[dict] = []
     send = board.chart.send
-    board.chart.send = lambda content, buffers=None: (messages.append(content),
-                                                      send(content, buffers))
+    board.chart.send = lambda content, buffers=None: (
+        messages.append(content),
+        send(content, buffers),
+    )
     return messages
 
 
 def test_a_run_updates_the_plot_live_panels_and_models(keras_shell, board):
     messages = sent(board)
-    run(keras_shell, "%%kerasrun --quiet --label mlp\nmodel = make_model()\n"
-                     "model.fit(x, y, epochs=2, verbose=0)\n")
+    run(
+        keras_shell,
+        "%%kerasrun --quiet --label mlp\nmodel = make_model()\n"
+        "model.fit(x, y, epochs=2, verbose=0)\n",
+    )
     assert [(row["g"], row["n"]) for row in board.chart._rows] == [("mlp", 1)]
     assert len(board.chart._live["epochs"]) == 2  # seconds per epoch of the last run
     assert len(board.chart._live["t"]) > 0  # its RSS over time
@@ -249,8 +286,10 @@ def test_a_run_updates_the_plot_live_panels_and_models(keras_shell, board):
 def test_a_run_is_named_label_colon_number_and_the_old_hash_still_works():
     from keras_nbguard.diagnosis.compare import compare_runs, find_run
 
-    records = [make_record(label=label, run_number=n) for label, n in
-               (("mlp", 1), ("mlp", 5), ("cnn:3", 2))]
+    records = [
+        make_record(label=label, run_number=n)
+        for label, n in (("mlp", 1), ("mlp", 5), ("cnn:3", 2))
+    ]
     assert find_run(records, "mlp:5") is records[1]  # not read as a comment by an editor
     assert find_run(records, "mlp#5") is records[1] and find_run(records, "mlp #5") is records[1]
     assert find_run(records, "cnn:3") is records[2]  # a label that looks like a reference
@@ -284,12 +323,17 @@ def test_compact_line_says_the_last_run_its_trend_and_stale_models(keras_shell):
     assert line.line() == "keras_nbguard · no run yet"
     run(keras_shell, "kept = []")
     for _ in range(2):
-        run(keras_shell, "%%kerasrun --quiet --label kept\nkept.append(make_model())\n"
-                         "kept[-1].fit(x, y, epochs=1, verbose=0)\n")
+        run(
+            keras_shell,
+            "%%kerasrun --quiet --label kept\nkept.append(make_model())\n"
+            "kept[-1].fit(x, y, epochs=1, verbose=0)\n",
+        )
     last = keras_nbguard.runs("kept")[-1]
     text = line.line()
-    assert text.startswith(f"keras_nbguard · kept #2 ok · fit {fmt_seconds(last.fit_seconds)} "
-                           f"({fmt_seconds(last.delta_fit_seconds, signed=True)}) · ")
+    assert text.startswith(
+        f"keras_nbguard · kept #2 ok · fit {fmt_seconds(last.fit_seconds)} "
+        f"({fmt_seconds(last.delta_fit_seconds, signed=True)}) · "
+    )
     assert " · a trend needs 3 runs in this kernel, the first a warm-up (2 so far) · " in text
     assert text.endswith(" · 1 stale model")
     assert "#ef6c00" in line.bundle()["text/html"]  # a stale model: orange
@@ -318,7 +362,8 @@ def test_clear_output_cache_and_reset_history_buttons(keras_shell, board):
     assert board.chart._live["epochs"] == [] and board.chart._live["t"] == []
     reports = board._bottom.value.split("nbguard-reports'>")[1].split("</div><div class")[0]
     assert reports.count("<div") == 2 and reports.index("reset_history") < reports.index(
-        "clear_output_cache")  # one entry a line, newest first
+        "clear_output_cache"
+    )  # one entry a line, newest first
     run(keras_shell, "%%kerasrun --quiet\nmodel = make_model()\n")
     assert keras_nbguard.runs()[-1].run_number == 2  # numbers go on after a reset
 
@@ -404,8 +449,9 @@ def test_the_widget_never_keeps_a_model_alive(keras_shell, board):
 def test_updates_from_many_threads_keep_the_figure_whole(board):
     session = board.session
     session.past.mine.extend(runs(20))
-    threads = [threading.Thread(target=lambda: [board.refresh() for _ in range(5)])
-               for _ in range(4)]
+    threads = [
+        threading.Thread(target=lambda: [board.refresh() for _ in range(5)]) for _ in range(4)
+    ]
     for t in threads:
         t.start()
     for i in range(20):
@@ -466,21 +512,36 @@ def test_frontend_detection(monkeypatch):
 
 
 def test_model_lines_flag_stale_models_first_with_size_and_paths():
-    stale = Leak("models[0]", ("models[0]", "Out[3].model"), "sequential_1", "Sequential", 10,
-                 40 * 2**20, 0, "mlp", 1, True, "from run 'mlp' #1; the latest is #2")
-    current = dataclasses.replace(stale, path="model", paths=("model",), model_name="sequential",
-                                  run_number=2, stale=False)
+    stale = Leak(
+        "models[0]",
+        ("models[0]", "Out[3].model"),
+        "sequential_1",
+        "Sequential",
+        10,
+        40 * 2**20,
+        0,
+        "mlp",
+        1,
+        True,
+        "from run 'mlp' #1; the latest is #2",
+    )
+    current = dataclasses.replace(
+        stale, path="model", paths=("model",), model_name="sequential", run_number=2, stale=False
+    )
     lines = model_lines(LeakReport((stale, current), (current,)))
-    assert lines == ["STALE sequential_1 (40.0 MiB weights, mlp #1): models[0], Out[3].model",
-                     "current sequential (40.0 MiB weights, mlp #2): model",
-                     "1 more alive that nothing you can name holds (gone at the next clear)"]
+    assert lines == [
+        "STALE sequential_1 (40.0 MiB weights, mlp #1): models[0], Out[3].model",
+        "current sequential (40.0 MiB weights, mlp #2): model",
+        "1 more alive that nothing you can name holds (gone at the next clear)",
+    ]
 
 
 @pytest.mark.kernel
 def test_nbclient_execution_shows_the_static_view_updated_by_display_id(tmp_path):
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(o.get("output_type") != "error" for c in code for o in c.outputs)
     (shown,) = code[2].outputs
@@ -509,13 +570,21 @@ print(json.dumps({"trend": trend_text(runs, "mlp"), "numbers": [r.run_number for
 def test_trend_is_the_current_kernels_over_two_real_processes(tmp_path):
     """Two kernel processes of one notebook, one history: the first grew 60 MiB a run and its
     RSS ended far above the second's start; the second's trend is its own +8 MiB a run."""
-    env = {**os.environ, "KERAS_NBGUARD_DB": str(tmp_path / "h.db"),
-           "KERAS_NBGUARD_NOTEBOOK": str(tmp_path / "same.ipynb"),
-           "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    env = {
+        **os.environ,
+        "KERAS_NBGUARD_DB": str(tmp_path / "h.db"),
+        "KERAS_NBGUARD_NOTEBOOK": str(tmp_path / "same.ipynb"),
+        "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    }
 
     def kernel(runs: int, mb: int) -> dict:
-        done = subprocess.run([sys.executable, "-c", KERNEL, str(runs), str(mb)], env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", KERNEL, str(runs), str(mb)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout.splitlines()[-1])
 
@@ -531,8 +600,10 @@ def test_trend_is_the_current_kernels_over_two_real_processes(tmp_path):
 
 
 def test_a_sweeps_points_are_lines_of_their_own():
-    records = [make_record(label="sweep", run_number=n, params={"units": u})
-               for n, u in enumerate((32, 64, 32, 64), 1)]
+    records = [
+        make_record(label="sweep", run_number=n, params={"units": u})
+        for n, u in enumerate((32, 64, 32, 64), 1)
+    ]
     data = figure_data(records)
     fits = {t["label"]: t["x"] for t in data["traces"] if t["uid"].startswith("fit:fit:")}
     assert fits == {"sweep units=32": [1, 3], "sweep units=64": [2, 4]}
@@ -547,16 +618,28 @@ def test_a_sweep_reads_as_one_table_that_fills_in():
     assert table.summary() == "sweep mlp: 0 done, 0 running, 4 left of 4"
     table.started(points[0])
     table.started(points[1])
-    table.finished(points[0], make_record(label="mlp", run_number=1, fit_seconds=2.0,
-                                          params=points[0]))
-    table.finished(points[1], make_record(label="mlp", run_number=2, fit_seconds=1.5,
-                                          params=points[1], findings=("retracing: 9 traces",)))
+    table.finished(
+        points[0], make_record(label="mlp", run_number=1, fit_seconds=2.0, params=points[0])
+    )
+    table.finished(
+        points[1],
+        make_record(
+            label="mlp",
+            run_number=2,
+            fit_seconds=1.5,
+            params=points[1],
+            findings=("retracing: 9 traces",),
+        ),
+    )
     table.started(points[2])
     done = table.summary()
     assert done.startswith("sweep mlp: 2 done, 1 running, 1 left of 4, about ") and "left" in done
     rows = table.rows()  # the running point first, then the latest ended
-    assert [(r[1], r[2]) for r in rows] == [("units=64", "running"), ("units=32", "ok"),
-                                            ("units=16", "ok")]
+    assert [(r[1], r[2]) for r in rows] == [
+        ("units=64", "running"),
+        ("units=32", "ok"),
+        ("units=16", "ok"),
+    ]
     assert rows[1][0] == "★" and rows[1][5] == "retracing: 9 traces"  # the fastest, marked
     table.finished(points[2], status="died")  # nothing came back
     markup = table.bundle()["text/html"]
@@ -570,7 +653,9 @@ def test_the_figure_sends_only_new_samples_and_keeps_its_state_whole(board):
     chart.set_live([0.0, 0.1, 0.2], [500.0, 501.0, 502.0], [0.4], "running: mlp #1")
     chart.set_live([0.0, 0.1, 0.2], [500.0, 501.0, 502.0], [0.4], "running: mlp #1")  # no change
     assert [(m["start"], m["t"], m["epochs"]) for m in messages] == [
-        (0, [0.0, 0.1], []), (2, [0.2], [0.4])]
+        (0, [0.0, 0.1], []),
+        (2, [0.2], [0.4]),
+    ]
     chart.set_live([0.0, 0.2], [501.0, 502.0], [0.4], "running: mlp #1")  # halved: all again
     assert (messages[-1]["start"], messages[-1]["t"]) == (0, [0.0, 0.2])
     # a reloaded page asks for the state: it is the whole figure, never sent as a trait change

@@ -86,8 +86,14 @@ def seed_loops() -> dict[str, Any]:
         del model
     clear()
     reports.append(deep.clean())
-    return {"plain": plain, "deep": counts, "reports": reports,
-            "before_deep": before_deep, "after_deep": custom_names(), "held": deep.held}
+    return {
+        "plain": plain,
+        "deep": counts,
+        "reports": reports,
+        "before_deep": before_deep,
+        "after_deep": custom_names(),
+        "held": deep.held,
+    }
 
 
 @pytest.mark.slow
@@ -196,8 +202,11 @@ def test_an_entry_of_unknown_shape_disables_deep_clean(monkeypatch):
     messages: list[str] = []
     deep = DeepClean(warn=messages.append)
     mark = deep.run_started()
-    monkeypatch.setitem(ops._gradient_registry._registry, "CustomGradient-999999999",
-                        {"type": lambda op, *grads: grads, "location": None})
+    monkeypatch.setitem(
+        ops._gradient_registry._registry,
+        "CustomGradient-999999999",
+        {"type": lambda op, *grads: grads, "location": None},
+    )
     deep.run_ended(mark, [])
     assert not deep.available and "tape_grad_fn" in (deep.reason or "")
     assert len(messages) == 1 and not deep.clean().available
@@ -241,7 +250,7 @@ def test_without_tensorflow_there_is_nothing_to_clean_and_nothing_is_imported():
         assert "tensorflow" not in sys.modules and "keras" not in sys.modules
     """)
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
-

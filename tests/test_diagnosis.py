@@ -22,9 +22,16 @@ MiB = 2**20
 
 def runs_of(fit_seconds: list[float], rss_after: list[int] | None = None, label: str = "mlp"):
     rss_after = rss_after or [500 * MiB] * len(fit_seconds)
-    return [make_record(label=label, run_number=i + 1, fit_seconds=s, rss_after=r,
-                        fits=(FitRecord(seconds=s, epochs=2),))
-            for i, (s, r) in enumerate(zip(fit_seconds, rss_after, strict=True))]
+    return [
+        make_record(
+            label=label,
+            run_number=i + 1,
+            fit_seconds=s,
+            rss_after=r,
+            fits=(FitRecord(seconds=s, epochs=2),),
+        )
+        for i, (s, r) in enumerate(zip(fit_seconds, rss_after, strict=True))
+    ]
 
 
 def kinds(findings) -> list[str]:
@@ -82,15 +89,21 @@ def test_the_trend_is_robust_to_one_outlier():
 @pytest.mark.slow
 def test_a_clean_label_raises_nothing_and_kept_models_are_named(keras_shell):
     for _ in range(MIN_RUNS + 2):
-        assert run(keras_shell, "%%kerasrun --label clean --quiet\nmodel = make_model()\n"
-                                "model.fit(x, y, epochs=2, verbose=0)").success
+        assert run(
+            keras_shell,
+            "%%kerasrun --label clean --quiet\nmodel = make_model()\n"
+            "model.fit(x, y, epochs=2, verbose=0)",
+        ).success
     times = [round(r.fit_seconds, 3) for r in keras_nbguard.runs("clean")]
     assert keras_nbguard.diagnose("clean") == [], times  # the times, should it ever fail
     assert [r.findings for r in keras_nbguard.runs("clean") if r.findings] == []
     run(keras_shell, "kept = []")
     for _ in range(2):
-        assert run(keras_shell, "%%kerasrun --label kept --quiet\nkept.append(make_model())\n"
-                                "kept[-1].fit(x, y, epochs=1, verbose=0)").success
+        assert run(
+            keras_shell,
+            "%%kerasrun --label kept --quiet\nkept.append(make_model())\n"
+            "kept[-1].fit(x, y, epochs=1, verbose=0)",
+        ).success
     (finding,) = keras_nbguard.diagnose("kept")
     assert finding.kind == "stale_models" and "kept[0]" in finding.message
     assert finding.message.startswith("1 model from kept #1 still alive after kept #2")
@@ -106,16 +119,20 @@ def test_a_clean_label_raises_nothing_and_kept_models_are_named(keras_shell):
 
 
 def test_compare_names_runs_in_the_users_terms():
-    records = [make_record(label="my mlp", run_number=n, fit_seconds=1.0 + n / 10,
-                           traces=None) for n in (1, 2, 3)]
+    records = [
+        make_record(label="my mlp", run_number=n, fit_seconds=1.0 + n / 10, traces=None)
+        for n in (1, 2, 3)
+    ]
     first, second = find_run(records, "my mlp#1"), find_run(records, "my mlp")
     assert (first.run_number, second.run_number) == (1, 3)  # a label alone: its last run
     rows = {name: rest for name, *rest in Comparison(first, second).rows()}
     assert rows["fit"] == ["1.10 s", "1.30 s", "+200 ms"]
     assert rows["tf.function traces"] == ["n/a", "n/a", "n/a"]  # unknown, never 0
     same = "retracing: 12 tf.function traces in my mlp #{} (12 per fit) — %nbguard diagnose"
-    kept = Comparison(dataclasses.replace(first, findings=(same.format(1),)),
-                      dataclasses.replace(second, findings=(same.format(3), "callbacks: x")))
+    kept = Comparison(
+        dataclasses.replace(first, findings=(same.format(1),)),
+        dataclasses.replace(second, findings=(same.format(3), "callbacks: x")),
+    )
     assert kept.findings() == ((), ("callbacks: x",))  # the same cause in both is no difference
     with pytest.raises(ValueError, match=r"'my mlp' has no run #9 \(it has #1, #2, #3\)"):
         find_run(records, "my mlp #9")
@@ -125,8 +142,13 @@ def test_compare_names_runs_in_the_users_terms():
 
 def test_a_gpu_held_whole_with_little_used_is_gpu_growth_not_set():
     # the figures NVML and tf.config would read on a GPU box (none here): 76 of 80 GiB held
-    held = GpuReading(tf_current=300 * MiB, tf_peak=1200 * MiB, nvml_used=77 * 1024 * MiB,
-                      nvml_total=80 * 1024 * MiB, nvml_process_used=76 * 1024 * MiB)
+    held = GpuReading(
+        tf_current=300 * MiB,
+        tf_peak=1200 * MiB,
+        nvml_used=77 * 1024 * MiB,
+        nvml_total=80 * 1024 * MiB,
+        nvml_process_used=76 * 1024 * MiB,
+    )
     (finding,) = diagnose([make_record(gpu=held)])
     assert finding.kind == "gpu_growth_not_set"
     assert "holds 77,824.0 MiB of the GPU's 81,920.0 MiB (95%)" in finding.message
@@ -136,11 +158,17 @@ def test_a_gpu_held_whole_with_little_used_is_gpu_growth_not_set():
 
 
 def test_out_of_memory_names_the_batch_the_memory_and_a_smaller_batch():
-    record = make_record(status="oom", rss_peak=3 * 1024 * MiB, error="ResourceExhaustedError: OOM",
-                         fits=(FitRecord(seconds=0.2, epochs=0, batch_size=16384),),
-                         advice=("try batch_size=8192", "mixed precision"))
+    record = make_record(
+        status="oom",
+        rss_peak=3 * 1024 * MiB,
+        error="ResourceExhaustedError: OOM",
+        fits=(FitRecord(seconds=0.2, epochs=0, batch_size=16384),),
+        advice=("try batch_size=8192", "mixed precision"),
+    )
     (finding,) = diagnose([record])
     assert finding.kind == "oom_batch"
-    assert finding.message == ("mlp #1 ran out of host memory at batch_size=16384, with "
-                               "3,072.0 MiB in use: ResourceExhaustedError: OOM")
+    assert finding.message == (
+        "mlp #1 ran out of host memory at batch_size=16384, with "
+        "3,072.0 MiB in use: ResourceExhaustedError: OOM"
+    )
     assert ("try", "batch_size=8192") in finding.evidence

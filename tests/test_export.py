@@ -36,7 +36,10 @@ def test_export_writes_one_row_per_run_with_unknowns_left_empty(keras_shell, tmp
     rows = _rows(target)
     records = keras_nbguard.runs()
     assert [(r["label"], r["run_number"], r["status"]) for r in rows] == [
-        ("mlp", "1", "ok"), ("mlp", "2", "ok"), ("broken", "1", "error")]
+        ("mlp", "1", "ok"),
+        ("mlp", "2", "ok"),
+        ("broken", "1", "error"),
+    ]
     for row, record in zip(rows, records, strict=True):
         assert float(row["wall_seconds"]) == pytest.approx(record.wall_seconds)
         assert int(row["rss_peak"]) == record.rss_peak
@@ -115,7 +118,8 @@ def test_config_db_in_memory_keeps_nothing_on_disk(shell, tmp_path):
 
 
 def test_export_never_overwrites_unless_forced_and_never_the_history_or_a_notebook(
-        shell, tmp_path, history_database, capsys):
+    shell, tmp_path, history_database, capsys
+):
     assert shell.run_cell("%%kerasrun --label e --quiet\nz = 1").success
     keras_nbguard.get_session().store.flush()
     mine = tmp_path / "mine.csv"

@@ -44,8 +44,10 @@ def test_sampler_catches_200_mb_held_for_50_ms():
 
 
 def test_run_peak_includes_a_short_spike(keras_shell):
-    cell = ("%%kerasrun --label spike --quiet --no-clear\nimport numpy as np, time\n"
-            "block = np.ones(200 * 2**20 // 8); time.sleep(0.05); del block\n")
+    cell = (
+        "%%kerasrun --label spike --quiet --no-clear\nimport numpy as np, time\n"
+        "block = np.ones(200 * 2**20 // 8); time.sleep(0.05); del block\n"
+    )
     keras_shell.run_cell(cell)
     record = keras_nbguard.runs("spike")[-1]
     assert record.rss_peak - record.rss_before >= 190 * MB
@@ -73,5 +75,6 @@ def test_broken_reader_stops_the_sampler_not_the_run():
 
 def test_statm_reader_agrees_with_psutil():
     import psutil
+
     ours, theirs = default_rss_reader()(), psutil.Process().memory_info().rss
     assert abs(ours - theirs) < 8 * MB

@@ -142,8 +142,10 @@ def test_a_run_that_traces_more_than_the_runs_before_it_is_named_and_stays_named
     assert [r.traces for r in keras_nbguard.runs("more")] == [2, 0, 3]
     (finding,) = keras_nbguard.diagnose("more")
     assert finding.kind == "retracing" and finding.runs == ("more #3",)
-    assert finding.message.startswith("more #3 made 3 tf.function traces, more than any earlier "
-                                      "run of 'more' in this kernel (2 at most in more #1–#2)")
+    assert finding.message.startswith(
+        "more #3 made 3 tf.function traces, more than any earlier "
+        "run of 'more' in this kernel (2 at most in more #1–#2)"
+    )
     assert "scale 3× (2 at most before)" in finding.message
     # run 4 finds them cached again: the cause shown under run 3 is still there, naming run 3
     assert run(keras_shell, cell).success
@@ -163,8 +165,10 @@ def test_a_cause_of_an_earlier_run_stays_until_a_later_run_does_the_same_work_wi
     assert diagnose([traced, cached, fixed]) == []  # traced again, once: fixed
 
 
-KEPT = ("%%kerasrun --label kept --quiet\nkept.append(make_model())\n"
-        "kept[-1].fit(x, y, epochs=1, verbose=0)")
+KEPT = (
+    "%%kerasrun --label kept --quiet\nkept.append(make_model())\n"
+    "kept[-1].fit(x, y, epochs=1, verbose=0)"
+)
 
 
 def test_a_freed_models_finding_is_gone_at_once(keras_shell):
@@ -205,18 +209,28 @@ print(json.dumps({
 
 
 @pytest.mark.slow
-def test_a_second_kernel_on_the_same_history_shows_none_of_the_first_ones_models(keras_shell,
-                                                                               history_database):
+def test_a_second_kernel_on_the_same_history_shows_none_of_the_first_ones_models(
+    keras_shell, history_database
+):
     run(keras_shell, "kept = []")
     for _ in range(2):
         assert run(keras_shell, KEPT).success
     session = keras_nbguard.get_session()
     assert kinds(keras_nbguard.diagnose()) == ["stale_models"]  # here, in the first kernel
     session.store.flush()  # on disk
-    env = {**os.environ, "KERAS_NBGUARD_DB": str(history_database),
-           "KERAS_NBGUARD_NOTEBOOK": session.notebook}
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(SECOND_KERNEL)], env=env,
-                         capture_output=True, text=True, timeout=120, check=True).stdout
+    env = {
+        **os.environ,
+        "KERAS_NBGUARD_DB": str(history_database),
+        "KERAS_NBGUARD_NOTEBOOK": session.notebook,
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SECOND_KERNEL)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     seen = json.loads(out.strip().splitlines()[-1])
     assert seen["history"] == [["kept", 1], ["kept", 2]]  # it reads the first kernel's runs
     assert seen["recorded_stale"] == [2]  # whose record names a stale model
@@ -224,12 +238,25 @@ def test_a_second_kernel_on_the_same_history_shows_none_of_the_first_ones_models
 
 
 # -- the one trend -------------------------------------------------------------------------------
-def grown(count: int, mib_a_run: float, kernel: str = "k1", pid: int = 1, first: int = 1,
-          warmup_mib: float = 50):
+def grown(
+    count: int,
+    mib_a_run: float,
+    kernel: str = "k1",
+    pid: int = 1,
+    first: int = 1,
+    warmup_mib: float = 50,
+):
     """Runs of ``mlp`` in one kernel: the first jumps by ``warmup_mib``, then RSS grows steadily."""
-    return [make_record(run_number=first + i, kernel_id=kernel, pid=pid, fit_seconds=1.0,
-                        rss_after=int((500 + (warmup_mib if i else 0) + i * mib_a_run) * MiB))
-            for i in range(count)]
+    return [
+        make_record(
+            run_number=first + i,
+            kernel_id=kernel,
+            pid=pid,
+            fit_seconds=1.0,
+            rss_after=int((500 + (warmup_mib if i else 0) + i * mib_a_run) * MiB),
+        )
+        for i in range(count)
+    ]
 
 
 def test_the_trend_leaves_out_the_warm_up_and_says_its_span():
@@ -238,8 +265,9 @@ def test_the_trend_leaves_out_the_warm_up_and_says_its_span():
     assert fit.span == rss.span == "runs 2–5"
     assert rss.slope == 2.5 * MiB  # not the 50 MiB jump of run 1
     assert not rss.flagged  # 4 runs after the warm-up: too few to judge
-    assert trends_text("mlp", runs) == ("mlp: RSS +2.5 MiB per run over runs 2–5; "
-                                        "fit time +0 ms per run over runs 2–5")
+    assert trends_text("mlp", runs) == (
+        "mlp: RSS +2.5 MiB per run over runs 2–5; fit time +0 ms per run over runs 2–5"
+    )
 
 
 def test_the_flag_beside_the_number_is_the_diagnosis_finding():
@@ -259,6 +287,7 @@ def test_after_a_restart_the_trend_is_the_new_kernels_alone():
     earlier = grown(6, 4.0)
     now = grown(2, 0.5, kernel="k2", pid=2, first=7)
     assert trends_text("mlp", earlier + now) == (
-        "mlp: a trend needs 3 runs in this kernel, the first a warm-up (2 so far)")
+        "mlp: a trend needs 3 runs in this kernel, the first a warm-up (2 so far)"
+    )
     now = grown(4, 0.5, kernel="k1", pid=3, first=7)  # "Restart kernel": same id, new process
     assert label_trends(earlier + now)[0].span == "runs 8–10"

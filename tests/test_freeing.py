@@ -50,8 +50,11 @@ def test_purges_the_output_cache_and_underscores(ip):
 
 
 def test_clears_the_last_traceback(ip):
-    run(ip, "keep = []\ndef boom():\n    m = tiny('in_traceback')\n    keep.append(1)\n"
-            "    raise ValueError('boom')\n")
+    run(
+        ip,
+        "keep = []\ndef boom():\n    m = tiny('in_traceback')\n    keep.append(1)\n"
+        "    raise ValueError('boom')\n",
+    )
     assert not run(ip, "boom()").success
     report = free(ip)
     assert [leak.model_name for leak in report.freed] == ["in_traceback"], report.lines()
@@ -61,16 +64,28 @@ def test_clears_the_last_traceback(ip):
 
 @pytest.mark.slow
 def test_user_containers_are_reported_not_changed_unless_asked(ip):
-    run(ip, "models = [tiny('in_list')]\nresults = {'r': {'model': tiny('in_dict')}}\n"
-            "class T: pass\nt = T()\nt.best = tiny('in_attr')\nbag = {tiny('in_set')}\n"
-            "def make(m):\n    return lambda: m\ncb = make(tiny('in_closure'))\n"
-            "def f(m=tiny('in_default')): pass")
+    run(
+        ip,
+        "models = [tiny('in_list')]\nresults = {'r': {'model': tiny('in_dict')}}\n"
+        "class T: pass\nt = T()\nt.best = tiny('in_attr')\nbag = {tiny('in_set')}\n"
+        "def make(m):\n    return lambda: m\ncb = make(tiny('in_closure'))\n"
+        "def f(m=tiny('in_default')): pass",
+    )
     names = ["in_list", "in_dict", "in_attr", "in_set", "in_closure", "in_default"]
     ns = ip.user_ns
     registry = ModelRegistry()
-    registry.note_run("mlp", 1, [ns["models"][0], ns["results"]["r"]["model"], ns["t"].best,
-                                 *ns["bag"], ns["cb"].__closure__[0].cell_contents,
-                                 ns["f"].__defaults__[0]])
+    registry.note_run(
+        "mlp",
+        1,
+        [
+            ns["models"][0],
+            ns["results"]["r"]["model"],
+            ns["t"].best,
+            *ns["bag"],
+            ns["cb"].__closure__[0].cell_contents,
+            ns["f"].__defaults__[0],
+        ],
+    )
     registry.note_run("mlp", 2)
     report = free(ip, registry)
     assert report.freed == () and {leak.model_name for leak in report.kept} == set(names)
@@ -110,8 +125,11 @@ def test_keeps_the_dtype_policy(ip):
 
 
 def test_rss_drops_after_freeing_a_large_model(ip):
-    run(ip, "big = keras.Sequential([keras.Input((5000,)), keras.layers.Dense(5000),"
-            " keras.layers.Dense(5000)], name='big')")  # 2 x 25M float32 weights: ~200 MiB
+    run(
+        ip,
+        "big = keras.Sequential([keras.Input((5000,)), keras.layers.Dense(5000),"
+        " keras.layers.Dense(5000)], name='big')",
+    )  # 2 x 25M float32 weights: ~200 MiB
     registry = made_by_runs(ip, ("big", 1, ["big"]), ("big", 2, []))
     rss = psutil.Process().memory_info().rss
     report = free(ip, registry)

@@ -36,8 +36,9 @@ def in_fresh_python(body: str) -> dict:
     code = PRELUDE + textwrap.dedent(body)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     env.pop("KERAS_NBGUARD_GC_FREEZE", None)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=600, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -59,26 +59,38 @@ class FakeNvml:
 class FakeTfConfig:
     """tf.config as TensorFlow behaves: device changes raise once the runtime is initialized."""
 
-    LogicalDeviceConfiguration = staticmethod(lambda memory_limit: SimpleNamespace(
-        memory_limit=memory_limit))
+    LogicalDeviceConfiguration = staticmethod(
+        lambda memory_limit: SimpleNamespace(memory_limit=memory_limit)
+    )
 
     def __init__(self, gpus=1, initialized=False):
-        self.gpu_list = [SimpleNamespace(name=f"/physical_device:GPU:{i}", device_type="GPU")
-                         for i in range(gpus)]
+        self.gpu_list = [
+            SimpleNamespace(name=f"/physical_device:GPU:{i}", device_type="GPU")
+            for i in range(gpus)
+        ]
         self.initialized = initialized
         self.growth: dict[str, bool] = {}
         self.logical: dict[str, list] = {}
         self.stats_resets: list[str] = []
         self.experimental = SimpleNamespace(
-            set_memory_growth=self._set_growth, get_memory_growth=self._get_growth,
-            reset_memory_stats=self._reset, get_memory_info=self._info)
+            set_memory_growth=self._set_growth,
+            get_memory_growth=self._get_growth,
+            reset_memory_stats=self._reset,
+            get_memory_info=self._info,
+        )
 
     def list_physical_devices(self, kind):
         return list(self.gpu_list) if kind == "GPU" else []
 
     def list_logical_devices(self, kind):
-        return [SimpleNamespace(name=f"/job:localhost/replica:0/task:0/device:GPU:{i}")
-                for i in range(len(self.gpu_list))] if kind == "GPU" else []
+        return (
+            [
+                SimpleNamespace(name=f"/job:localhost/replica:0/task:0/device:GPU:{i}")
+                for i in range(len(self.gpu_list))
+            ]
+            if kind == "GPU"
+            else []
+        )
 
     def _set_growth(self, device, enabled):
         if self.initialized:
@@ -120,11 +132,14 @@ def test_real_nvml_without_a_driver_says_why():
     assert reason.startswith("NVML: ")
 
 
-@pytest.mark.parametrize("code, words", [
-    (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "library not found"),
-    (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "driver not loaded"),
-    (pynvml.NVML_ERROR_NO_PERMISSION, "no permission"),
-])
+@pytest.mark.parametrize(
+    "code, words",
+    [
+        (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "library not found"),
+        (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "driver not loaded"),
+        (pynvml.NVML_ERROR_NO_PERMISSION, "no permission"),
+    ],
+)
 def test_nvml_init_failures_give_none_and_a_reason_once(code, words):
     nvml = FakeNvml(init_error=code)
     reader = NvmlReader(nvml, environ={})
@@ -134,10 +149,16 @@ def test_nvml_init_failures_give_none_and_a_reason_once(code, words):
 
 
 def test_nvml_matches_this_process_by_pid():
-    procs = [SimpleNamespace(pid=1, usedGpuMemory=5 * MB),
-             SimpleNamespace(pid=os.getpid(), usedGpuMemory=900 * MB)]
+    procs = [
+        SimpleNamespace(pid=1, usedGpuMemory=5 * MB),
+        SimpleNamespace(pid=os.getpid(), usedGpuMemory=900 * MB),
+    ]
     assert NvmlReader(FakeNvml(processes=procs), environ={}).read() == (
-        3000 * MB, 80000 * MB, 900 * MB, None)
+        3000 * MB,
+        80000 * MB,
+        900 * MB,
+        None,
+    )
 
 
 def test_pid_not_found_says_containers_instead_of_guessing():
@@ -167,17 +188,22 @@ def test_nvml_follows_cuda_visible_devices():
 
 
 def test_nvml_sums_every_visible_device_and_this_process_on_each():
-    procs = {0: [SimpleNamespace(pid=os.getpid(), usedGpuMemory=900 * MB)],
-             1: [SimpleNamespace(pid=os.getpid(), usedGpuMemory=600 * MB)]}
+    procs = {
+        0: [SimpleNamespace(pid=os.getpid(), usedGpuMemory=900 * MB)],
+        1: [SimpleNamespace(pid=os.getpid(), usedGpuMemory=600 * MB)],
+    }
     nvml = FakeNvml(processes=procs, devices=3)
-    assert NvmlReader(nvml, environ={}).read() == (
-        3 * 3000 * MB, 3 * 80000 * MB, 1500 * MB, None)
+    assert NvmlReader(nvml, environ={}).read() == (3 * 3000 * MB, 3 * 80000 * MB, 1500 * MB, None)
     # CUDA stops at the first invalid entry; "" or "-1" hide every GPU
     nvml.handles.clear()
     NvmlReader(nvml, environ={"CUDA_VISIBLE_DEVICES": "1,-1,2"}).read()
     assert nvml.handles == [1]
     assert NvmlReader(nvml, environ={"CUDA_VISIBLE_DEVICES": "-1"}).read() == (
-        None, None, None, "NVML: CUDA_VISIBLE_DEVICES hides every GPU")
+        None,
+        None,
+        None,
+        "NVML: CUDA_VISIBLE_DEVICES hides every GPU",
+    )
 
 
 def test_pid_on_no_device_prefers_the_container_hint():
@@ -196,7 +222,10 @@ def test_collector_reads_allocator_and_nvml_when_tf_initialized_a_gpu():
     assert config.stats_resets == ["GPU:0"]
     assert (reading.tf_current, reading.tf_peak) == (100 * MB, 700 * MB)
     assert (reading.nvml_used, reading.nvml_total, reading.nvml_process_used) == (
-        3000 * MB, 80000 * MB, 900 * MB)
+        3000 * MB,
+        80000 * MB,
+        900 * MB,
+    )
     assert reading.reason is None and reading.known
 
 
@@ -210,11 +239,14 @@ def test_allocator_figures_are_summed_over_every_gpu_tf_uses():
     assert reading.nvml_total == 2 * 80000 * MB
 
 
-@pytest.mark.parametrize("tf, words", [
-    (None, "TensorFlow is not imported"),
-    (fake_tf(gpus=0)[0], "sees none"),
-    (fake_tf(initialized=False)[0], "not initialized"),
-])
+@pytest.mark.parametrize(
+    "tf, words",
+    [
+        (None, "TensorFlow is not imported"),
+        (fake_tf(gpus=0)[0], "sees none"),
+        (fake_tf(initialized=False)[0], "not initialized"),
+    ],
+)
 def test_no_gpu_reading_is_none_with_a_reason(tf, words):
     nvml = FakeNvml()
     collector = GpuCollector(lambda: tf, NvmlReader(nvml, environ={}))
@@ -261,6 +293,7 @@ def test_memory_limit_before_and_after_initialization():
 
 def test_too_late_gpu_limit_through_the_magic_warns_once_and_the_cell_runs(shell):
     import keras_nbguard
+
     tf, _ = fake_tf(initialized=True)
     keras_nbguard.get_session().tf_gpu = lambda: tf
     with pytest.warns(keras_nbguard.NbguardWarning, match="can't be applied"):

@@ -110,16 +110,19 @@ def test_text_classification_keeps_only_the_latest_run_and_the_layer_keeps_worki
     assert lengths == [(1, 1)] * 3  # one node in, one out: the latest run's; no growth
     assert run(shell, "after = vectorize_layer(texts[:4]).numpy()").success
     assert (shell.user_ns["after"] == shell.user_ns["before"]).all()  # it still vectorizes
-    assert run(shell, "pred = end_to_end_model.predict(tf.constant(texts[:4, None]), verbose=0)"
-               ).success
+    assert run(
+        shell, "pred = end_to_end_model.predict(tf.constant(texts[:4, None]), verbose=0)"
+    ).success
     assert shell.user_ns["pred"].shape == (4, 1)  # the current model still works through it
     result = run(shell, NEW_MODEL)
     assert result.success, result.error_in_exec
     assert math.isfinite(shell.user_ns["loss"])  # it built and trained
     released = keras_nbguard.runs("text")[-1].released_models
     assert released is not None and released.runs == (2,)
-    assert any("vectorize_layer — its outbound node into end_to_end_model of #2" in p
-               for p in released.paths), released.paths
+    assert any(
+        "vectorize_layer — its outbound node into end_to_end_model of #2" in p
+        for p in released.paths
+    ), released.paths
 
 
 @pytest.mark.slow
@@ -128,8 +131,11 @@ def test_the_leak_finder_names_the_layer_with_a_path_you_can_type(shell):
     refs = runs_of(shell, TEXT_RUN.replace("FLAGS", "--keep-stale"), ("model",), 2)
     gc.collect()  # run 1's end-to-end model: garbage once its name was rebound
     report = shell.run_line_magic("nbguard", "leaks")
-    stale = [leak for leak in report.stale if leak.class_name == "Functional"
-             and leak.path.startswith("vectorize_layer.")]
+    stale = [
+        leak
+        for leak in report.stale
+        if leak.class_name == "Functional" and leak.path.startswith("vectorize_layer.")
+    ]
     assert len(stale) == 1 and not report.unreachable, report.lines()
     leak = stale[0]
     assert leak.path == "vectorize_layer._outbound_nodes[0].operation"
@@ -140,8 +146,9 @@ def test_the_leak_finder_names_the_layer_with_a_path_you_can_type(shell):
     # free() cuts the node: the model goes, the layer stays and works
     freed = shell.run_line_magic("nbguard", "free")
     assert alive(refs)[0] == [False]
-    assert any(line.startswith("cut ") and "from vectorize_layer" in line
-               for line in freed.released), freed.lines()
+    assert any(
+        line.startswith("cut ") and "from vectorize_layer" in line for line in freed.released
+    ), freed.lines()
     assert freed.rss_before is not None and freed.rss_after is not None
     assert len(shell.user_ns["vectorize_layer"]._outbound_nodes) == 1
     assert run(shell, NEW_MODEL).success
@@ -157,9 +164,11 @@ def test_transfer_learning_lets_each_runs_head_go_and_the_base_model_keeps_worki
     # the latest run's call only (a run before it may still be waiting for the next gc)
     assert len(base._inbound_nodes) <= setup_in + 2 and len(base._outbound_nodes) <= setup_out + 2
     assert run(shell, "pred = model.predict(images[:2], verbose=0)").success
-    new = ("inputs = keras.Input(shape=(16, 16, 3))\nm2 = keras.Model(inputs, "
-           "layers.Dense(1)(base_model(inputs, training=False)))\nm2.compile('adam', 'mse')\n"
-           "loss = m2.fit(images, labels, epochs=1, verbose=0).history['loss'][-1]")
+    new = (
+        "inputs = keras.Input(shape=(16, 16, 3))\nm2 = keras.Model(inputs, "
+        "layers.Dense(1)(base_model(inputs, training=False)))\nm2.compile('adam', 'mse')\n"
+        "loss = m2.fit(images, labels, epochs=1, verbose=0).history['loss'][-1]"
+    )
     assert run(shell, new).success
 
 

@@ -23,10 +23,13 @@ from jupyter_lab import CHROMIUM, chromium_page, jupyter_server
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                       reason=f"{CHROMIUM} is missing (apt-get install -y chromium)"),
-    pytest.mark.skipif(importlib.util.find_spec("playwright") is None,
-                       reason="playwright is not installed (pip install -e '.[test]')"),
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing (apt-get install -y chromium)"
+    ),
+    pytest.mark.skipif(
+        importlib.util.find_spec("playwright") is None,
+        reason="playwright is not installed (pip install -e '.[test]')",
+    ),
 ]
 NOTEBOOK = "experiments/history demo.ipynb"
 SETUP = """
@@ -67,9 +70,11 @@ def running_with_samples(db: Path, label: str, timeout: float = 60) -> int:
     while time.monotonic() < deadline:
         try:
             with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-                row = con.execute("SELECT pid, (SELECT COUNT(*) FROM samples WHERE run_id = id) "
-                                  "FROM runs WHERE label = ? AND status = 'running'",
-                                  (label,)).fetchone()
+                row = con.execute(
+                    "SELECT pid, (SELECT COUNT(*) FROM samples WHERE run_id = id) "
+                    "FROM runs WHERE label = ? AND status = 'running'",
+                    (label,),
+                ).fetchone()
             if row and row[1] > 0:
                 return int(row[0])
         except sqlite3.OperationalError:  # not created yet
@@ -81,12 +86,20 @@ def running_with_samples(db: Path, label: str, timeout: float = 60) -> int:
 def start_kernel(tmp: Path, db: Path):
     from jupyter_client.manager import KernelManager
 
-    env = {**os.environ, "KERAS_NBGUARD_DB": str(db), "JPY_SESSION_NAME": NOTEBOOK,
-           "IPYTHONDIR": str(tmp / "ipython"), "TF_CPP_MIN_LOG_LEVEL": "2",
-           "KERAS_NBGUARD_DASHBOARD": "static"}
+    env = {
+        **os.environ,
+        "KERAS_NBGUARD_DB": str(db),
+        "JPY_SESSION_NAME": NOTEBOOK,
+        "IPYTHONDIR": str(tmp / "ipython"),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "KERAS_NBGUARD_DASHBOARD": "static",
+    }
     kernel_id = str(uuid.uuid4())  # the kernel reads its id from the connection file's name
-    manager = KernelManager(kernel_name="python3", kernel_id=kernel_id,
-                            connection_file=str(tmp / f"kernel-{kernel_id}.json"))
+    manager = KernelManager(
+        kernel_name="python3",
+        kernel_id=kernel_id,
+        connection_file=str(tmp / f"kernel-{kernel_id}.json"),
+    )
     manager.start_kernel(env=env, cwd=str(tmp))
     return manager
 
@@ -100,8 +113,9 @@ def connect(manager):
 
 def check_page(page, server, restarted: bool) -> list[str]:
     page.goto(f"{server.url}/keras-nbguard/?token={server.token}")
-    page.wait_for_function(f"() => ({TRACES})().some(t => t.meta === 'fit:fit:mlp')",
-                           timeout=20_000)
+    page.wait_for_function(
+        f"() => ({TRACES})().some(t => t.meta === 'fit:fit:mlp')", timeout=20_000
+    )
     assert NOTEBOOK in page.inner_text("h2")
     rows = page.evaluate(ROWS)
     mlp = [r for r in rows if "\tmlp\t" in r]
@@ -132,8 +146,7 @@ def test_history_page_shows_runs_of_a_killed_and_restarted_kernel(tmp_path):
         client.stop_channels()
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("KERAS_NBGUARD_DB", str(db))  # the server reads what the kernels wrote
-            with jupyter_server(tmp_path / "server", "server") as server, \
-                    chromium_page() as page:
+            with jupyter_server(tmp_path / "server", "server") as server, chromium_page() as page:
                 try:
                     rows = check_page(page, server, restarted=False)
                     assert "died (process gone)" in next(r for r in rows if "\tbig\t" in r)

@@ -16,8 +16,9 @@ def stored(tmp_path, count: int) -> str:
     store = Store(path)
     key = RunKey("nb.ipynb", None, "k", 1, 1.0)
     for i in range(count):
-        record = dataclasses.replace(make_record(run_number=i + 1), started_at=10.0 + i,
-                                     notebook="nb.ipynb")
+        record = dataclasses.replace(
+            make_record(run_number=i + 1), started_at=10.0 + i, notebook="nb.ipynb"
+        )
         store.run_started(f"r{i}", key, "mlp", i + 1, record.started_at, 1)
         store.run_finished(f"r{i}", record)
     store.flush(10)

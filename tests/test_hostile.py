@@ -30,22 +30,34 @@ ERROR = f"</td><script>{PWN}</script>"
 
 
 def hostile_record(**changes):
-    record = make_record(label=LABEL, error=ERROR, notebook=f"<b>{LABEL}</b>",
-                         gpu=GpuReading(reason=f"<script>{PWN}</script>"))
+    record = make_record(
+        label=LABEL,
+        error=ERROR,
+        notebook=f"<b>{LABEL}</b>",
+        gpu=GpuReading(reason=f"<script>{PWN}</script>"),
+    )
     return dataclasses.replace(record, status=STATUS, **changes)
 
 
 def page_html(plotly_url: str) -> str:
-    runs = [StoredRun(f"r{i}", f"<i>nb</i>{LABEL}", f"k'><script>{PWN}</script>",
-                      hostile_record(run_number=i), 1, 1.0, STATUS) for i in (1, 2)]
-    return render({runs[0].notebook: runs}, db=f"<db>{LABEL}", message=None,
-                  plotly_url=plotly_url)
+    runs = [
+        StoredRun(
+            f"r{i}",
+            f"<i>nb</i>{LABEL}",
+            f"k'><script>{PWN}</script>",
+            hostile_record(run_number=i),
+            1,
+            1.0,
+            STATUS,
+        )
+        for i in (1, 2)
+    ]
+    return render({runs[0].notebook: runs}, db=f"<db>{LABEL}", message=None, plotly_url=plotly_url)
 
 
 def test_the_page_markup_holds_no_live_element_from_the_data():
     markup = page_html("plotly.js")
-    for live in ("<a href=\"https://evil", "<img", "<script>window", "onmouseover='",
-                 "<b><a"):
+    for live in ('<a href="https://evil', "<img", "<script>window", "onmouseover='", "<b><a"):
         assert live not in markup, live
     assert "status-unknown" in markup  # the status is not a class name
 
@@ -61,20 +73,27 @@ def test_plot_names_and_hover_texts_are_text_not_markup():
 
 
 def test_csv_cells_that_would_run_as_formulas_are_neutralised(tmp_path):
-    records = [make_record(label="=HYPERLINK(\"https://evil.example\",\"x\")",
-                           error="@SUM(1+1)", notebook="+cmd|' /C calc'!A0"),
-               make_record(label="\tlabel", run_number=2, error="-2+3")]
+    records = [
+        make_record(
+            label='=HYPERLINK("https://evil.example","x")',
+            error="@SUM(1+1)",
+            notebook="+cmd|' /C calc'!A0",
+        ),
+        make_record(label="\tlabel", run_number=2, error="-2+3"),
+    ]
     path = tmp_path / "runs.csv"
     write_csv(records, path)
     rows = list(csv.DictReader(path.open(encoding="utf-8")))
-    assert rows[0]["label"] == "'=HYPERLINK(\"https://evil.example\",\"x\")"
+    assert rows[0]["label"] == '\'=HYPERLINK("https://evil.example","x")'
     assert rows[0]["error"] == "'@SUM(1+1)" and rows[0]["notebook"].startswith("'+cmd")
     assert rows[1]["label"] == "'\tlabel" and rows[1]["error"] == "'-2+3"
     assert rows[0]["run_number"] == "1" and rows[0]["wall_seconds"][0].isdigit()  # numbers stay
 
 
-@pytest.mark.skipif(not os.path.exists(CHROMIUM) or importlib.util.find_spec("playwright")
-                    is None, reason=f"needs {CHROMIUM} and playwright")
+@pytest.mark.skipif(
+    not os.path.exists(CHROMIUM) or importlib.util.find_spec("playwright") is None,
+    reason=f"needs {CHROMIUM} and playwright",
+)
 @pytest.mark.browser
 def test_in_chromium_nothing_runs_and_no_link_appears(tmp_path):
     package = Path(importlib.util.find_spec("plotly").origin).parent
@@ -83,13 +102,16 @@ def test_in_chromium_nothing_runs_and_no_link_appears(tmp_path):
     page_file.write_text(page_html(plotly.as_uri()), encoding="utf-8")
     with chromium_page() as page:
         page.goto(page_file.as_uri())
-        page.wait_for_function("() => document.querySelector('.js-plotly-plot .legend')",
-                               timeout=30_000)
+        page.wait_for_function(
+            "() => document.querySelector('.js-plotly-plot .legend')", timeout=30_000
+        )
         cell = page.locator("td.status-unknown").first
         cell.hover()
         page.locator(".js-plotly-plot .legendtoggle").first.hover(force=True)
-        page.evaluate("() => { const gd = document.querySelector('.js-plotly-plot');"
-                      " Plotly.Fx.hover(gd, [{curveNumber: 0, pointNumber: 0}]); }")
+        page.evaluate(
+            "() => { const gd = document.querySelector('.js-plotly-plot');"
+            " Plotly.Fx.hover(gd, [{curveNumber: 0, pointNumber: 0}]); }"
+        )
         page.wait_for_selector(".hoverlayer .hovertext", timeout=10_000)
         hover = page.evaluate("document.querySelector('.hoverlayer').textContent")
         assert "<img src=x" in hover  # the label, as text

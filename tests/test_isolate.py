@@ -34,9 +34,11 @@ scores["loss"] >= 0
 
 @pytest.fixture
 def iso_shell(shell):
-    assert run(shell, "import numpy as np\nx = np.ones((64, 8), 'float32')\n"
-                      "y = np.zeros((64, 1), 'float32')\ndef scale(a):\n    return a * 2\n"
-               ).success
+    assert run(
+        shell,
+        "import numpy as np\nx = np.ones((64, 8), 'float32')\n"
+        "y = np.zeros((64, 1), 'float32')\ndef scale(a):\n    return a * 2\n",
+    ).success
     return shell
 
 
@@ -68,8 +70,10 @@ def test_unsendable_input_is_a_usage_error_before_anything_runs(iso_shell):
 
 
 def test_a_child_killed_is_recorded_died_and_the_kernel_goes_on(iso_shell):
-    cell = ("%%kerasrun --isolate --label killed\nimport os, signal\nprint('going')\n"
-            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    cell = (
+        "%%kerasrun --isolate --label killed\nimport os, signal\nprint('going')\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
     with capture_output():
         result = run(iso_shell, cell)
     assert not result.success  # the cell fails, so Run All stops
@@ -103,8 +107,10 @@ def test_a_sweep_shows_one_table_not_a_summary_per_point(iso_shell):
 
 
 def test_a_sweep_runs_every_point_two_at_a_time(iso_shell):
-    cell = ('%%kerasrun --sweep "units=2,4; scale_by=1.0,2.0" --parallel 2 --label sweep --quiet\n'
-            "import os\nwidth = units * scale_by\npid = os.getpid()\n")
+    cell = (
+        '%%kerasrun --sweep "units=2,4; scale_by=1.0,2.0" --parallel 2 --label sweep --quiet\n'
+        "import os\nwidth = units * scale_by\npid = os.getpid()\n"
+    )
     with capture_output():
         result = run(iso_shell, cell)
     assert result.success, result.error_in_exec
@@ -114,7 +120,11 @@ def test_a_sweep_runs_every_point_two_at_a_time(iso_shell):
     assert len({p["pid"] for p in points.values()}) == 4  # a fresh process each
     records = keras_nbguard.runs("sweep")
     assert sorted((r.params["units"], r.params["scale_by"]) for r in records) == [
-        (2, 1.0), (2, 2.0), (4, 1.0), (4, 2.0)]
+        (2, 1.0),
+        (2, 2.0),
+        (4, 1.0),
+        (4, 2.0),
+    ]
     assert [r.run_number for r in records] == [1, 2, 3, 4]
     table = iso_shell.run_line_magic("nbguard", "runs --label sweep").text()
     assert "units=4, scale_by=2.0" in table  # which point each run was
@@ -123,8 +133,10 @@ def test_a_sweep_runs_every_point_two_at_a_time(iso_shell):
     assert frame["isolated"].all()
 
 
-@pytest.mark.parametrize(("spec", "words"), [
-    ("units", "is not name=value"), ("units=", "has no values"), ("a=1; a=2", "given twice")])
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [("units", "is not name=value"), ("units=", "has no values"), ("a=1; a=2", "given twice")],
+)
 def test_a_bad_sweep_is_a_usage_error(iso_shell, spec, words):
     with capture_output() as seen:
         assert not run(iso_shell, f'%%kerasrun --sweep "{spec}"\nx\n').success
@@ -150,10 +162,14 @@ print("LOSS", shell.user_ns["loss"], "tensorflow" in sys.modules, "keras" in sys
 
 
 def test_the_kernel_imports_no_tensorflow_for_an_isolated_run(tmp_path):
-    env = {**os.environ, "KERAS_NBGUARD_DB": str(tmp_path / "h.db"),
-           "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
-    done = subprocess.run([sys.executable, "-c", KERNEL], env=env, capture_output=True,
-                          text=True, timeout=300)
+    env = {
+        **os.environ,
+        "KERAS_NBGUARD_DB": str(tmp_path / "h.db"),
+        "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", KERNEL], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     line = next(line for line in done.stdout.splitlines() if line.startswith("LOSS"))
     assert line.endswith("False False"), line  # the fit happened in the child only
@@ -173,8 +189,10 @@ def local_ray():
 
 
 def test_a_sweep_on_a_real_local_ray_cluster(iso_shell, local_ray):
-    cell = ('%%kerasrun --cluster ray --sweep "units=2,4" --label on_ray --quiet\n'
-            "import os\nprint('from the worker')\nwidth = units * 2\npid = os.getpid()\n")
+    cell = (
+        '%%kerasrun --cluster ray --sweep "units=2,4" --label on_ray --quiet\n'
+        "import os\nprint('from the worker')\nwidth = units * 2\npid = os.getpid()\n"
+    )
     with capture_output() as seen:
         result = run(iso_shell, cell)
     assert result.success, result.error_in_exec
@@ -198,9 +216,11 @@ def test_cluster_ray_without_ray_says_which_extra(iso_shell, monkeypatch):
 def test_a_large_array_goes_through_shared_memory_read_only(iso_shell):
     assert run(iso_shell, "import numpy as np\nbig = np.arange(2**19, dtype='float64')").success
     segments = set(glob.glob("/dev/shm/psm_*"))
-    cell = ("%%kerasrun --isolate --label shm --quiet\n"
-            "total = float(big.sum())\nshared = not big.flags.owndata\n"
-            "writable = big.flags.writeable\n")
+    cell = (
+        "%%kerasrun --isolate --label shm --quiet\n"
+        "total = float(big.sum())\nshared = not big.flags.owndata\n"
+        "writable = big.flags.writeable\n"
+    )
     assert run(iso_shell, cell).success
     ns = iso_shell.user_ns
     assert ns["total"] == float(ns["big"].sum())
@@ -209,9 +229,11 @@ def test_a_large_array_goes_through_shared_memory_read_only(iso_shell):
 
 
 def test_prestart_hands_the_next_run_a_process_with_the_imports_loaded(iso_shell):
-    cell = ("%%kerasrun --isolate --prestart --label warm --quiet\n"
-            "import sys\nwas_loaded = 'keras' in sys.modules\nimport keras\nimport os\n"
-            "pid = os.getpid()\n")
+    cell = (
+        "%%kerasrun --isolate --prestart --label warm --quiet\n"
+        "import sys\nwas_loaded = 'keras' in sys.modules\nimport keras\nimport os\n"
+        "pid = os.getpid()\n"
+    )
     assert run(iso_shell, cell).success
     assert iso_shell.user_ns["was_loaded"] is False  # a fresh process: nothing imported yet
     first_pid = iso_shell.user_ns["pid"]
@@ -250,14 +272,19 @@ print(json.dumps(rss))
 
 
 def test_the_kernels_rss_stays_flat_over_isolated_runs(tmp_path):
-    env = {**os.environ, "KERAS_NBGUARD_DB": str(tmp_path / "h.db"),
-           "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
-    done = subprocess.run([sys.executable, "-c", FLAT], env=env, capture_output=True, text=True,
-                          timeout=600)
+    env = {
+        **os.environ,
+        "KERAS_NBGUARD_DB": str(tmp_path / "h.db"),
+        "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", FLAT], env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rss = [r / 2**20 for r in json.loads(done.stdout.splitlines()[-1])][1:]
     n = len(rss)
     mean_x, mean_y = (n - 1) / 2, sum(rss) / n
-    slope = (sum((i - mean_x) * (y - mean_y) for i, y in enumerate(rss))
-             / sum((i - mean_x) ** 2 for i in range(n)))
+    slope = sum((i - mean_x) * (y - mean_y) for i, y in enumerate(rss)) / sum(
+        (i - mean_x) ** 2 for i in range(n)
+    )
     assert slope <= 0.3, rss  # MiB a run; in-process runs grow ~0.8 (bench/bench_isolate.py)

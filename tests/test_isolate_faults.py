@@ -61,12 +61,15 @@ def env_with_path(tmp_path) -> dict[str, str]:
 # -- sweeps: values, size, laziness (no process) -----------------------------------------------
 
 
-@pytest.mark.parametrize(("spec", "points"), [
-    ("a=[1,2],(3,4)", [{"a": [1, 2]}, {"a": (3, 4)}]),
-    ("s='a,b',\"c;d\"; n=1", [{"s": "a,b", "n": 1}, {"s": "c;d", "n": 1}]),
-    ("act=relu,'tanh'; lr=1e-3", [{"act": "relu", "lr": 1e-3}, {"act": "tanh", "lr": 1e-3}]),
-    ("d={'k': 1},None", [{"d": {"k": 1}}, {"d": None}]),
-])
+@pytest.mark.parametrize(
+    ("spec", "points"),
+    [
+        ("a=[1,2],(3,4)", [{"a": [1, 2]}, {"a": (3, 4)}]),
+        ("s='a,b',\"c;d\"; n=1", [{"s": "a,b", "n": 1}, {"s": "c;d", "n": 1}]),
+        ("act=relu,'tanh'; lr=1e-3", [{"act": "relu", "lr": 1e-3}, {"act": "tanh", "lr": 1e-3}]),
+        ("d={'k': 1},None", [{"d": {"k": 1}}, {"d": None}]),
+    ],
+)
 def test_sweep_values_are_python_literals(spec, points):
     assert sweep.points(spec) == points
 
@@ -108,10 +111,12 @@ def test_stop_button_ends_a_parallel_sweep_at_once(shell, tmp_path):
     button, once point 1 is recorded: the two running are killed (their processes too) and
     recorded interrupted, point 1 is kept, points 4-6 never start."""
     pids = tmp_path / "pids"
-    cell = (f'%%kerasrun --sweep "a=1,2,3,4,5,6" --parallel 2 --label stop --quiet\n'
-            f"import os, time\n{GRANDCHILD}"
-            f"with open({str(pids)!r}, 'a') as f:\n    f.write(f' {{os.getpid()}} {{kid.pid}}')\n"
-            "if a != 1:\n    time.sleep(120)\n")
+    cell = (
+        f'%%kerasrun --sweep "a=1,2,3,4,5,6" --parallel 2 --label stop --quiet\n'
+        f"import os, time\n{GRANDCHILD}"
+        f"with open({str(pids)!r}, 'a') as f:\n    f.write(f' {{os.getpid()}} {{kid.pid}}')\n"
+        "if a != 1:\n    time.sleep(120)\n"
+    )
 
     def stop_when_one_is_in():
         wait_until(lambda: keras_nbguard.runs("stop"), timeout=240)
@@ -132,11 +137,14 @@ def test_stop_button_ends_a_parallel_sweep_at_once(shell, tmp_path):
 @pytest.mark.slow
 def test_stop_button_on_an_isolated_run_takes_its_processes(shell, tmp_path):
     pids = tmp_path / "pids"
-    cell = (f"%%kerasrun --isolate --label stopped --quiet\nimport os, time\n{GRANDCHILD}"
-            f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{kid.pid}}')\n"
-            "time.sleep(120)\n")
-    threading.Thread(target=lambda: (wait_until(pids.exists, timeout=120),
-                                     _thread.interrupt_main()), daemon=True).start()
+    cell = (
+        f"%%kerasrun --isolate --label stopped --quiet\nimport os, time\n{GRANDCHILD}"
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{kid.pid}}')\n"
+        "time.sleep(120)\n"
+    )
+    threading.Thread(
+        target=lambda: (wait_until(pids.exists, timeout=120), _thread.interrupt_main()), daemon=True
+    ).start()
     with capture_output():
         result = run(shell, cell)
     assert isinstance(result.error_in_exec, KeyboardInterrupt)
@@ -162,9 +170,12 @@ time.sleep(300)
 @pytest.mark.slow
 def test_a_kernel_killed_mid_run_leaves_no_child_or_grandchild(tmp_path):
     pids = tmp_path / "pids"
-    kernel = subprocess.Popen([sys.executable, "-c", KILLED_KERNEL, str(pids)],
-                              env=env_with_path(tmp_path), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    kernel = subprocess.Popen(
+        [sys.executable, "-c", KILLED_KERNEL, str(pids)],
+        env=env_with_path(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_until(pids.exists, timeout=180)
         child, grandchild = pids_in(pids)
@@ -178,9 +189,11 @@ def test_a_kernel_killed_mid_run_leaves_no_child_or_grandchild(tmp_path):
 
 @pytest.mark.slow
 def test_a_stray_thread_gets_a_short_grace_and_a_word(shell):
-    cell = ("%%kerasrun --isolate --label threads --quiet\nimport threading, time\n"
-            "threading.Thread(target=time.sleep, args=(120,), name='poller').start()\n"
-            "answer = 42\n")
+    cell = (
+        "%%kerasrun --isolate --label threads --quiet\nimport threading, time\n"
+        "threading.Thread(target=time.sleep, args=(120,), name='poller').start()\n"
+        "answer = 42\n"
+    )
     assert run(shell, cell).success
     assert shell.user_ns["answer"] == 42  # the result came before the wait for the thread
     (record,) = keras_nbguard.runs("threads")
@@ -246,9 +259,19 @@ def test_a_big_array_with_a_small_dev_shm_goes_another_way(tmp_path):
     """Docker's /dev/shm is 64 MiB; here an 8 MiB one, in a mount namespace of this test's own."""
     if shutil.which("unshare") is None:
         pytest.skip("no unshare command here")
-    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
-                            "mount -t tmpfs -o size=8m tmpfs /dev/shm"],
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "mount -t tmpfs -o size=8m tmpfs /dev/shm",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if probe.returncode != 0:
         pytest.skip(f"no private mount namespace here: {probe.stderr.strip()[:200]}")
     script = textwrap.dedent("""
@@ -270,9 +293,21 @@ def test_a_big_array_with_a_small_dev_shm_goes_another_way(tmp_path):
         print("NOTE", record.isolated)
     """)
     done = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c",
-         f"mount -t tmpfs -o size=8m tmpfs /dev/shm && exec {sys.executable} -c \"$0\"", script],
-        env=env_with_path(tmp_path), capture_output=True, text=True, timeout=300)
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            f'mount -t tmpfs -o size=8m tmpfs /dev/shm && exec {sys.executable} -c "$0"',
+            script,
+        ],
+        env=env_with_path(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]  # not -7: no SIGBUS
     out = done.stdout
     assert "TOTAL True" in out and "MAPPED (True, True)" in out
@@ -300,8 +335,11 @@ def test_an_isolated_run_is_told_truly(shell):
     assert "cpu_feature_guard" not in out and "oneDNN" not in out  # TensorFlow's own banners
     (record,) = keras_nbguard.runs("iso")
     note = record.isolated
-    assert re.search(r"start-up \d+\.\d\d s, sent 1 name [\d.]+ MiB, the cell \d+\.\d\d s, "
-                     r"back 1 model \+ 1 name [\d.]+ MiB", note), note
+    assert re.search(
+        r"start-up \d+\.\d\d s, sent 1 name [\d.]+ MiB, the cell \d+\.\d\d s, "
+        r"back 1 model \+ 1 name [\d.]+ MiB",
+        note,
+    ), note
     cell_seconds = float(re.search(r"the cell (\d+\.\d+) s", note).group(1))
     startup = float(re.search(r"start-up (\d+\.\d+) s", note).group(1))
     assert record.wall_seconds >= cell_seconds + startup  # the kernel's wall: all of it
@@ -381,16 +419,37 @@ def ray_apart(tmp_path_factory):
     home = tmp_path_factory.mktemp("ray_home")
     temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's sockets are made in it
     port = _free_port()
-    env = {**os.environ, "HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0",
-           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # else Ray turns 127.0.0.1 into outside
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    }  # else Ray turns 127.0.0.1 into outside
     env.pop("RAY_ADDRESS", None)
     ray = os.path.join(os.path.dirname(sys.executable), "ray")
     with one_ray_at_a_time():  # not beside another test's Ray (helpers.py)
         try:
             started = subprocess.run(
-                [ray, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
-                 "--num-cpus", "2", "--include-dashboard=false", "--disable-usage-stats",
-                 "--temp-dir", temp], env=env, capture_output=True, text=True, timeout=400)
+                [
+                    ray,
+                    "start",
+                    "--head",
+                    "--node-ip-address",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--num-cpus",
+                    "2",
+                    "--include-dashboard=false",
+                    "--disable-usage-stats",
+                    "--temp-dir",
+                    temp,
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=400,
+            )
             if started.returncode != 0:
                 last = (started.stderr or started.stdout).strip().splitlines()[-1:]
                 pytest.skip(f"`ray start` failed on this machine: {last}")
@@ -404,12 +463,17 @@ def ray_apart(tmp_path_factory):
 
 
 def _ray_kernel(tmp_path, address: str, token: str | None) -> subprocess.CompletedProcess:
-    env = {**env_with_path(tmp_path), "RAY_ADDRESS": address, "RAY_USAGE_STATS_ENABLED": "0",
-           "HOME": str(tmp_path)}  # not the cluster's home: the token comes from the variable
+    env = {
+        **env_with_path(tmp_path),
+        "RAY_ADDRESS": address,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "HOME": str(tmp_path),
+    }  # not the cluster's home: the token comes from the variable
     if token is not None:
         env["RAY_AUTH_TOKEN"] = token
-    return subprocess.run([sys.executable, "-c", RAY_KERNEL], env=env, capture_output=True,
-                          text=True, timeout=400)
+    return subprocess.run(
+        [sys.executable, "-c", RAY_KERNEL], env=env, capture_output=True, text=True, timeout=400
+    )
 
 
 @pytest.mark.slow
@@ -419,9 +483,11 @@ def test_a_sweep_on_a_ray_cluster_started_apart(ray_apart, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "RUNS [(2, 'ok'), (4, 'ok')]" in done.stdout, done.stdout + done.stderr[-2000:]
     assert "VALUES [4, 8]" in done.stdout
-    listening = {c.laddr.ip for c in psutil.net_connections("inet")
-                 if c.status == psutil.CONN_LISTEN
-                 and c.pid in {p.pid for p in _cluster_processes(temp)}}
+    listening = {
+        c.laddr.ip
+        for c in psutil.net_connections("inet")
+        if c.status == psutil.CONN_LISTEN and c.pid in {p.pid for p in _cluster_processes(temp)}
+    }
     assert all(_loopback(ip) for ip in listening), listening  # nothing on the outside address
 
 

@@ -30,18 +30,22 @@ def _sent(label: str) -> str:
 
 
 def test_read_then_write_names_go_in_and_come_back(shell):
-    setup = ("import numpy as np\nn = 5\nitems = [1]\ncounter = 0\ngone = 'x'\n"
-             "arr = np.zeros(2**18)\n")  # 2 MiB: shared memory, were it only read
+    setup = (
+        "import numpy as np\nn = 5\nitems = [1]\ncounter = 0\ngone = 'x'\n"
+        "arr = np.zeros(2**18)\n"
+    )  # 2 MiB: shared memory, were it only read
     assert run(shell, setup).success
-    cell = ("%%kerasrun --isolate --label rw --quiet\n"
-            "n += 1\n"
-            "items.append(n)\n"
-            "arr[0] = 7\n"
-            "del gone\n"
-            "def bump():\n"
-            "    global counter\n"
-            "    counter += 1\n"
-            "bump()\n")
+    cell = (
+        "%%kerasrun --isolate --label rw --quiet\n"
+        "n += 1\n"
+        "items.append(n)\n"
+        "arr[0] = 7\n"
+        "del gone\n"
+        "def bump():\n"
+        "    global counter\n"
+        "    counter += 1\n"
+        "bump()\n"
+    )
     with capture_output() as seen:
         result = run(shell, cell)
     assert result.success, (result.error_in_exec, seen.stdout, seen.stderr)
@@ -186,13 +190,18 @@ def test_a_sub_model_built_in_a_setup_cell_is_used_in_an_isolated_cell(shell):
 
 def test_a_pipeline_with_no_cell_to_replay_is_saved_by_tf_data(shell):
     # made outside the notebook's history (as %run or a helper module would)
-    made = ("import tensorflow as tf\n"
-            "saved_ds = tf.data.Dataset.range(10).map(lambda v: v * 2).batch(4)\n"
-            "forever_ds = tf.data.Dataset.range(3).repeat()\n")
+    made = (
+        "import tensorflow as tf\n"
+        "saved_ds = tf.data.Dataset.range(10).map(lambda v: v * 2).batch(4)\n"
+        "forever_ds = tf.data.Dataset.range(3).repeat()\n"
+    )
     assert shell.run_cell(made, store_history=False).success
     with capture_output() as seen:
-        result = run(shell, "%%kerasrun --isolate --label saved --quiet\n"
-                            "total = int(sum(int(tf.reduce_sum(b)) for b in saved_ds))\n")
+        result = run(
+            shell,
+            "%%kerasrun --isolate --label saved --quiet\n"
+            "total = int(sum(int(tf.reduce_sum(b)) for b in saved_ds))\n",
+        )
     assert result.success, (result.error_in_exec, seen.stdout, seen.stderr)
     assert shell.user_ns["total"] == 90
     assert "saved_ds (tf.data " in _sent("saved")

@@ -52,9 +52,11 @@ model.fit(x, y, epochs=100_000, verbose=0)  # killed long before it ends
 # What a cell hands back to the test: one JSON line, after a marker, so that warnings or other
 # prints in the same cell can't be mistaken for it.
 MARK = "@@keras_nbguard_test@@"
-RUNS_EXPR = ("[dict(label=r.label, status=r.status, number=r.run_number, kernel=r.kernel_id, "
-             "notebook=r.notebook, samples=len(r.rss_samples), rss_after=r.rss_after) "
-             "for r in __import__('keras_nbguard').runs({args})]")
+RUNS_EXPR = (
+    "[dict(label=r.label, status=r.status, number=r.run_number, kernel=r.kernel_id, "
+    "notebook=r.notebook, samples=len(r.rss_samples), rss_after=r.rss_after) "
+    "for r in __import__('keras_nbguard').runs({args})]"
+)
 
 
 @dataclass
@@ -102,8 +104,9 @@ class Kernel:
             elif kind == "error":
                 cell.error += "\n".join(content["traceback"])
 
-        reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=collect,
-                                            allow_stdin=False)
+        reply = self.kc.execute_interactive(
+            code, timeout=timeout, output_hook=collect, allow_stdin=False
+        )
         cell.status = reply["content"]["status"]
         return cell
 
@@ -116,7 +119,7 @@ class Kernel:
         """Evaluate ``expression`` in the kernel and bring it back through JSON."""
         cell = self.ok(f"import json as _j\nprint({MARK!r} + _j.dumps({expression}))\ndel _j")
         (line,) = [ln for ln in cell.stdout.splitlines() if ln.startswith(MARK)]
-        return json.loads(line[len(MARK):])
+        return json.loads(line[len(MARK) :])
 
     def runs(self, args: str = "") -> list[dict[str, Any]]:
         return self.value(RUNS_EXPR.format(args=args))  # type: ignore[no-any-return]
@@ -144,17 +147,28 @@ def start_kernel(tmp_path: Path, history_database: Path) -> Iterator[StartKernel
     runtime.mkdir()
     empty_profile = tmp_path / "ipython"  # never the user's own IPython profile / startup files
 
-    def start(kernel_name: str = "python3", notebook: str = NOTEBOOK,
-              ipython_dir: Path = empty_profile) -> Kernel:
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("TF_FORCE_GPU_ALLOW_GROWTH", "JPY_SESSION_NAME")}
-        env.update(KERAS_NBGUARD_DB=str(history_database), JPY_SESSION_NAME=notebook,
-                   IPYTHONDIR=str(ipython_dir), JUPYTER_RUNTIME_DIR=str(runtime),
-                   TF_CPP_MIN_LOG_LEVEL="2",
-                   PYDEVD_DISABLE_FILE_VALIDATION="1")  # debugpy's frozen-modules note
+    def start(
+        kernel_name: str = "python3", notebook: str = NOTEBOOK, ipython_dir: Path = empty_profile
+    ) -> Kernel:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("TF_FORCE_GPU_ALLOW_GROWTH", "JPY_SESSION_NAME")
+        }
+        env.update(
+            KERAS_NBGUARD_DB=str(history_database),
+            JPY_SESSION_NAME=notebook,
+            IPYTHONDIR=str(ipython_dir),
+            JUPYTER_RUNTIME_DIR=str(runtime),
+            TF_CPP_MIN_LOG_LEVEL="2",
+            PYDEVD_DISABLE_FILE_VALIDATION="1",
+        )  # debugpy's frozen-modules note
         kernel_id = str(uuid.uuid4())
-        km = KernelManager(kernel_name=kernel_name, kernel_id=kernel_id,
-                           connection_file=str(runtime / f"kernel-{kernel_id}.json"))
+        km = KernelManager(
+            kernel_name=kernel_name,
+            kernel_id=kernel_id,
+            connection_file=str(runtime / f"kernel-{kernel_id}.json"),
+        )
         km.start_kernel(env=env)
         kc = km.client()
         kernel = Kernel(km, kc)
@@ -173,8 +187,9 @@ def read_only(db: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
 
 
-def wait_for_samples(db: Path, label: str, kernel: Kernel,
-                     timeout: float = CELL_TIMEOUT) -> tuple[Any, ...]:
+def wait_for_samples(
+    db: Path, label: str, kernel: Kernel, timeout: float = CELL_TIMEOUT
+) -> tuple[Any, ...]:
     """The run's row once it is 'running' with over a second of RSS samples on disk."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -184,7 +199,9 @@ def wait_for_samples(db: Path, label: str, kernel: Kernel,
                 row = conn.execute(
                     "SELECT r.id, r.status, r.run_number, r.pid, r.started_at, count(s.t), "
                     "max(s.t) - min(s.t) FROM runs r JOIN samples s ON s.run_id = r.id "
-                    "WHERE r.label = ? GROUP BY r.id", (label,)).fetchone()
+                    "WHERE r.label = ? GROUP BY r.id",
+                    (label,),
+                ).fetchone()
         except sqlite3.OperationalError:  # no database or no tables yet
             row = None
         if row and row[1] == "running" and row[5] >= 5 and row[6] >= 1.0:
@@ -214,8 +231,10 @@ def test_runs_survive_a_kernel_restart_and_numbers_continue(start_kernel: StartK
     second = start_kernel()
     second.ok("%load_ext keras_nbguard")
     earlier = second.runs()
-    assert [(r["label"], r["number"], r["status"]) for r in earlier] == [("mlp", 1, "ok"),
-                                                                        ("mlp", 2, "ok")]
+    assert [(r["label"], r["number"], r["status"]) for r in earlier] == [
+        ("mlp", 1, "ok"),
+        ("mlp", 2, "ok"),
+    ]
     assert {r["kernel"] for r in earlier} == {first.kernel_id}
     assert {r["notebook"] for r in earlier} == {NOTEBOOK}
     assert second.runs("this_kernel=True") == []
@@ -238,12 +257,15 @@ def test_jupyters_restart_keeps_the_kernel_id_and_the_history(start_kernel: Star
     assert [r["number"] for r in kernel.runs()] == [1, 2]
     assert [r["number"] for r in kernel.runs("this_kernel=True")] == [2]
     # the dashboard (and the history page) mark the restart between the two runs
-    assert kernel.value("__import__('keras_nbguard.board.figures').board.figures.kernel_epochs("
-                        "__import__('keras_nbguard').runs())") == [0, 1]  # a new one at #2
+    assert kernel.value(
+        "__import__('keras_nbguard.board.figures').board.figures.kernel_epochs("
+        "__import__('keras_nbguard').runs())"
+    ) == [0, 1]  # a new one at #2
 
 
-def test_a_killed_kernels_run_is_reported_by_the_next_kernel(start_kernel: StartKernel,
-                                                             history_database: Path) -> None:
+def test_a_killed_kernels_run_is_reported_by_the_next_kernel(
+    start_kernel: StartKernel, history_database: Path
+) -> None:
     first = start_kernel()
     first.ok("%load_ext keras_nbguard")
     first.kc.execute(LONG_FIT_CELL)  # not waited for: it is still fitting when killed
@@ -256,7 +278,9 @@ def test_a_killed_kernels_run_is_reported_by_the_next_kernel(start_kernel: Start
     with read_only(history_database) as conn:
         status, updated_at, last_rss, samples = conn.execute(
             "SELECT status, updated_at, last_rss, (SELECT count(*) FROM samples WHERE run_id = "
-            "runs.id) FROM runs WHERE id = ?", (run_id,)).fetchone()
+            "runs.id) FROM runs WHERE id = ?",
+            (run_id,),
+        ).fetchone()
     assert status == "died" and last_rss and samples >= 5
     assert f"run 'big' #{number} died" in loaded
     assert f"pid {pid}" in loaded
@@ -273,7 +297,8 @@ def test_a_killed_kernels_run_is_reported_by_the_next_kernel(start_kernel: Start
 
 
 def test_the_shipped_kernelspec_loads_the_extension_before_user_code(
-        start_kernel: StartKernel) -> None:
+    start_kernel: StartKernel,
+) -> None:
     spec = KernelSpecManager().get_kernel_spec(SPEC)
     assert spec.display_name == "Python 3 (keras-nbguard)"
     assert "--ext=keras_nbguard" in spec.argv
@@ -284,19 +309,25 @@ def test_the_shipped_kernelspec_loads_the_extension_before_user_code(
     # loaded before TensorFlow, so GPU growth went in through the environment
     assert "TensorFlow not imported yet; TF_FORCE_GPU_ALLOW_GROWTH=true" in status
     assert kernel.value("[m in __import__('sys').modules for m in ('tensorflow', 'keras')]") == [
-        False, False]
+        False,
+        False,
+    ]
     assert "kerasrun 'first' #1" in kernel.ok("%%kerasrun --label first\nz = 1\n").display
     (run,) = kernel.runs()
     assert run["kernel"] == kernel.kernel_id and run["notebook"] == NOTEBOOK
 
 
-@pytest.mark.parametrize(("config_file", "line"), [
-    ("ipython_kernel_config.py", 'c.IPKernelApp.extensions = ["keras_nbguard"]'),
-    # the base file every IPython app reads, terminal IPython included
-    ("ipython_config.py", 'c.InteractiveShellApp.extensions = ["keras_nbguard"]'),
-])
+@pytest.mark.parametrize(
+    ("config_file", "line"),
+    [
+        ("ipython_kernel_config.py", 'c.IPKernelApp.extensions = ["keras_nbguard"]'),
+        # the base file every IPython app reads, terminal IPython included
+        ("ipython_config.py", 'c.InteractiveShellApp.extensions = ["keras_nbguard"]'),
+    ],
+)
 def test_ipython_config_opt_in_loads_the_extension_at_kernel_start(
-        start_kernel: StartKernel, tmp_path: Path, config_file: str, line: str) -> None:
+    start_kernel: StartKernel, tmp_path: Path, config_file: str, line: str
+) -> None:
     ipython_dir = tmp_path / "ipython-opt-in"
     (ipython_dir / "profile_default").mkdir(parents=True)
     (ipython_dir / "profile_default" / config_file).write_text(line + "\n")
@@ -309,7 +340,8 @@ def test_ipython_config_opt_in_loads_the_extension_at_kernel_start(
 
 
 def test_a_kernelspec_kernel_after_a_kill_shows_the_died_run_in_its_first_cell(
-        start_kernel: StartKernel, history_database: Path) -> None:
+    start_kernel: StartKernel, history_database: Path
+) -> None:
     first = start_kernel(kernel_name=SPEC)
     first.kc.execute("%%kerasrun --label big\nimport time\ntime.sleep(60)\n")
     pid = wait_for_samples(history_database, "big", first)[3]

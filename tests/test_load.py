@@ -38,16 +38,27 @@ FRESH_KERNEL = textwrap.dedent("""
 def run_fresh(env_extra: dict[str, str]) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TF_FORCE_GPU_ALLOW_GROWTH"}
     env.update(env_extra, TF_CPP_MIN_LOG_LEVEL="2")
-    out = subprocess.run([sys.executable, "-c", FRESH_KERNEL], env=env, capture_output=True,
-                         text=True, timeout=300, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", FRESH_KERNEL],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
 @pytest.mark.slow
 def test_load_imports_no_tensorflow_and_a_first_run_that_imports_keras_is_timed():
     report = run_fresh({})
-    assert report["after_load"] == {"tensorflow": False, "keras": False, "pynvml": False,
-                                    "plotly": False, "ipywidgets": False}
+    assert report["after_load"] == {
+        "tensorflow": False,
+        "keras": False,
+        "pynvml": False,
+        "plotly": False,
+        "ipywidgets": False,
+    }
     assert report["growth"] == "true"
     assert report["ok"] and report["epochs"] == [2] and report["traces"] >= 1
     assert report["cleared"] is False  # nothing to clear before Keras existed
@@ -59,8 +70,10 @@ def test_users_own_growth_setting_is_kept():
 
 
 def our_pre_run_cell_callbacks(shell) -> int:
-    return sum(getattr(cb, "__qualname__", "").startswith("KerasMagics.")
-               for cb in shell.events.callbacks["pre_run_cell"])
+    return sum(
+        getattr(cb, "__qualname__", "").startswith("KerasMagics.")
+        for cb in shell.events.callbacks["pre_run_cell"]
+    )
 
 
 def test_reload_three_times_leaves_exactly_one_of_each(shell):
@@ -74,6 +87,7 @@ def test_reload_three_times_leaves_exactly_one_of_each(shell):
 
 def test_unload_removes_every_hook(shell):
     import keras
+
     shell.run_line_magic("unload_ext", "keras_nbguard")
     try:
         assert our_pre_run_cell_callbacks(shell) == 0

@@ -134,12 +134,15 @@ def test_memory_error_is_oom(keras_shell):
     assert record.status == "oom" and record.advice
 
 
-@pytest.mark.parametrize("options, message", [
-    ("--bogus", "unrecognized arguments"),
-    ("--gpu-limit 0", "positive number of MiB"),
-    ("--gpu-limit lots", "invalid int value"),
-    ("--mixed-precision float8", "unknown policy"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ("--bogus", "unrecognized arguments"),
+        ("--gpu-limit 0", "positive number of MiB"),
+        ("--gpu-limit lots", "invalid int value"),
+        ("--mixed-precision float8", "unknown policy"),
+    ],
+)
 def test_bad_options_are_usage_errors_and_the_cell_does_not_run(keras_shell, options, message):
     keras_shell.user_ns.pop("ran", None)
     with capture_output() as cap:
@@ -152,8 +155,10 @@ def test_bad_options_are_usage_errors_and_the_cell_does_not_run(keras_shell, opt
 
 
 def test_mixed_precision_is_reapplied_after_each_clear(keras_shell):
-    cell = ("%%kerasrun --label mp --quiet --mixed-precision\n"
-            "model = make_model()\nmodel.layers[0].dtype_policy.name\n")
+    cell = (
+        "%%kerasrun --label mp --quiet --mixed-precision\n"
+        "model = make_model()\nmodel.layers[0].dtype_policy.name\n"
+    )
     assert [run(keras_shell, cell).result for _ in range(2)] == ["mixed_float16"] * 2
     run(keras_shell, "keras.config.set_dtype_policy('float32')")
 
@@ -201,16 +206,24 @@ model.fit(x, y, epochs=3, batch_size=32, verbose=0, callbacks=[slow])
     from keras.src import utils
 
     from keras_nbguard.collectors.fit import _epoch_clock_class
+
     ours = _epoch_clock_class(keras.callbacks.Callback)(None, lambda: 0.0, [])
     # evaluate and predict too: ours is in their callbacks for their steps
-    for hook in ("on_train_batch_begin", "on_train_batch_end", "on_batch_end",
-                 "on_test_batch_begin", "on_test_batch_end", "on_predict_batch_begin",
-                 "on_predict_batch_end"):
+    for hook in (
+        "on_train_batch_begin",
+        "on_train_batch_end",
+        "on_batch_end",
+        "on_test_batch_begin",
+        "on_test_batch_end",
+        "on_predict_batch_begin",
+        "on_predict_batch_end",
+    ):
         assert utils.is_default(getattr(ours, hook)), hook
 
 
 def test_fit_patch_and_sampler_are_gone_after_every_run(keras_shell):
     import keras
+
     runs = started_runs()
     run(keras_shell, "%%kerasrun --quiet\nmodel = make_model()\nmodel.fit(x, y[:3], verbose=0)\n")
     record = keras_nbguard.runs()[-1]
@@ -228,9 +241,11 @@ def test_retracing_is_counted(keras_shell):
     again = keras_nbguard.runs("again")[-1]
     # same model; Keras' own pipeline for the arrays is not the user's to fix
     assert again.traces == 0 and again.dataset_traces == 0
-    built = ("%%kerasrun --label built --quiet --no-clear\nimport tensorflow as tf\n"
-             "ds = tf.data.Dataset.from_tensor_slices((x, y)).map(lambda a, b: (a * 2, b))"
-             ".batch(8)\nmodel.fit(ds, epochs=1, verbose=0)\n")
+    built = (
+        "%%kerasrun --label built --quiet --no-clear\nimport tensorflow as tf\n"
+        "ds = tf.data.Dataset.from_tensor_slices((x, y)).map(lambda a, b: (a * 2, b))"
+        ".batch(8)\nmodel.fit(ds, epochs=1, verbose=0)\n"
+    )
     run(keras_shell, built)
     assert keras_nbguard.runs("built")[-1].dataset_traces == 1  # the map, traced anew
 
@@ -260,8 +275,15 @@ def test_nbguard_subcommands(keras_shell):
 
 def test_help_comes_from_magic_arguments(shell):
     doc = shell.magics_manager.magics["cell"]["kerasrun"].__doc__
-    for option in ("--label", "--no-clear", "--gpu-growth", "--no-gpu-growth", "--gpu-limit",
-                   "--mixed-precision", "--quiet"):
+    for option in (
+        "--label",
+        "--no-clear",
+        "--gpu-growth",
+        "--no-gpu-growth",
+        "--gpu-limit",
+        "--mixed-precision",
+        "--quiet",
+    ):
         assert option in doc
     assert "status" in shell.magics_manager.magics["line"]["nbguard"].__doc__
 

@@ -24,8 +24,9 @@ def outputs_text(cell) -> str:
 
 def test_quickstart_executes_and_shows_five_runs(tmp_path):
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(o.get("output_type") != "error" for c in code for o in c.get("outputs", []))
     first_run = outputs_text(code[2])

@@ -221,8 +221,11 @@ def test_creation_watch_attributes_models_a_run_built(ip):
     original = keras.Model.__dict__["__new__"]
     watch.install()
     try:
-        run(ip, "a = tiny('built_in_run')\n"
-                "inp = keras.Input((3,))\nb = keras.Model(inp, keras.layers.Dense(1)(inp))")
+        run(
+            ip,
+            "a = tiny('built_in_run')\n"
+            "inp = keras.Input((3,))\nb = keras.Model(inp, keras.layers.Dense(1)(inp))",
+        )
     finally:
         watch.uninstall()
     assert keras.Model.__dict__["__new__"] is original
@@ -252,8 +255,10 @@ def test_reports_render(holders_report):
 
 
 def test_importing_costs_no_keras_and_finds_nothing_without_it():
-    code = ("import sys; import keras_nbguard.models as p, keras_nbguard.models.freeing\n"
-            "assert 'keras' not in sys.modules and 'tensorflow' not in sys.modules\n"
-            "r = p.find_leaks({'x': [1]}); assert len(r) == 0 and r.scans == 0\n"
-            "assert 'keras' not in sys.modules")
+    code = (
+        "import sys; import keras_nbguard.models as p, keras_nbguard.models.freeing\n"
+        "assert 'keras' not in sys.modules and 'tensorflow' not in sys.modules\n"
+        "r = p.find_leaks({'x': [1]}); assert len(r) == 0 and r.scans == 0\n"
+        "assert 'keras' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

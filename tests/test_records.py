@@ -13,8 +13,9 @@ def test_dict_round_trip_keeps_every_field():
 
 
 def test_unknown_figures_show_as_na_never_zero():
-    record = make_record(rss_before=None, rss_after=None, rss_peak=None, traces=None,
-                         fit_seconds=None, fits=())
+    record = make_record(
+        rss_before=None, rss_after=None, rss_peak=None, traces=None, fit_seconds=None, fits=()
+    )
     text = dict(record.summary_rows())
     assert text["rss"] == "n/a → n/a (peak n/a)"
     assert text["traces"] == "n/a"
@@ -31,8 +32,10 @@ def test_deltas_against_previous_run_of_the_label():
     assert "#1: Δ fit +300 ms, Δ RSS after +5.0 MiB" in dict(second.summary_rows())["vs previous"]
     assert make_record().compared_to(None).previous_run is None
     restarted = dataclasses.replace(second, pid=(first.pid or 0) + 1).compared_to(first)
-    assert "#1 (in an earlier kernel: a restart between)" in dict(restarted.summary_rows())[
-        "vs previous"]
+    assert (
+        "#1 (in an earlier kernel: a restart between)"
+        in dict(restarted.summary_rows())["vs previous"]
+    )
 
 
 def test_a_delta_without_its_figure_says_why():

@@ -102,16 +102,17 @@ def test_the_thread_only_drains_a_few_times_a_second(monkeypatch):
 
 
 def test_the_helper_ends_with_its_kernel():
-    code = ("import time, sys; from keras_nbguard.collectors.process import RssSampler, _helper\n"
-            "s = RssSampler(); s.start(); time.sleep(0.2)\n"
-            "print(_helper().process.pid, flush=True); time.sleep(60)")
+    code = (
+        "import time, sys; from keras_nbguard.collectors.process import RssSampler, _helper\n"
+        "s = RssSampler(); s.start(); time.sleep(0.2)\n"
+        "print(_helper().process.pid, flush=True); time.sleep(60)"
+    )
     kernel = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     helper = psutil.Process(int(kernel.stdout.readline()))
     assert helper.is_running()
     kernel.send_signal(signal.SIGKILL)
     kernel.wait()
     helper.wait(timeout=5)  # raises if it outlives its kernel
-
 
 
 def test_halving_keeps_every_peak_and_an_odd_last_sample():

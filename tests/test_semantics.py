@@ -41,11 +41,14 @@ AWAITABLE = "import asyncio\nasync def double(x):\n    await asyncio.sleep(0)\n 
 
 def test_top_level_await_works_as_in_a_plain_cell(shell):
     run(shell, AWAITABLE)
-    result = run(shell, "%%kerasrun --label awaits --quiet\n"
-                        "y = await double(3)\n"
-                        "async def pairs():\n    yield 1\n    yield 2\n"
-                        "seen = [p async for p in pairs()]\n"
-                        "await double(y)")
+    result = run(
+        shell,
+        "%%kerasrun --label awaits --quiet\n"
+        "y = await double(3)\n"
+        "async def pairs():\n    yield 1\n    yield 2\n"
+        "seen = [p async for p in pairs()]\n"
+        "await double(y)",
+    )
     assert result.success, result.error_in_exec
     assert result.result == 12 and shell.user_ns["y"] == 6 and shell.user_ns["seen"] == [1, 2]
     assert shell.user_ns["_"] == 12  # the last expression is the cell's result, as always
@@ -72,8 +75,7 @@ def test_a_syntax_error_reads_as_in_a_plain_cell(shell, capsys):
     assert "x" not in shell.user_ns and keras_nbguard.runs() == []  # nothing ran
 
 
-def test_without_autoawait_an_awaiting_cell_is_the_same_syntax_error_as_a_plain_one(shell,
-                                                                                    capsys):
+def test_without_autoawait_an_awaiting_cell_is_the_same_syntax_error_as_a_plain_one(shell, capsys):
     shell.autoawait = False
     try:
         result = run(shell, "%%kerasrun --quiet\nawait something()")
@@ -83,16 +85,16 @@ def test_without_autoawait_an_awaiting_cell_is_the_same_syntax_error_as_a_plain_
     assert "keras_nbguard" not in capsys.readouterr().out
 
 
-def test_two_threads_never_both_start_a_run_and_fit_is_always_restored(keras_shell,
-                                                                      monkeypatch):
+def test_two_threads_never_both_start_a_run_and_fit_is_always_restored(keras_shell, monkeypatch):
     import keras
 
     from keras_nbguard.session.core import Session
 
     # widen the window between "is a run going?" and "this one is": a thread switch there
     last_run = Session.last_run
-    monkeypatch.setattr(Session, "last_run", lambda self, label: time.sleep(0.0005)
-                        or last_run(self, label))
+    monkeypatch.setattr(
+        Session, "last_run", lambda self, label: time.sleep(0.0005) or last_run(self, label)
+    )
     fit = keras.Model.fit
     inside, overlaps, refused = [0], [], []
     lock = threading.Lock()

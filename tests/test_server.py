@@ -36,13 +36,33 @@ MB = 2**20
 NOTEBOOK_B = "dir/b <x>.ipynb"
 
 
-def record(label: str, number: int, notebook: str, kernel: str, started: float,
-           status: str = "ok", fit: float | None = 1.0) -> RunRecord:
-    return RunRecord(label=label, status=status, started_at=started, wall_seconds=2.0,
-                     fit_seconds=fit, fits=(), rss_before=190 * MB, rss_after=200 * MB,
-                     rss_peak=205 * MB, gpu=GpuReading(reason="no GPU: NVML not found"),
-                     cleared=True, traces=3, run_number=number, notebook=notebook,
-                     kernel_id=kernel, error="ValueError: bad shape" if status == "error" else None)
+def record(
+    label: str,
+    number: int,
+    notebook: str,
+    kernel: str,
+    started: float,
+    status: str = "ok",
+    fit: float | None = 1.0,
+) -> RunRecord:
+    return RunRecord(
+        label=label,
+        status=status,
+        started_at=started,
+        wall_seconds=2.0,
+        fit_seconds=fit,
+        fits=(),
+        rss_before=190 * MB,
+        rss_after=200 * MB,
+        rss_peak=205 * MB,
+        gpu=GpuReading(reason="no GPU: NVML not found"),
+        cleared=True,
+        traces=3,
+        run_number=number,
+        notebook=notebook,
+        kernel_id=kernel,
+        error="ValueError: bad shape" if status == "error" else None,
+    )
 
 
 def fill(path: Path) -> None:
@@ -56,8 +76,9 @@ def fill(path: Path) -> None:
     for i in range(3):
         store.run_started(f"a{i}", first, "mlp", i + 1, t0 + i, None)
         store.add_samples(f"a{i}", [(0.1, 150 * MB), (0.2, 200 * MB)])
-        store.run_finished(f"a{i}", record("mlp", i + 1, "a.ipynb", "kernel-a", t0 + i,
-                                           fit=1.0 + i / 10))
+        store.run_finished(
+            f"a{i}", record("mlp", i + 1, "a.ipynb", "kernel-a", t0 + i, fit=1.0 + i / 10)
+        )
     restarted = RunKey("a.ipynb", "cell-1", "kernel-a", 2222, 2.0)  # same id, new process
     store.run_started("a3", restarted, "mlp", 1, t0 + 10, None)
     store.run_finished("a3", record("mlp", 1, "a.ipynb", "kernel-a", t0 + 10, fit=None))
@@ -66,11 +87,14 @@ def fill(path: Path) -> None:
     store.add_samples("a4", [(0.5, 300 * MB), (1.0, 900 * MB)])
     failed = RunKey(NOTEBOOK_B, "cell-1", "kernel-c", 3333, 3.0)
     store.run_started("b0", failed, "cnn", 1, t0 + 5, None)
-    store.run_finished("b0", dataclasses.replace(
-        record("cnn", 1, NOTEBOOK_B, "kernel-c", t0 + 5, status="error"),
-        findings=("retracing: 40 tf.function traces in cnn #1 <b> — %nbguard diagnose",)))
-    going = RunKey("live.ipynb", "cell-1", "kernel-d", os.getpid(),
-                   psutil.Process().create_time())
+    store.run_finished(
+        "b0",
+        dataclasses.replace(
+            record("cnn", 1, NOTEBOOK_B, "kernel-c", t0 + 5, status="error"),
+            findings=("retracing: 40 tf.function traces in cnn #1 <b> — %nbguard diagnose",),
+        ),
+    )
+    going = RunKey("live.ipynb", "cell-1", "kernel-d", os.getpid(), psutil.Process().create_time())
     store.run_started("c0", going, "slow", 1, t0 + 30, 50 * MB)
     store.add_samples("c0", [(0.5, 60 * MB)])
     store.flush()
@@ -108,7 +132,8 @@ def server(tmp_path_factory):
     config = tmp / "home" / "config"
     config.mkdir(parents=True)
     (config / "jupyter_server_config.json").write_text(
-        json.dumps({"KerasNbguard": {"db_path": str(db)}}))
+        json.dumps({"KerasNbguard": {"db_path": str(db)}})
+    )
     with pytest.MonkeyPatch.context() as env:
         env.setenv("KERAS_NBGUARD_DB", str(tmp / "not-this.sqlite"))
         with jupyter_server(tmp, "server") as running:
@@ -129,8 +154,9 @@ def test_every_route_needs_the_servers_token(server):
 
 
 def test_notebooks_api(server):
-    status, body, headers = get(f"{server.url}/keras-nbguard/api/notebooks", server.token,
-                                header=True)
+    status, body, headers = get(
+        f"{server.url}/keras-nbguard/api/notebooks", server.token, header=True
+    )
     assert status == 200 and headers["Content-Type"].startswith("application/json")
     reply = json.loads(body)
     assert reply["message"] is None
@@ -147,20 +173,29 @@ def test_runs_api(server):
     assert status == 200
     runs = json.loads(body)["runs"]
     assert [(r["label"], r["run_number"], r["status"]) for r in runs] == [
-        ("mlp", 1, "ok"), ("mlp", 2, "ok"), ("mlp", 3, "ok"), ("mlp", 1, "ok"), ("big", 1, "died")]
+        ("mlp", 1, "ok"),
+        ("mlp", 2, "ok"),
+        ("mlp", 3, "ok"),
+        ("mlp", 1, "ok"),
+        ("big", 1, "died"),
+    ]
     assert [r["change"] for r in runs] == [None, None, None, "kernel restarted", "new kernel"]
     assert [r["kernel_id"] for r in runs] == ["kernel-a"] * 4 + ["kernel-b"]
     killed = runs[-1]
     assert killed["died"] and killed["died_inferred"] and killed["stored_status"] == "running"
     assert (killed["rss_before"], killed["rss_after"], killed["rss_peak"]) == (
-        300 * MB, 900 * MB, 900 * MB)
+        300 * MB,
+        900 * MB,
+        900 * MB,
+    )
     assert killed["fit_seconds"] is None and killed["gpu"]["tf_peak"] is None  # unknown: null
     assert runs[3]["fit_seconds"] is None
     assert runs[0]["fit_seconds"] == 1.0 and "rss_samples" not in runs[0]
     for key in ("started_at", "wall_seconds", "rss_before", "gpu", "label", "run_number"):
         assert key in runs[0]
-    _, body, _ = get(f"{server.url}/keras-nbguard/api/runs?notebook=live.ipynb&samples=1",
-                     server.token)
+    _, body, _ = get(
+        f"{server.url}/keras-nbguard/api/runs?notebook=live.ipynb&samples=1", server.token
+    )
     (going,) = json.loads(body)["runs"]
     assert going["status"] == "running" and not going["died"]
     assert going["rss_samples"] == [[0.5, 60 * MB]]
@@ -168,7 +203,8 @@ def test_runs_api(server):
     every = json.loads(body)["runs"]
     assert len(every) == 7
     assert [r["change"] for r in every if r["notebook"] == "a.ipynb"] == [
-        r["change"] for r in runs]  # restarts are per notebook, whatever ran in between
+        r["change"] for r in runs
+    ]  # restarts are per notebook, whatever ran in between
 
 
 def test_page_lists_notebooks_runs_and_restarts(server):
@@ -180,8 +216,10 @@ def test_page_lists_notebooks_runs_and_restarts(server):
     assert ">n/a<" in page  # unknown fit time and GPU: n/a, never 0
     assert "ValueError: bad shape" in page  # the failed run's error, as the status's tooltip
     # its causes by kind, in words on hovering; escaped
-    assert ("title='retracing: 40 tf.function traces in cnn #1 &lt;b&gt; — %nbguard diagnose'>"
-            "retracing</td>") in page
+    assert (
+        "title='retracing: 40 tf.function traces in cnn #1 &lt;b&gt; — %nbguard diagnose'>"
+        "retracing</td>"
+    ) in page
     assert "RSS per run [MiB]" in page and "[MB]" not in page  # the units of the figures
     # a.ipynb's runs span a restart and a new kernel: the line breaks (a None) at each, marked
     section = page.split("data-notebook='a.ipynb'")[1]

@@ -22,11 +22,13 @@ seen.append(here)
 """
 
 
-def test_an_unchanged_cell_runs_the_same_code_objects_and_tensorflow_keeps_no_old_ones(
-        keras_shell):
+def test_an_unchanged_cell_runs_the_same_code_objects_and_tensorflow_keeps_no_old_ones(keras_shell):
     keras_shell.user_ns["seen"] = []
-    cell = ("%%kerasrun --label same --quiet\n" + CELL_FRAMES
-            + "model = make_model()\nmodel.fit(x, y, epochs=1, verbose=0);\n")
+    cell = (
+        "%%kerasrun --label same --quiet\n"
+        + CELL_FRAMES
+        + "model = make_model()\nmodel.fit(x, y, epochs=1, verbose=0);\n"
+    )
     for _ in range(4):
         assert run(keras_shell, cell).success
     seen = keras_shell.user_ns["seen"]
@@ -37,7 +39,8 @@ def test_an_unchanged_cell_runs_the_same_code_objects_and_tensorflow_keeps_no_ol
     # Without the reuse each run's code stays alive, held by TensorFlow's stack cache alone.
     # (one statement: IPython compiles each top-level statement of a plain cell on its own)
     plain = "if True:\n" + textwrap.indent(
-        CELL_FRAMES + "model = make_model()\nmodel.fit(x, y, verbose=0)\n", "    ")
+        CELL_FRAMES + "model = make_model()\nmodel.fit(x, y, verbose=0)\n", "    "
+    )
     for _ in range(3):
         assert run(keras_shell, plain).success
     fresh = [frames[0] for frames in keras_shell.user_ns["seen"][4:]]
@@ -67,16 +70,21 @@ def test_a_traceback_of_a_rerun_names_the_cell_that_failed(shell):
                 cells.append((name[1], tb.tb_lineno))
             tb = tb.tb_next
         numbers.append(result.execution_count)
-        assert cells == [(f"In[{result.execution_count}]", 1),  # the magic's line
-                         (f"In[{result.execution_count}]", 3)]  # 1 / 0, as on screen
+        assert cells == [
+            (f"In[{result.execution_count}]", 1),  # the magic's line
+            (f"In[{result.execution_count}]", 3),
+        ]  # 1 / 0, as on screen
     assert numbers[1] == numbers[0] + 1
     assert not run(shell, "%%kerasrun --label fails --quiet\nx = 1\n1 / 0 +\n").success
 
 
 def test_other_cells_and_unloading_leave_ipythons_compiler_as_it_was(shell):
     compiler_class = type(shell.compile)
-    assert compiler_class.__name__ == "CachingCompiler" and compiler_class.__call__ is not \
-        sys.modules["IPython.core.compilerop"].CachingCompiler.__call__
+    assert (
+        compiler_class.__name__ == "CachingCompiler"
+        and compiler_class.__call__
+        is not sys.modules["IPython.core.compilerop"].CachingCompiler.__call__
+    )
     first = run(shell, "import sys\ncode = sys._getframe().f_code")
     second = run(shell, "import sys\ncode2 = sys._getframe().f_code")
     assert first.success and second.success
@@ -113,5 +121,4 @@ def test_an_ast_transformer_that_rewrites_a_cell_is_never_given_stale_code(shell
             stamps.append(shell.user_ns["seen_stamp"])
         assert stamps[0] != stamps[1]  # the second run ran its own transformed code
     finally:
-        shell.ast_transformers[:] = [t for t in shell.ast_transformers
-                                     if not isinstance(t, Stamp)]
+        shell.ast_transformers[:] = [t for t in shell.ast_transformers if not isinstance(t, Stamp)]

@@ -24,11 +24,12 @@ from keras_nbguard.store.schema import SCHEMA_VERSION
 
 def test_runs_survive_a_restart_and_numbers_continue(history_database, monkeypatch):
     monkeypatch.setenv("JPY_SESSION_NAME", "/home/me/experiments.ipynb")
-    earlier_kernel = ("import keras_nbguard\nwith keras_nbguard.track('mlp'): pass\n"
-                      "keras_nbguard.get_session().close()\n")
+    earlier_kernel = (
+        "import keras_nbguard\nwith keras_nbguard.track('mlp'): pass\n"
+        "keras_nbguard.get_session().close()\n"
+    )
     subprocess.run([sys.executable, "-c", earlier_kernel], check=True)
     with using(Session()) as second:
-
         with keras_nbguard.track("mlp") as run:
             pass
         assert run.run_number == 2 and run.previous_run == 1
@@ -145,8 +146,9 @@ def test_unwritable_location_falls_back_to_memory(tmp_path):
     assert store.path == MEMORY and "memory" in warnings[0]
 
 
-def test_a_store_that_fell_back_to_memory_goes_back_to_its_file_with_the_runs(tmp_path,
-                                                                              monkeypatch):
+def test_a_store_that_fell_back_to_memory_goes_back_to_its_file_with_the_runs(
+    tmp_path, monkeypatch
+):
     monkeypatch.setattr("keras_nbguard.store.history_db.DISK_RETRY_SECONDS", 0.0)
     blocker = tmp_path / "history"
     blocker.write_text("x")  # the folder can't be made yet
@@ -168,8 +170,10 @@ def test_a_store_that_fell_back_to_memory_goes_back_to_its_file_with_the_runs(tm
         session.store.flush()
         assert third.run_number == 3 and [r.run_number for r in session.runs("mlp")] == [1, 2, 3, 4]
     with sqlite3.connect(path) as db:
-        rows = db.execute("SELECT run_number, status, (SELECT count(*) FROM samples "
-                          "WHERE run_id = id) > 0 FROM runs ORDER BY run_number").fetchall()
+        rows = db.execute(
+            "SELECT run_number, status, (SELECT count(*) FROM samples "
+            "WHERE run_id = id) > 0 FROM runs ORDER BY run_number"
+        ).fetchall()
     assert rows == [(n, "ok", 1) for n in (1, 2, 3, 4)]  # the memory runs with their samples
 
 
@@ -225,8 +229,12 @@ def test_a_lock_held_by_another_process_never_stalls_a_cell_nor_loses_a_run(hist
     from IPython.core.interactiveshell import InteractiveShell
 
     Store(str(history_database)).close()  # an existing history, as on any second day
-    locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(history_database)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    locker = subprocess.Popen(
+        [sys.executable, "-c", LOCKER, str(history_database)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert locker.stdout.readline().strip() == "locked"
     shell = InteractiveShell.instance()
     try:
@@ -249,8 +257,9 @@ def test_a_lock_held_by_another_process_never_stalls_a_cell_nor_loses_a_run(hist
         locker.communicate("release\n", timeout=30)
         session.store.flush(15)
         with sqlite3.connect(history_database) as db:
-            rows = db.execute("SELECT run_number, status FROM runs WHERE label = 'locked' "
-                              "ORDER BY run_number").fetchall()
+            rows = db.execute(
+                "SELECT run_number, status FROM runs WHERE label = 'locked' ORDER BY run_number"
+            ).fetchall()
         assert rows == [(n, "ok") for n in range(1, 6)]  # nothing lost, nothing left running
     finally:
         locker.kill()
@@ -328,8 +337,7 @@ def test_five_kills_mid_run_leave_a_sound_database(history_database):
             time.sleep(60)
     """)
     for _ in range(5):
-        child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                                 text=True)
+        child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
         assert child.stdout.readline().strip() == "running"
         time.sleep(0.4)
         child.send_signal(signal.SIGKILL)

@@ -21,6 +21,7 @@ def session():
 
 def tiny_model():
     import keras
+
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
     return model
@@ -28,6 +29,7 @@ def tiny_model():
 
 def test_track_measures_a_block_like_the_magic(session):
     import numpy as np
+
     x, y = np.ones((64, 4), "float32"), np.ones((64, 1), "float32")
     for _ in range(2):
         with keras_nbguard.track("script") as run:
@@ -70,6 +72,7 @@ def test_a_broken_collector_warns_once_and_the_block_still_runs(session, monkeyp
 
     def broken(self):
         raise OSError("device on fire")
+
     monkeypatch.setattr(gpu.GpuCollector, "end", broken)
     ran = []
     warns = pytest.warns(keras_nbguard.NbguardWarning, match="device on fire")

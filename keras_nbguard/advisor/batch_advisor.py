@@ -62,18 +62,25 @@ class BatchAdvice:
         if self.batch_size is None:
             return f"batch advice: n/a ({self.reason})"
         probed = ", ".join(str(p.batch) for p in self.probes)
-        fits = (f"batch_size={self.batch_size:,}" if self.batch_range is None else
-                f"batch_size between {self.batch_range[0]:,} and {self.batch_range[1]:,} "
-                f"(memory is not linear in the batch: {self.batch_size:,} is the safe end)")
-        line = (f"batch advice: {fits} fits under {self.limit_mib:,.0f} MiB ({self.limit_source}, "
-                f"{self.margin:.0%} kept free) on the {self.where}: peak ≈ {self.fixed_mib:,.1f} "
-                f"+ {self.per_sample_mib:.3f} MiB x batch; probed {probed} in {self.seconds:.1f} s")
+        fits = (
+            f"batch_size={self.batch_size:,}"
+            if self.batch_range is None
+            else f"batch_size between {self.batch_range[0]:,} and {self.batch_range[1]:,} "
+            f"(memory is not linear in the batch: {self.batch_size:,} is the safe end)"
+        )
+        line = (
+            f"batch advice: {fits} fits under {self.limit_mib:,.0f} MiB ({self.limit_source}, "
+            f"{self.margin:.0%} kept free) on the {self.where}: peak ≈ {self.fixed_mib:,.1f} "
+            f"+ {self.per_sample_mib:.3f} MiB x batch; probed {probed} in {self.seconds:.1f} s"
+        )
         if self.accumulation is not None and self.user_batch is not None:
             need = self.predict(self.user_batch)
             batch, k = self.accumulation
-            line += (f". Batch {self.user_batch:,} needs ~{need:,.0f} MiB: keep it as "
-                     f"{k} x {batch:,} with batch_size={batch:,} and the optimizer's "
-                     f"gradient_accumulation_steps={k} (Keras 3)")
+            line += (
+                f". Batch {self.user_batch:,} needs ~{need:,.0f} MiB: keep it as "
+                f"{k} x {batch:,} with batch_size={batch:,} and the optimizer's "
+                f"gradient_accumulation_steps={k} (Keras 3)"
+            )
         if self.reason:
             line += f" ({self.reason})"
         return line
@@ -99,28 +106,40 @@ def chart(advice: BatchAdvice, width: int = 360, height: int = 140) -> str:
     def sy(m: float) -> float:
         return height - 20 - max(0.0, m) / (top_mib or 1) * (height - 28)
 
-    parts = [f"<line x1='{sx(0):.1f}' y1='{sy(advice.predict(0) or 0):.1f}' "
-             f"x2='{sx(top_batch):.1f}' y2='{sy(advice.predict(int(top_batch)) or 0):.1f}' "
-             "stroke='#1f77b4' stroke-width='1.5'/>"]
-    parts += [f"<circle cx='{sx(p.batch):.1f}' cy='{sy(p.peak_mib):.1f}' r='3' fill='#ff7f0e'>"
-              f"<title>batch {p.batch}: {p.peak_mib:.1f} MiB</title></circle>"
-              for p in advice.probes]
+    parts = [
+        f"<line x1='{sx(0):.1f}' y1='{sy(advice.predict(0) or 0):.1f}' "
+        f"x2='{sx(top_batch):.1f}' y2='{sy(advice.predict(int(top_batch)) or 0):.1f}' "
+        "stroke='#1f77b4' stroke-width='1.5'/>"
+    ]
+    parts += [
+        f"<circle cx='{sx(p.batch):.1f}' cy='{sy(p.peak_mib):.1f}' r='3' fill='#ff7f0e'>"
+        f"<title>batch {p.batch}: {p.peak_mib:.1f} MiB</title></circle>"
+        for p in advice.probes
+    ]
     if advice.limit_mib is not None:
         y = sy(advice.limit_mib)
-        parts.append(f"<line x1='{pad}' y1='{y:.1f}' x2='{width - 8}' y2='{y:.1f}' "
-                     "stroke='#d62728' stroke-dasharray='4 3'/>"
-                     f"<text x='{pad + 2}' y='{y - 3:.1f}' font-size='10' fill='#d62728'>"
-                     f"limit {advice.limit_mib:,.0f} MiB</text>")
+        parts.append(
+            f"<line x1='{pad}' y1='{y:.1f}' x2='{width - 8}' y2='{y:.1f}' "
+            "stroke='#d62728' stroke-dasharray='4 3'/>"
+            f"<text x='{pad + 2}' y='{y - 3:.1f}' font-size='10' fill='#d62728'>"
+            f"limit {advice.limit_mib:,.0f} MiB</text>"
+        )
     if advice.batch_size:
         x = sx(advice.batch_size)
-        parts.append(f"<line x1='{x:.1f}' y1='{height - 20}' x2='{x:.1f}' y2='8' "
-                     "stroke='#2ca02c' stroke-dasharray='2 2'/>"
-                     f"<text x='{x + 3:.1f}' y='{height - 24}' font-size='10' fill='#2ca02c'>"
-                     f"{advice.batch_size:,}</text>")
-    parts.append(f"<text x='{pad}' y='{height - 6}' font-size='10'>batch size →</text>"
-                 f"<text x='2' y='12' font-size='10'>MiB</text>")
-    return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-            f"role='img' aria-label='peak memory by batch size'>{''.join(parts)}</svg>")
+        parts.append(
+            f"<line x1='{x:.1f}' y1='{height - 20}' x2='{x:.1f}' y2='8' "
+            "stroke='#2ca02c' stroke-dasharray='2 2'/>"
+            f"<text x='{x + 3:.1f}' y='{height - 24}' font-size='10' fill='#2ca02c'>"
+            f"{advice.batch_size:,}</text>"
+        )
+    parts.append(
+        f"<text x='{pad}' y='{height - 6}' font-size='10'>batch size →</text>"
+        f"<text x='2' y='12' font-size='10'>MiB</text>"
+    )
+    return (
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+        f"role='img' aria-label='peak memory by batch size'>{''.join(parts)}</svg>"
+    )
 
 
 def fit_line(probes: list[Probe]) -> tuple[float, float]:
@@ -150,9 +169,17 @@ def _largest(fixed: float, slope: float, usable: float) -> int:
     return max(0, int((usable - fixed) / slope)) if slope > 0 else 0
 
 
-def batch_advice(model: Any, x: Any, y: Any = None, *, limit_mib: float | None = None,
-                 batch_sizes: list[int] | None = None, steps: int = 2,
-                 batch_size: int | None = None, margin: float | None = None) -> BatchAdvice:
+def batch_advice(
+    model: Any,
+    x: Any,
+    y: Any = None,
+    *,
+    limit_mib: float | None = None,
+    batch_sizes: list[int] | None = None,
+    steps: int = 2,
+    batch_size: int | None = None,
+    margin: float | None = None,
+) -> BatchAdvice:
     """The largest batch predicted to fit, from a few short steps on a copy of ``model``.
 
     ``limit_mib``: what a fit may add (default: free GPU memory, or ``--host-limit`` /
@@ -169,9 +196,15 @@ def batch_advice(model: Any, x: Any, y: Any = None, *, limit_mib: float | None =
         limit_mib, source_of_limit = batch_probe.default_limit(source)
     why = source.unavailable()
     if why or limit_mib is None or limit_mib <= 0:
-        return BatchAdvice(None, limit_mib, source_of_limit, source.where,
-                           reason=why or source_of_limit if limit_mib is None else
-                           why or f"no memory left under the limit ({limit_mib:,.0f} MiB)")
+        return BatchAdvice(
+            None,
+            limit_mib,
+            source_of_limit,
+            source.where,
+            reason=why or source_of_limit
+            if limit_mib is None
+            else why or f"no memory left under the limit ({limit_mib:,.0f} MiB)",
+        )
     copy = batch_probe.copy_of(model)  # a model that can't be copied is the caller's error
     try:
         most = batch_probe.rows(x)
@@ -180,65 +213,114 @@ def batch_advice(model: Any, x: Any, y: Any = None, *, limit_mib: float | None =
         warmup = batch_probe.measure(copy, x, y, first, 1, source)
         probes = batch_probe.schedule(
             lambda b: batch_probe.measure(copy, x, y, b, steps, source),
-            first=first, limit_mib=limit_mib, most=most, batch_sizes=batch_sizes,
-            guess_mib=batch_probe.activations_guess(copy))
+            first=first,
+            limit_mib=limit_mib,
+            most=most,
+            batch_sizes=batch_sizes,
+            guess_mib=batch_probe.activations_guess(copy),
+        )
         weights = _size_mib(copy.weights)
         optimizer = _size_mib(copy.optimizer.variables)
     except Exception as exc:  # ours to report, never the cell's to break
         warn(f"keras_nbguard: batch_advice could not probe: {type(exc).__name__}: {exc}")
-        return BatchAdvice(None, limit_mib, source_of_limit, source.where,
-                           seconds=time.perf_counter() - started,
-                           reason=f"probing failed: {type(exc).__name__}: {exc}")
+        return BatchAdvice(
+            None,
+            limit_mib,
+            source_of_limit,
+            source.where,
+            seconds=time.perf_counter() - started,
+            reason=f"probing failed: {type(exc).__name__}: {exc}",
+        )
     finally:
         copy = None  # the copy's weights, optimizer state and functions go with it
         gc.collect()
-    advice = advise(probes, limit_mib, source_of_limit, source.where, weights, optimizer,
-                    time.perf_counter() - started, margin, batch_size, warmup)
+    advice = advise(
+        probes,
+        limit_mib,
+        source_of_limit,
+        source.where,
+        weights,
+        optimizer,
+        time.perf_counter() - started,
+        margin,
+        batch_size,
+        warmup,
+    )
     if most and advice.batch_size and advice.batch_size > most:  # no batch is larger than x
-        advice = _replace(advice, batch_size=most, reason=f"the whole dataset ({most:,} "
-                          f"samples) fits in one batch")
+        advice = _replace(
+            advice,
+            batch_size=most,
+            reason=f"the whole dataset ({most:,} samples) fits in one batch",
+        )
     return advice
 
 
-def advise(probes: list[Probe], limit_mib: float, limit_source: str, where: str,
-           weights_mib: float | None, optimizer_mib: float | None, seconds: float,
-           margin: float = MARGIN, user_batch: int | None = None,
-           warmup: Probe | None = None) -> BatchAdvice:
+def advise(
+    probes: list[Probe],
+    limit_mib: float,
+    limit_source: str,
+    where: str,
+    weights_mib: float | None,
+    optimizer_mib: float | None,
+    seconds: float,
+    margin: float = MARGIN,
+    user_batch: int | None = None,
+    warmup: Probe | None = None,
+) -> BatchAdvice:
     """The advice from the probes: the line, its linearity, the largest batch, accumulation.
     ``warmup``: the first step alone, at the first probe's batch; a fit's first step traces
     and compiles too, so the line starts no lower than it."""
     usable = limit_mib * (1 - margin)
-    common: dict[str, Any] = dict(limit_mib=limit_mib, limit_source=limit_source, where=where,
-                                  probes=tuple(probes), seconds=seconds, margin=margin,
-                                  user_batch=user_batch)
+    common: dict[str, Any] = dict(
+        limit_mib=limit_mib,
+        limit_source=limit_source,
+        where=where,
+        probes=tuple(probes),
+        seconds=seconds,
+        margin=margin,
+        user_batch=user_batch,
+    )
     if len(probes) < 2 or probes[-1].batch == probes[0].batch:
-        took = (f": batch {probes[0].batch} took {probes[0].peak_mib:,.0f} MiB of "
-                f"{limit_mib:,.0f}" if probes else "")
-        return BatchAdvice(None, **common, reason="fewer than two batch sizes could be probed "
-                           f"under half of the limit{took}")
+        took = (
+            f": batch {probes[0].batch} took {probes[0].peak_mib:,.0f} MiB of {limit_mib:,.0f}"
+            if probes
+            else ""
+        )
+        return BatchAdvice(
+            None,
+            **common,
+            reason=f"fewer than two batch sizes could be probed under half of the limit{took}",
+        )
     fixed, slope = fit_line(probes)
     span = probes[-1].peak_mib - probes[0].peak_mib
     reason = None
     if slope <= 0 or span < max(2.0, 0.01 * limit_mib):
         slope = max(slope, max(span, 2.0) / (probes[-1].batch - probes[0].batch))
-        reason = (f"memory barely grows with the batch up to {probes[-1].batch:,}: the slope is "
-                  f"an upper bound")
+        reason = (
+            f"memory barely grows with the batch up to {probes[-1].batch:,}: the slope is "
+            f"an upper bound"
+        )
     batch = _largest(fixed, slope, usable)
     linear, batch_range = True, None
     if len(probes) >= 3:
         # the line misses a probe by more than noise, or the first and last steps' slopes
         # (each a clear rise) differ by more than 30%: the third probe says "not linear"
         worst = max(abs(p.peak_mib - (fixed + slope * p.batch)) for p in probes)
-        steps = [(b.peak_mib - a.peak_mib, b.batch - a.batch)
-                 for a, b in itertools.pairwise(probes)]
+        steps = [
+            (b.peak_mib - a.peak_mib, b.batch - a.batch) for a, b in itertools.pairwise(probes)
+        ]
         (rise0, n0), (rise1, n1) = steps[0], steps[-1]
         first, last = rise0 / n0, rise1 / n1
-        bent = (min(rise0, rise1) >= max(8.0, 0.05 * limit_mib)
-                and abs(last - first) > 0.3 * max(first, last))
+        bent = min(rise0, rise1) >= max(8.0, 0.05 * limit_mib) and abs(last - first) > 0.3 * max(
+            first, last
+        )
         if bent or worst > max(0.15 * span, 4.0):
             linear = False
-            ends = [batch] + [_largest(probes[-1].peak_mib - s * probes[-1].batch, s, usable)
-                              for s in (first, last) if s > 0]
+            ends = [batch] + [
+                _largest(probes[-1].peak_mib - s * probes[-1].batch, s, usable)
+                for s in (first, last)
+                if s > 0
+            ]
             batch_range = (min(ends), max(ends))
             batch = batch_range[0]
     first_step = 0.0
@@ -246,16 +328,29 @@ def advise(probes: list[Probe], limit_mib: float, limit_source: str, where: str,
         first_step = max(0.0, warmup.peak_mib - (fixed + slope * warmup.batch))
         fixed += first_step
         batch = _largest(fixed, slope, usable) if batch_range is None else batch
-    breakdown = {"weights_mib": weights_mib, "optimizer_mib": optimizer_mib,
-                 "activations_per_sample_mib": slope, "fixed_mib": fixed,
-                 "first_step_mib": first_step}  # what tracing and compiling add, once
-    shown = sorted({p.batch for p in probes} | {batch, max(1, batch // 2), 2 * batch}
-                   | ({user_batch} if user_batch else set()))
-    advice = BatchAdvice(batch or None, **common, fixed_mib=fixed, per_sample_mib=slope,
-                         predicted={b: fixed + slope * b for b in shown if b > 0},
-                         breakdown=breakdown, linear=linear, batch_range=batch_range,
-                         reason=reason if batch else (reason or "the fixed part alone is over "
-                                                      "the limit"))
+    breakdown = {
+        "weights_mib": weights_mib,
+        "optimizer_mib": optimizer_mib,
+        "activations_per_sample_mib": slope,
+        "fixed_mib": fixed,
+        "first_step_mib": first_step,
+    }  # what tracing and compiling add, once
+    shown = sorted(
+        {p.batch for p in probes}
+        | {batch, max(1, batch // 2), 2 * batch}
+        | ({user_batch} if user_batch else set())
+    )
+    advice = BatchAdvice(
+        batch or None,
+        **common,
+        fixed_mib=fixed,
+        per_sample_mib=slope,
+        predicted={b: fixed + slope * b for b in shown if b > 0},
+        breakdown=breakdown,
+        linear=linear,
+        batch_range=batch_range,
+        reason=reason if batch else (reason or "the fixed part alone is over the limit"),
+    )
     if batch and user_batch and user_batch > batch:
         accumulators = weights_mib or 0.0  # Keras 3: one accumulator per trainable weight
         k = math.ceil(user_batch / batch)
@@ -289,8 +384,9 @@ def batch_line_magic(shell: Any, line: str) -> BatchAdvice:
                 i += 1
                 value = words[i] if i < len(words) else ""
             if not value.isdigit() or int(value) <= 0:
-                raise ValueError(f"%nbguard batch: {key} takes a positive whole number, "
-                                 f"not {value!r}")
+                raise ValueError(
+                    f"%nbguard batch: {key} takes a positive whole number, not {value!r}"
+                )
             options[flags[key]] = int(value)
         elif word.startswith("-"):
             raise ValueError(f"%nbguard batch: unknown option {word} (--limit, --batch, --steps)")
@@ -303,6 +399,11 @@ def batch_line_magic(shell: Any, line: str) -> BatchAdvice:
     if missing:
         raise ValueError(f"%nbguard batch: no name {', '.join(missing)} in the notebook")
     model, x, *rest = (shell.user_ns[n] for n in names)
-    return batch_advice(model, x, rest[0] if rest else None,
-                        limit_mib=options.get("limit_mib"), steps=options.get("steps", 2),
-                        batch_size=options.get("batch_size"))
+    return batch_advice(
+        model,
+        x,
+        rest[0] if rest else None,
+        limit_mib=options.get("limit_mib"),
+        steps=options.get("steps", 2),
+        batch_size=options.get("batch_size"),
+    )

@@ -120,8 +120,10 @@ def keras_of(model: Any) -> Any:
 def copy_of(model: Any) -> Any:
     """A compiled copy: same layers and weights, a fresh optimizer of the same config."""
     if not getattr(model, "optimizer", None):
-        raise ValueError("batch_advice needs a compiled model (model.compile(...)): it trains "
-                         "a copy with the same optimizer and loss")
+        raise ValueError(
+            "batch_advice needs a compiled model (model.compile(...)): it trains "
+            "a copy with the same optimizer and loss"
+        )
     keras = keras_of(model)
     try:
         copy = keras.models.clone_model(model)
@@ -147,8 +149,9 @@ def rows(data: Any) -> int | None:
     return int(shape[0]) if shape else None
 
 
-def measure(copy: Any, x: Any, y: Any, batch: int, steps: int,
-            source: HostPeaks | AllocatorPeaks) -> Probe:
+def measure(
+    copy: Any, x: Any, y: Any, batch: int, steps: int, source: HostPeaks | AllocatorPeaks
+) -> Probe:
     """``steps`` training steps at ``batch``: their peak over the base."""
     started = time.perf_counter()
     available = rows(x)
@@ -179,9 +182,15 @@ def activations_guess(model: Any) -> float | None:
     return 3 * elements * 4 / MIB if elements else None
 
 
-def schedule(measure_at: Any, first: int, limit_mib: float, most: int | None,
-             batch_sizes: list[int] | None = None, max_probes: int = 6,
-             guess_mib: float | None = None) -> list[Probe]:
+def schedule(
+    measure_at: Any,
+    first: int,
+    limit_mib: float,
+    most: int | None,
+    batch_sizes: list[int] | None = None,
+    max_probes: int = 6,
+    guess_mib: float | None = None,
+) -> list[Probe]:
     """Probes at rising batch sizes, each predicted (from what the last ones measured, at its
     worst) to stay under half of ``limit_mib``, until three of them span a clear rise over
     most of that range.
@@ -200,12 +209,14 @@ def schedule(measure_at: Any, first: int, limit_mib: float, most: int | None,
             break
         # enough: three probes whose rise is clear and that reach well into the half limit
         # (the wider they spread, the truer the slope)
-        if (planned is None and len(probes) >= 3 and span >= signal
-                and last.peak_mib >= 0.6 * half):
+        if planned is None and len(probes) >= 3 and span >= signal and last.peak_mib >= 0.6 * half:
             break
         if len(probes) == 1:  # the layers' guess, twice over; without one, half as many again
-            room = (min(3.0 * batch, (0.9 * half - last.peak_mib) / (2 * guess_mib))
-                    if guess_mib else batch / 2)
+            room = (
+                min(3.0 * batch, (0.9 * half - last.peak_mib) / (2 * guess_mib))
+                if guess_mib
+                else batch / 2
+            )
         else:  # the steepest slope the rise so far allows, noise included
             slope = (max(span, 0.0) + noise) / (batch - probes[0].batch)
             room = (0.9 * half - last.peak_mib) / slope

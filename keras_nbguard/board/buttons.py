@@ -8,12 +8,22 @@ from typing import Any
 # (short label: fits a 540 px output area in one row, what it does: the tooltip, action)
 BUTTONS = (
     ("Clear session", "Clear Keras session: keras.utils.clear_session() and gc", "clear_session"),
-    ("Free flagged", "Free flagged models: delete the stale models listed below (never the current"
-     " run's)", "free"),
-    ("Clear Out[ ]", "Clear output cache: Out[n], _, __ and ___ let go of what cells returned",
-     "clear_output_cache"),
-    ("Reset history", "Reset history: hide the runs so far (the database keeps them; "
-     "%nbguard reset --undo shows them again)", "reset_history"),
+    (
+        "Free flagged",
+        "Free flagged models: delete the stale models listed below (never the current run's)",
+        "free",
+    ),
+    (
+        "Clear Out[ ]",
+        "Clear output cache: Out[n], _, __ and ___ let go of what cells returned",
+        "clear_output_cache",
+    ),
+    (
+        "Reset history",
+        "Reset history: hide the runs so far (the database keeps them; "
+        "%nbguard reset --undo shows them again)",
+        "reset_history",
+    ),
 )
 
 

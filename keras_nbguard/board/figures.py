@@ -19,8 +19,17 @@ from keras_nbguard.records.run import RunRecord
 
 MB = 2**20
 # label colours (red is for failed runs)
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-           "#bcbd22", "#7f7f7f")
+PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#bcbd22",
+    "#7f7f7f",
+)
 # failed runs stand out by shape and size, whatever the label's colour
 SYMBOLS = {"ok": "circle", "error": "x", "oom": "star", "interrupted": "diamond"}
 MARKED = {"fit": "fit", "rss": "after", "gpu": "tf peak"}  # the series failed runs are marked on
@@ -62,12 +71,12 @@ def hover_text(r: RunRecord) -> str:
     """The run's label, status, time and figures, for a point's hover box."""
     when = time.strftime("%H:%M:%S", time.localtime(r.started_at))
     point = html.escape(fmt_params(r.params))
-    lines = [f"<b>{html.escape(r.label)} #{r.run_number}</b> {point} · {html.escape(r.status)} · "
-             f"{when}",
-             f"wall {fmt_seconds(r.wall_seconds)}, fit {fmt_seconds(r.fit_seconds)}",
-             f"RSS {fmt_bytes(r.rss_before)} → {fmt_bytes(r.rss_after)} "
-             f"(peak {fmt_bytes(r.rss_peak)})",
-             f"GPU {html.escape(fmt_gpu(r.gpu))}"]
+    lines = [
+        f"<b>{html.escape(r.label)} #{r.run_number}</b> {point} · {html.escape(r.status)} · {when}",
+        f"wall {fmt_seconds(r.wall_seconds)}, fit {fmt_seconds(r.fit_seconds)}",
+        f"RSS {fmt_bytes(r.rss_before)} → {fmt_bytes(r.rss_after)} (peak {fmt_bytes(r.rss_peak)})",
+        f"GPU {html.escape(fmt_gpu(r.gpu))}",
+    ]
     if r.error:
         lines.append(html.escape(r.error[:120]))
     return "<br>".join(lines)
@@ -89,8 +98,13 @@ def kernel_epochs(records: Sequence[RunRecord], breaks: frozenset[int] = frozens
         kernel_id = getattr(r, "kernel_id", None)  # records from a history store have it
         new_kernel = (kernel_id, getattr(r, "pid", None)) if kernel_id is not None else None
         went_back = r.label in last and r.run_number <= last[r.label]
-        if i and (went_back or i in breaks or (kernel is not None and new_kernel is not None
-                                               and _other_process(kernel, new_kernel))):
+        if i and (
+            went_back
+            or i in breaks
+            or (
+                kernel is not None and new_kernel is not None and _other_process(kernel, new_kernel)
+            )
+        ):
             epoch += 1
         epochs.append(epoch)
         last[r.label], kernel = r.run_number, new_kernel or kernel
@@ -100,8 +114,9 @@ def kernel_epochs(records: Sequence[RunRecord], breaks: frozenset[int] = frozens
 Memo = dict[int, tuple[RunRecord, dict[str, Any]]]
 
 
-def run_rows(records: Sequence[RunRecord], memo: Memo | None = None,
-             breaks: frozenset[int] = frozenset()) -> list[dict[str, Any]]:
+def run_rows(
+    records: Sequence[RunRecord], memo: Memo | None = None, breaks: frozenset[int] = frozenset()
+) -> list[dict[str, Any]]:
     """One plain row per run, what every chart draws from: ``g`` its line (label, and a sweep's
     point), ``c`` the line's colour, ``n`` its run number (the x axis), ``s`` its status, ``k`` its
     kernel process (a line breaks where it changes), each series' value by its key (None:
@@ -112,8 +127,10 @@ def run_rows(records: Sequence[RunRecord], memo: Memo | None = None,
     bases = _bases(records, memo)
     groups = list(dict.fromkeys(base["g"] for base in bases))
     colours = label_colours(groups)
-    return [{**base, "k": k, "c": colours[base["g"]]}
-            for base, k in zip(bases, kernel_epochs(records, breaks), strict=True)]
+    return [
+        {**base, "k": k, "c": colours[base["g"]]}
+        for base, k in zip(bases, kernel_epochs(records, breaks), strict=True)
+    ]
 
 
 def _base_row(r: RunRecord) -> dict[str, Any]:
@@ -151,8 +168,9 @@ def group_of(r: RunRecord) -> str:
     return f"{r.label} {fmt_params(r.params)}"
 
 
-def figure_data(records: Sequence[RunRecord], memo: Memo | None = None,
-                breaks: frozenset[int] = frozenset()) -> dict[str, Any]:
+def figure_data(
+    records: Sequence[RunRecord], memo: Memo | None = None, breaks: frozenset[int] = frozenset()
+) -> dict[str, Any]:
     """Everything the across-runs panels show, computed from ``run_rows`` alone.
 
     ``memo`` (optional, kept by the caller between calls) saves re-making the hover text of runs
@@ -194,24 +212,42 @@ def figure_data(records: Sequence[RunRecord], memo: Memo | None = None,
                 x.append(row["n"])
                 y.append(row[key])
                 text.append(row["text"])
-            traces.append({
-                "uid": f"{panel}:{series}:{label}", "panel": panel, "series": series,
-                # plotly renders <a>, <b>, <br> in trace names: a label is text, never markup
-                "label": label, "name": html.escape(label if legend else f"{label} {series}"),
-                "color": by_label[label][0]["c"], "dash": dash, "showlegend": legend,
-                "x": x, "y": y,
-                # hover boxes on the main series only: the others say "label peak: 532.1 MB"
-                "text": text if MARKED[panel] == series else None, "symbol": None,
-            })
+            traces.append(
+                {
+                    "uid": f"{panel}:{series}:{label}",
+                    "panel": panel,
+                    "series": series,
+                    # plotly renders <a>, <b>, <br> in trace names: a label is text, never markup
+                    "label": label,
+                    "name": html.escape(label if legend else f"{label} {series}"),
+                    "color": by_label[label][0]["c"],
+                    "dash": dash,
+                    "showlegend": legend,
+                    "x": x,
+                    "y": y,
+                    # hover boxes on the main series only: the others say "label peak: 532.1 MB"
+                    "text": text if MARKED[panel] == series else None,
+                    "symbol": None,
+                }
+            )
         if series == MARKED[panel]:  # failed runs drawn over the panel's main series
             points = [row for row in bad if row[key] is not None]
-            traces.append({
-                "uid": f"{panel}:not ok", "panel": panel, "series": "not ok", "label": "not ok",
-                "name": "not ok", "color": "#d62728", "dash": "solid", "showlegend": legend,
-                "x": [row["n"] for row in points], "y": [row[key] for row in points],
-                "text": [row["text"] for row in points],
-                "symbol": [SYMBOLS.get(row["s"], "x") for row in points],
-            })
+            traces.append(
+                {
+                    "uid": f"{panel}:not ok",
+                    "panel": panel,
+                    "series": "not ok",
+                    "label": "not ok",
+                    "name": "not ok",
+                    "color": "#d62728",
+                    "dash": "solid",
+                    "showlegend": legend,
+                    "x": [row["n"] for row in points],
+                    "y": [row[key] for row in points],
+                    "text": [row["text"] for row in points],
+                    "symbol": [SYMBOLS.get(row["s"], "x") for row in points],
+                }
+            )
     return {
         "traces": traces,
         "restarts": restart_marks,

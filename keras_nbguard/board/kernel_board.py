@@ -66,8 +66,10 @@ def show(session: Session, *, side: bool = False, compact: bool = False) -> None
     try:
         from sidecar import Sidecar
     except ImportError:
-        raise UsageError("--side needs the sidecar package: pip install 'keras_nbguard[side]', "
-                         "then reload the JupyterLab page") from None
+        raise UsageError(
+            "--side needs the sidecar package: pip install 'keras_nbguard[side]', "
+            "then reload the JupyterLab page"
+        ) from None
     if board.widget is None:
         raise UsageError(f"--side needs a widget frontend (JupyterLab); here: {board.reason}")
     # beside the notebook, half the main area: the right sidebar (250 px) is too narrow to plot

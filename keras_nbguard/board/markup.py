@@ -22,53 +22,78 @@ def model_lines(report: Any) -> list[str]:
     for leak in report.leaks:
         run = f"{leak.run_label} #{leak.run_number}" if leak.run_label else "no tracked run"
         paths = ", ".join(leak.paths[:4]) + (" …" if len(leak.paths) > 4 else "")
-        lines.append(f"{'STALE' if leak.stale else 'current'} {leak.model_name} "
-                     f"({fmt_size(leak.weight_bytes)} weights, {run}): {paths}")
+        lines.append(
+            f"{'STALE' if leak.stale else 'current'} {leak.model_name} "
+            f"({fmt_size(leak.weight_bytes)} weights, {run}): {paths}"
+        )
     if report.unreachable:
-        lines.append(f"{len(report.unreachable)} more alive that nothing you can name holds "
-                     f"(gone at the next clear)")
+        lines.append(
+            f"{len(report.unreachable)} more alive that nothing you can name holds "
+            f"(gone at the next clear)"
+        )
     return lines
 
 
-
-RESTARTED = ("<div class='nbguard-restart' style='display:none'><b>⟳ The kernel restarted</b>: "
-             "this dashboard shows the old kernel and no longer changes. Run "
-             "<code>%load_ext keras_nbguard</code>, then <code>%nbguard dashboard</code> for the "
-             "new one (a side panel comes back by itself).</div>")
-KEY = ("<div style='color:#777;font-size:85%'>x: each label's run number · marks: ✕ error "
-       "★ out of memory ◆ interrupted · ┆ a kernel restart breaks the line</div>")
+RESTARTED = (
+    "<div class='nbguard-restart' style='display:none'><b>⟳ The kernel restarted</b>: "
+    "this dashboard shows the old kernel and no longer changes. Run "
+    "<code>%load_ext keras_nbguard</code>, then <code>%nbguard dashboard</code> for the "
+    "new one (a side panel comes back by itself).</div>"
+)
+KEY = (
+    "<div style='color:#777;font-size:85%'>x: each label's run number · marks: ✕ error "
+    "★ out of memory ◆ interrupted · ┆ a kernel restart breaks the line</div>"
+)
 
 
 def header_html(data: dict[str, Any], runs: int, live: str) -> str:
     """Runs so far, the run going on (``live``: HTML) and the trends, current label first; the
     restart banner (hidden until the kernel restarts: see ``plotting.CHART_STYLE``)."""
     status = f"{runs} run(s)" + (f", {data['failed']} not ok" if data["failed"] else "")
-    trends = "".join(f"<div>{html.escape(t)}</div>" if i else f"<div><b>{html.escape(t)}</b></div>"
-                     for i, t in enumerate(data["trends"]))
-    return (f"{RESTARTED}<div style='overflow-wrap:anywhere'><b>keras_nbguard</b> · {status} · "
-            f"{live}</div>{trends}{KEY if runs else ''}")
+    trends = "".join(
+        f"<div>{html.escape(t)}</div>" if i else f"<div><b>{html.escape(t)}</b></div>"
+        for i, t in enumerate(data["trends"])
+    )
+    return (
+        f"{RESTARTED}<div style='overflow-wrap:anywhere'><b>keras_nbguard</b> · {status} · "
+        f"{live}</div>{trends}{KEY if runs else ''}"
+    )
 
 
 def lists_html(reports: Sequence[str], models: Sequence[str]) -> str:
     """What the last resets did (``reports``: HTML lines) and the models still referenced."""
     items = "".join(f"<li>{html.escape(m)}</li>" for m in models) or "<li>none</li>"
-    return (f"<div class='nbguard-reports'>{''.join(reports)}</div><div class='nbguard-models'>"
-            f"<b>Models still referenced</b><ul>{items}</ul></div>")
+    return (
+        f"<div class='nbguard-reports'>{''.join(reports)}</div><div class='nbguard-models'>"
+        f"<b>Models still referenced</b><ul>{items}</ul></div>"
+    )
 
 
-def static_view(records: Sequence[RunRecord], data: dict[str, Any], reports: Sequence[str],
-                models: Sequence[str], live: str, note: str,
-                findings: Sequence[Finding] = ()) -> dict[str, str]:
+def static_view(
+    records: Sequence[RunRecord],
+    data: dict[str, Any],
+    reports: Sequence[str],
+    models: Sequence[str],
+    live: str,
+    note: str,
+    findings: Sequence[Finding] = (),
+) -> dict[str, str]:
     """The dashboard without a widget frontend: trends, two SVG charts, the last runs; a bundle."""
     charts = static_charts(data)
     gpu = f"<div>{html.escape(data['gpu_note'])}</div>" if data["gpu_note"] else ""
     table = runs_table(records[-20:], "last runs")
     head = header_html(data, len(records), html.escape(live))
-    body = (f"<div class='keras-nbguard-static'>{head}{charts}{gpu}"
-            f"{findings_html(findings, len(records))}{table._repr_html_()}"
-            f"{lists_html(reports, models)}"
-            f"<div style='color:#777;font-size:80%'>{html.escape(note)}</div></div>")
-    text = [*data["trends"], *([data["gpu_note"]] if data["gpu_note"] else []),
-            *findings_text(findings), table.text(),
-            "models still referenced: " + ("; ".join(models) or "none")]
+    body = (
+        f"<div class='keras-nbguard-static'>{head}{charts}{gpu}"
+        f"{findings_html(findings, len(records))}{table._repr_html_()}"
+        f"{lists_html(reports, models)}"
+        f"<div style='color:#777;font-size:80%'>{html.escape(note)}</div></div>"
+    )
+    text = [
+        *data["trends"],
+        *([data["gpu_note"]] if data["gpu_note"] else []),
+        *findings_text(findings),
+        table.text(),
+        "models still referenced: " + ("; ".join(models) or "none"),
+    ]
     return {"text/html": body, "text/plain": "\n".join(text)}

@@ -25,11 +25,13 @@ CHART_CLASS = "keras-nbguard-chart"
 # A restarted kernel's widgets get "jupyter-widgets-disconnected" from ipywidgets: the banner
 # (in the header) shows then, in the cell and in the side panel alike.
 BOARD_CLASS = "keras-nbguard-board"
-CHART_STYLE = (f"<style>.{CHART_CLASS} {{min-width: 0; width: 100%; flex: 1 1 auto}}"
-               f".{BOARD_CLASS} .widget-html-content {{line-height: 1.45}}"
-               ".jupyter-widgets-disconnected .nbguard-restart"
-               " {display: block !important; padding: .4em .6em; margin: .2em 0;"
-               " background: #fff3e0; border: 1px solid #ef6c00; color: #bf360c}</style>")
+CHART_STYLE = (
+    f"<style>.{CHART_CLASS} {{min-width: 0; width: 100%; flex: 1 1 auto}}"
+    f".{BOARD_CLASS} .widget-html-content {{line-height: 1.45}}"
+    ".jupyter-widgets-disconnected .nbguard-restart"
+    " {display: block !important; padding: .4em .6em; margin: .2em 0;"
+    " background: #fff3e0; border: 1px solid #ef6c00; color: #bf360c}</style>"
+)
 
 
 @cache
@@ -82,35 +84,51 @@ def chart_class() -> type:
             if "rows" in state:
                 state["rows"] = list(self._rows)
             if "live" in state:
-                state["live"] = {k: list(v) if isinstance(v, list) else v
-                                 for k, v in self._live.items()}
+                state["live"] = {
+                    k: list(v) if isinstance(v, list) else v for k, v in self._live.items()
+                }
             return state
 
         def set_rows(self, rows: list[dict[str, Any]]) -> None:
             """Send the rows from the first one that differs from what the page has."""
             with self._send_lock:
                 old = self._rows
-                start = next((i for i, (a, b) in enumerate(zip(old, rows, strict=False)) if a != b),
-                             min(len(old), len(rows)))
+                start = next(
+                    (i for i, (a, b) in enumerate(zip(old, rows, strict=False)) if a != b),
+                    min(len(old), len(rows)),
+                )
                 if start == len(old) == len(rows):
                     return
                 self._rows = list(rows)
                 self.send({"type": "rows", "start": start, "rows": rows[start:]})
 
-        def set_live(self, ts: list[float], ys: list[float], epochs: list[float],
-                     title: str) -> None:
+        def set_live(
+            self, ts: list[float], ys: list[float], epochs: list[float], title: str
+        ) -> None:
             """The run going on: only the samples the page does not have yet travel."""
             with self._send_lock:
                 old = self._live
                 n = len(old["t"])
-                start = n if ts[:1] == old["t"][:1] and len(ts) >= n and (
-                    not n or ts[n - 1] == old["t"][n - 1]) else 0
+                start = (
+                    n
+                    if ts[:1] == old["t"][:1]
+                    and len(ts) >= n
+                    and (not n or ts[n - 1] == old["t"][n - 1])
+                    else 0
+                )
                 if start == len(ts) and epochs == old["epochs"] and title == old["title"]:
                     return
-                self._live = {"t": list(ts), "y": list(ys), "epochs": list(epochs),
-                              "title": title}
-                self.send({"type": "live", "start": start, "t": ts[start:], "y": ys[start:],
-                           "epochs": list(epochs), "title": title})
+                self._live = {"t": list(ts), "y": list(ys), "epochs": list(epochs), "title": title}
+                self.send(
+                    {
+                        "type": "live",
+                        "start": start,
+                        "t": ts[start:],
+                        "y": ys[start:],
+                        "epochs": list(epochs),
+                        "title": title,
+                    }
+                )
 
         def _on_front_end(self, _widget: Any, content: Any, _buffers: Any) -> None:
             kind = content.get("type") if isinstance(content, dict) else None
@@ -123,8 +141,16 @@ def chart_class() -> type:
                 with self._send_lock:
                     self.send({"type": "rows", "start": 0, "rows": list(self._rows)})
                     live = self._live
-                    self.send({"type": "live", "start": 0, "t": live["t"], "y": live["y"],
-                               "epochs": live["epochs"], "title": live["title"]})
+                    self.send(
+                        {
+                            "type": "live",
+                            "start": 0,
+                            "t": live["t"],
+                            "y": live["y"],
+                            "epochs": live["epochs"],
+                            "title": live["title"],
+                        }
+                    )
 
     return Chart
 

@@ -78,5 +78,6 @@ def reopen(session: Session) -> None:
 
         show(session, side=True)
     except Exception as exc:  # a panel we could not open must never break %load_ext
-        session.warn_once(f"the dashboard's side panel did not come back: "
-                          f"{type(exc).__name__}: {exc}")
+        session.warn_once(
+            f"the dashboard's side panel did not come back: {type(exc).__name__}: {exc}"
+        )

@@ -33,7 +33,8 @@ class SweepTable:
         self.label = label
         self._order = [_key(p) for p in points]
         self._state: dict[str, tuple[str, RunRecord | None, float | None]] = {
-            k: ("waiting", None, None) for k in self._order}
+            k: ("waiting", None, None) for k in self._order
+        }
         self._ended: list[str] = []  # in the order they ended
         self._begun = time.monotonic()
         self._lock = threading.Lock()
@@ -46,12 +47,16 @@ class SweepTable:
             self._state[_key(params)] = ("running", None, time.monotonic())
         self._redraw()
 
-    def finished(self, params: dict[str, Any], record: RunRecord | None = None,
-                 status: str | None = None) -> None:
+    def finished(
+        self, params: dict[str, Any], record: RunRecord | None = None, status: str | None = None
+    ) -> None:
         key = _key(params)
         with self._lock:
-            self._state[key] = (status or (record.status if record else "n/a"), record,
-                                self._state.get(key, ("", None, None))[2])
+            self._state[key] = (
+                status or (record.status if record else "n/a"),
+                record,
+                self._state.get(key, ("", None, None))[2],
+            )
             self._ended.append(key)
         self._redraw(force=True)
 
@@ -90,8 +95,11 @@ class SweepTable:
 
     def best(self) -> str | None:
         """The fastest point that ended ok (by fit time, else wall time)."""
-        ok = [(r.fit_seconds if r.fit_seconds is not None else r.wall_seconds, k)
-              for k, (s, r, _) in self._state.items() if r is not None and s == "ok"]
+        ok = [
+            (r.fit_seconds if r.fit_seconds is not None else r.wall_seconds, k)
+            for k, (s, r, _) in self._state.items()
+            if r is not None and s == "ok"
+        ]
         ok = [(t, k) for t, k in ok if t is not None]
         return min(ok)[1] if ok else None
 
@@ -106,21 +114,34 @@ class SweepTable:
             for k in keys:
                 status, record, since = self._state[k]
                 if record is None:
-                    fit = (f"{fmt_seconds(time.monotonic() - since)} so far"
-                           if status == "running" and since is not None else "n/a")
+                    fit = (
+                        f"{fmt_seconds(time.monotonic() - since)} so far"
+                        if status == "running" and since is not None
+                        else "n/a"
+                    )
                     out.append(("", k, status, fit, "n/a", ""))
                     continue
                 top = record.findings[0].split(" — ")[0] if record.findings else ""
-                out.append(("★" if k == best else "", k, status,
-                            fmt_seconds(record.fit_seconds), fmt_bytes(record.rss_peak), top))
+                out.append(
+                    (
+                        "★" if k == best else "",
+                        k,
+                        status,
+                        fmt_seconds(record.fit_seconds),
+                        fmt_bytes(record.rss_peak),
+                        top,
+                    )
+                )
             return out
 
     def summary(self) -> str:
         done, running, left = self.counts()
         eta = self.estimate()
         when = f", about {fmt_seconds(eta)} left" if eta is not None and (running or left) else ""
-        return (f"sweep {self.label}: {done} done, {running} running, {left} left of "
-                f"{len(self._order)}{when}")
+        return (
+            f"sweep {self.label}: {done} done, {running} running, {left} left of "
+            f"{len(self._order)}{when}"
+        )
 
     def bundle(self) -> dict[str, str]:
         done, running, left = self.counts()
@@ -129,16 +150,25 @@ class SweepTable:
         more = len(self._order) - len(rows) - left
         head = ("", "params", "status", "fit", "RSS peak", "top finding")
         cells = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
-        bar = (f"<div style='display:flex;height:8px;max-width:420px;background:#eee'>"
-               f"<div style='width:{100 * done / total:.1f}%;background:#2e7d32'></div>"
-               f"<div style='width:{100 * running / total:.1f}%;background:#90caf9'></div></div>")
-        note = (f"<div style='color:#777'>… {more} more ended: %nbguard runs --label "
-                f"{html.escape(self.label)}</div>" if more > 0 else "")
-        markup = (f"<div class='nbguard-sweep'><div><b>{html.escape(self.summary())}</b></div>"
-                  f"{bar}<table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{cells}"
-                  f"</table>{note}<div style='color:#777;font-size:85%'>★ the fastest fit; each "
-                  f"point's full summary: %nbguard runs</div></div>")
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
+        )
+        bar = (
+            f"<div style='display:flex;height:8px;max-width:420px;background:#eee'>"
+            f"<div style='width:{100 * done / total:.1f}%;background:#2e7d32'></div>"
+            f"<div style='width:{100 * running / total:.1f}%;background:#90caf9'></div></div>"
+        )
+        note = (
+            f"<div style='color:#777'>… {more} more ended: %nbguard runs --label "
+            f"{html.escape(self.label)}</div>"
+            if more > 0
+            else ""
+        )
+        markup = (
+            f"<div class='nbguard-sweep'><div><b>{html.escape(self.summary())}</b></div>"
+            f"{bar}<table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{cells}"
+            f"</table>{note}<div style='color:#777;font-size:85%'>★ the fastest fit; each "
+            f"point's full summary: %nbguard runs</div></div>"
+        )
         lines = [self.summary()] + ["  ".join(c for c in row if c) for row in rows]
         return {"text/html": markup, "text/plain": "\n".join(lines)}
 

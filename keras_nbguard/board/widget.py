@@ -47,8 +47,9 @@ class Dashboard:
     def __init__(self, session: Session, mode: str | None = None) -> None:
         self.session = session
         shell = session.shell or current_shell()
-        widget, self.reason = widget_frontend(shell) if mode is None else (
-            mode == "widget", f"mode={mode!r}")
+        widget, self.reason = (
+            widget_frontend(shell) if mode is None else (mode == "widget", f"mode={mode!r}")
+        )
         self.mode = "widget" if widget else "static"
         self._lock = threading.RLock()  # every widget mutation, from any thread, holds it
         self._reports: list[str] = []
@@ -76,9 +77,13 @@ class Dashboard:
             self._on_record(done[-1])
 
     def _subscriptions(self) -> tuple[tuple[str, Any], ...]:
-        return (("start", self._on_start), ("sample", self._on_sample),
-                ("epoch", self._on_epoch), ("record", self._on_record),
-                ("action", self._on_action))
+        return (
+            ("start", self._on_start),
+            ("sample", self._on_sample),
+            ("epoch", self._on_epoch),
+            ("record", self._on_record),
+            ("action", self._on_action),
+        )
 
     # -- wiring to the session ---------------------------------------------------------------
     def attach(self, session: Session) -> None:
@@ -179,8 +184,11 @@ class Dashboard:
             self._note(f"{action}: not available in this build (no {action!r} action yet)", True)
             self.refresh()
             return
-        if (self._cell_running and session.current is None
-                and threading.current_thread() is not threading.main_thread()):
+        if (
+            self._cell_running
+            and session.current is None
+            and threading.current_thread() is not threading.main_thread()
+        ):
             # a click on a subshell while a cell runs outside any tracked run: that cell may be
             # in a fit the session cannot see, so wait for it as the session waits for a run
             if action not in self._deferred:
@@ -197,8 +205,10 @@ class Dashboard:
 
     def _note(self, text: str, failed: bool = False) -> None:
         colour = "#c62828" if failed else "#2e7d32" if "queued" not in text else "#ef6c00"
-        line = (f"<div style='color:{colour}'>{time.strftime('%H:%M:%S')} "
-                f"{html.escape(text)}</div>")  # one entry a line, newest first
+        line = (
+            f"<div style='color:{colour}'>{time.strftime('%H:%M:%S')} "
+            f"{html.escape(text)}</div>"
+        )  # one entry a line, newest first
         with self._lock:
             self._reports = [line, *self._reports][:6]
 
@@ -219,17 +229,25 @@ class Dashboard:
                 update_display(self._bundle(data), raw=True, display_id=self._display_id)
 
     def _bundle(self, data: dict[str, Any] | None = None) -> dict[str, str]:
-        return static_view(self.session.runs(), data or figure_data(self.session.runs()),
-                           self._reports, self._models, self._live_title,
-                           f"static view: {self.reason}", self._findings)
+        return static_view(
+            self.session.runs(),
+            data or figure_data(self.session.runs()),
+            self._reports,
+            self._models,
+            self._live_title,
+            f"static view: {self.reason}",
+            self._findings,
+        )
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
         if self.widget is not None:  # the same widget again; the static view for other readers
             static = self._bundle()
-            display({**static, **self.widget._repr_mimebundle_(),
-                     "text/plain": static["text/plain"]}, raw=True)
+            display(
+                {**static, **self.widget._repr_mimebundle_(), "text/plain": static["text/plain"]},
+                raw=True,
+            )
             return
         self._display_id = self._display_id or uuid.uuid4().hex
         display(self._bundle(), raw=True, display_id=self._display_id)
@@ -246,10 +264,17 @@ class Dashboard:
         self.buttons = make_buttons(self._out, self.click)
         self.picker = ComparePicker()
         self.chart = make_chart()
-        self.widget = w.VBox([self._top, self.chart, w.HBox(list(self.buttons.values()),
-                                                            layout=w.Layout(flex_flow="row wrap")),
-                              self._bottom, self.picker.widget, self._out,
-                              w.HTML(CHART_STYLE)])  # a <style>: shows nothing
+        self.widget = w.VBox(
+            [
+                self._top,
+                self.chart,
+                w.HBox(list(self.buttons.values()), layout=w.Layout(flex_flow="row wrap")),
+                self._bottom,
+                self.picker.widget,
+                self._out,
+                w.HTML(CHART_STYLE),
+            ]
+        )  # a <style>: shows nothing
         self.widget.add_class(BOARD_CLASS)
 
     def _draw_widget(self, runs: list[RunRecord]) -> None:
@@ -264,7 +289,8 @@ class Dashboard:
         if self.picker is not None:
             self.picker.update(runs)
         self._bottom.value = findings_html(self._findings, len(runs)) + lists_html(
-            self._reports, self._models)
+            self._reports, self._models
+        )
 
     def _push_live(self) -> None:
         """Draw the run in progress (or the last run): epoch seconds and RSS over time."""

@@ -53,8 +53,9 @@ class FitTimer:
     """While installed, every fit is timed and appended to ``fits``, every evaluate and predict
     to ``inference`` (also calls that raise). ``reasons`` says why a Keras could not be patched."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter,
-                 peaks: CallPeaks | None = None) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.perf_counter, peaks: CallPeaks | None = None
+    ) -> None:
         self.clock = clock
         self.peaks = peaks or CallPeaks()
         self.fits: list[FitRecord] = []
@@ -84,8 +85,9 @@ class FitTimer:
             if original is None:
                 self.reasons.append(f"{package.__name__}.Model has no {name}(): not timed")
                 continue
-            patches.append(AttributePatch(model_class, name,
-                                          self._wrapper(name, original, callback_base)))
+            patches.append(
+                AttributePatch(model_class, name, self._wrapper(name, original, callback_base))
+            )
         return PatchGroup(patches)
 
     def _wrapper(self, name: str, original: Callable[..., Any], base: type) -> Callable[..., Any]:
@@ -101,32 +103,47 @@ class FitTimer:
             try:
                 if name == "fit":
                     return timer._timed_fit(original, signature, base, model, args, kwargs)
-                return timer._timed_inference(name, original, signature, base, model, args,
-                                              kwargs)
+                return timer._timed_inference(name, original, signature, base, model, args, kwargs)
             finally:
                 timer._depth -= 1
 
         return timed
 
     # -- one evaluate or predict -----------------------------------------------------------------
-    def _timed_inference(self, kind: str, original: Callable[..., Any],
-                         signature: inspect.Signature, base: type, model: Any,
-                         args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _timed_inference(
+        self,
+        kind: str,
+        original: Callable[..., Any],
+        signature: inspect.Signature,
+        base: type,
+        model: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
         __tracebackhide__ = True
         try:
             bound = signature.bind(model, *args, **kwargs)
         except TypeError:  # let Keras report the user's bad call in its own words
             return original(model, *args, **kwargs)
-        progress = _FitInProgress(_batch_size(bound.arguments), getattr(model, "name", None),
-                                  kind=kind)
+        progress = _FitInProgress(
+            _batch_size(bound.arguments), getattr(model, "name", None), kind=kind
+        )
         bound.arguments["callbacks"] = self._with_our_callback(
-            bound.arguments.get("callbacks"), progress, base)
+            bound.arguments.get("callbacks"), progress, base
+        )
 
         def record(call: _Call) -> None:
-            self.inference.append(InferenceRecord(
-                kind=kind, seconds=call.seconds, batch_size=progress.batch_size,
-                steps=progress.steps, rss_peak=call.rss_peak, gpu_peak=call.gpu_peak,
-                completed=call.completed))
+            self.inference.append(
+                InferenceRecord(
+                    kind=kind,
+                    seconds=call.seconds,
+                    batch_size=progress.batch_size,
+                    steps=progress.steps,
+                    rss_peak=call.rss_peak,
+                    gpu_peak=call.gpu_peak,
+                    completed=call.completed,
+                )
+            )
 
         with self._call(record) as call:
             result = original(*bound.args, **bound.kwargs)
@@ -134,8 +151,15 @@ class FitTimer:
             return result
 
     # -- one fit ---------------------------------------------------------------------------------
-    def _timed_fit(self, original: Callable[..., Any], signature: inspect.Signature, base: type,
-                   model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _timed_fit(
+        self,
+        original: Callable[..., Any],
+        signature: inspect.Signature,
+        base: type,
+        model: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
         __tracebackhide__ = True
         try:
             bound = signature.bind(model, *args, **kwargs)
@@ -155,22 +179,24 @@ class FitTimer:
             breakdown = callbacks.breakdown()
             callbacks.restore()
             inputs.restore()
-            self.fits.append(FitRecord(
-                seconds=call.seconds,
-                epochs=len(progress.epoch_seconds),
-                epoch_seconds=tuple(progress.epoch_seconds),
-                callback_seconds=callbacks.seconds,
-                batch_size=progress.batch_size,
-                steps=progress.steps,
-                model_name=progress.model_name,
-                completed=call.completed,
-                callbacks=breakdown,
-                input_kind=inputs.kind,
-                input_seconds=inputs.seconds,
-                input_batches=inputs.batches if inputs.kind else None,
-                rss_peak=call.rss_peak,
-                gpu_peak=call.gpu_peak,
-            ))
+            self.fits.append(
+                FitRecord(
+                    seconds=call.seconds,
+                    epochs=len(progress.epoch_seconds),
+                    epoch_seconds=tuple(progress.epoch_seconds),
+                    callback_seconds=callbacks.seconds,
+                    batch_size=progress.batch_size,
+                    steps=progress.steps,
+                    model_name=progress.model_name,
+                    completed=call.completed,
+                    callbacks=breakdown,
+                    input_kind=inputs.kind,
+                    input_seconds=inputs.seconds,
+                    input_batches=inputs.batches if inputs.kind else None,
+                    rss_peak=call.rss_peak,
+                    gpu_peak=call.gpu_peak,
+                )
+            )
 
         with self._call(record) as call:
             result = original(*bound.args, **bound.kwargs)
@@ -194,8 +220,10 @@ class FitTimer:
     def _with_our_callback(self, callbacks: Any, progress: _FitInProgress, base: type) -> Any:
         if callbacks is not None and not isinstance(callbacks, (list, tuple)):
             return callbacks  # a CallbackList of the user's: leave it alone, epochs stay unknown
-        return [*(callbacks or ()), _epoch_clock_class(base)(progress, self.clock,
-                                                             self.epoch_listeners)]
+        return [
+            *(callbacks or ()),
+            _epoch_clock_class(base)(progress, self.clock, self.epoch_listeners),
+        ]
 
 
 @functools.lru_cache(maxsize=8)
@@ -237,8 +265,12 @@ def _epoch_clock_class(callback_base: type) -> type:
     built on first use so that Keras is only imported by the user."""
 
     class EpochClock(callback_base):
-        def __init__(self, progress: _FitInProgress, clock: Callable[[], float],
-                     listeners: list[EpochListener]) -> None:
+        def __init__(
+            self,
+            progress: _FitInProgress,
+            clock: Callable[[], float],
+            listeners: list[EpochListener],
+        ) -> None:
             super().__init__()
             self._progress = progress
             self._clock = clock

@@ -48,8 +48,11 @@ class TfGpu:
         """Allocator bytes summed over every GPU of this process (a strategy spreads a model
         over all of them); ``devices`` says how many were summed."""
         infos = [self.config.experimental.get_memory_info(name) for name in self._devices()]
-        return {"current": sum(int(i["current"]) for i in infos),
-                "peak": sum(int(i["peak"]) for i in infos), "devices": len(infos)}
+        return {
+            "current": sum(int(i["current"]) for i in infos),
+            "peak": sum(int(i["peak"]) for i in infos),
+            "devices": len(infos),
+        }
 
     def reset_memory_stats(self) -> None:
         for name in self._devices():
@@ -143,8 +146,7 @@ class NvmlReader:
             reasons = [why for _, why in per_device if why]
             used = None
             reason = next((r for r in reasons if "not in NVML's list" in r), reasons[0])
-        return (sum(int(i.used) for i in infos), sum(int(i.total) for i in infos), used,
-                reason)
+        return (sum(int(i.used) for i in infos), sum(int(i.total) for i in infos), used, reason)
 
     def smallest_total(self) -> tuple[int | None, str | None]:
         """The size of the smallest visible GPU (a cap as a fraction must fit each), or None and
@@ -174,8 +176,10 @@ class NvmlReader:
                     return None, "process memory: NVML does not report it on this system"
                 return int(used), None
         if processes:
-            return None, (f"process memory: pid {pid} not in NVML's list of "
-                          f"{len(processes)} process(es); inside a container NVML shows host pids")
+            return None, (
+                f"process memory: pid {pid} not in NVML's list of "
+                f"{len(processes)} process(es); inside a container NVML shows host pids"
+            )
         return None, "process memory: NVML lists no process on this GPU (container or permissions)"
 
 
@@ -183,9 +187,12 @@ class GpuCollector:
     """GPU figures for one run: the backend allocator's peak reset before (where it can be), read
     after, and per call of the user's (``call_began`` / ``call_ended``); NVML read after."""
 
-    def __init__(self, tf_gpu: Callable[[], TfGpu | None] = TfGpu.if_imported,
-                 nvml: NvmlReader | None = None,
-                 allocator: Callable[[], Allocator] | None = None) -> None:
+    def __init__(
+        self,
+        tf_gpu: Callable[[], TfGpu | None] = TfGpu.if_imported,
+        nvml: NvmlReader | None = None,
+        allocator: Callable[[], Allocator] | None = None,
+    ) -> None:
         self._allocator = allocator or (lambda: allocator_for(backends.current_backend(), tf_gpu))
         self._nvml = nvml or NvmlReader()
         self._peak = 0  # the run's peak so far, folded in before each reset
@@ -236,14 +243,17 @@ class GpuCollector:
         used, total, process_used, nvml_why = self._nvml.read()
         if nvml_why:
             reasons.append(nvml_why)
-        return GpuReading(current, peak, used, total, process_used, "; ".join(reasons) or None,
-                          allocator.name)
+        return GpuReading(
+            current, peak, used, total, process_used, "; ".join(reasons) or None, allocator.name
+        )
 
     def _run_peak(self, peak: int, reasons: list[str], name: str) -> int | None:
         if self._peak_before is None:  # reset at the start: the peak is this run's
             return max(peak, self._peak)
         if peak > self._peak_before:  # no reset (JAX): a new high is this run's peak
             return peak
-        reasons.append(f"{name} peak n/a: {name} keeps one peak per process, and this run "
-                       f"stayed under an earlier one")
+        reasons.append(
+            f"{name} peak n/a: {name} keeps one peak per process, and this run "
+            f"stayed under an earlier one"
+        )
         return None

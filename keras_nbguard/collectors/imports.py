@@ -57,9 +57,11 @@ class ImportWatch(importlib.abc.MetaPathFinder):
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+
                     def notify(module: ModuleType) -> None:
                         for watch in watches:
                             watch._callback(module)
+
                     spec.loader = _CallbackLoader(spec.loader, notify)
                 return spec
         return None

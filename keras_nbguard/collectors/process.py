@@ -79,7 +79,7 @@ class PeakRss:
         try:
             status = os.pread(fd, 4096, 0)
             start = status.index(b"VmHWM:") + 6
-            return int(status[start:status.index(b"kB", start)]) * 1024
+            return int(status[start : status.index(b"kB", start)]) * 1024
         except (OSError, ValueError):
             return None
 
@@ -99,8 +99,9 @@ class RssSampler:
     whenever it reaches ``max_samples``, so a long run costs bounded memory and keeps its peaks.
     """
 
-    def __init__(self, read: RssReader | None = None, interval: float = 0.01,
-                 max_samples: int = 2000) -> None:
+    def __init__(
+        self, read: RssReader | None = None, interval: float = 0.01, max_samples: int = 2000
+    ) -> None:
         self._read = read or default_rss_reader()
         self._own_rss = read is None  # what the helper process can sample: /proc/<our pid>
         self._watch: RssWatch | None = None
@@ -217,7 +218,6 @@ class RssSampler:
         for listener in self.listeners:
             listener(t, kept)
 
-
     def _halve(self) -> None:
         self.samples[:] = halve(self.samples)
         self._keep_every *= 2
@@ -291,4 +291,3 @@ def _helper() -> RssWatch | None:
         _watch_failed_for = pid
         return None
     return _watch
-

@@ -74,15 +74,17 @@ def _compile(shell: Any, magic_line: str, body: str, flags: int) -> _Compiled:
     tree = shell.transform_ast(tree)
     # An unchanged body gets its earlier code objects back: stable_code.py says why.
     compiled, reused = _BODIES.get_or_compile(
-        compiled_from(tree, source, shell), text, flags | shell.compile.flags,
-        lambda: _compile_tree(shell, tree, source, shell.compile.cache(text, number), flags))
+        compiled_from(tree, source, shell),
+        text,
+        flags | shell.compile.flags,
+        lambda: _compile_tree(shell, tree, source, shell.compile.cache(text, number), flags),
+    )
     if reused:
         point_traceback_at(shell.compile, compiled.filename, number)
     return compiled
 
 
-def _compile_tree(shell: Any, tree: Any, source: str, filename: str,
-                  flags: int) -> _Compiled:
+def _compile_tree(shell: Any, tree: Any, source: str, filename: str, flags: int) -> _Compiled:
     last = None
     # a trailing ';' hides the value, as in a plain cell (IPython looks at the magic call only)
     quiet = DisplayHook.semicolon_at_end_of_expression(source)

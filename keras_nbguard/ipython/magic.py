@@ -50,8 +50,16 @@ class Subcommand:
     operands: str = ""  # e.g. "FILE"; "" when it takes none
 
 
-CONFIG_FLAGS = (*RUN_FLAGS, "--clear", "--deep-clean", "--release-stale", "--no-gpu-limit",
-                "--no-host-limit", "--no-mixed-precision", "--db")
+CONFIG_FLAGS = (
+    *RUN_FLAGS,
+    "--clear",
+    "--deep-clean",
+    "--release-stale",
+    "--no-gpu-limit",
+    "--no-host-limit",
+    "--no-mixed-precision",
+    "--db",
+)
 # One entry per subcommand, handled by ``KerasMagics._nbguard_<name>``; a new subcommand adds its
 # entry, its flags (``@argument`` on ``nbguard``) and its method.
 SUBCOMMANDS: dict[str, Subcommand] = {
@@ -103,12 +111,10 @@ def _check_subcommand(parser: argparse.ArgumentParser, args: argparse.Namespace)
     command = SUBCOMMANDS[args.command]
     wrong = [flag for flag in _flags_given(parser, args) if flag not in command.flags]
     if wrong:
-        takes = (f"it takes {', '.join(command.flags)}" if command.flags
-                 else "it takes no options")
+        takes = f"it takes {', '.join(command.flags)}" if command.flags else "it takes no options"
         raise UsageError(f"%nbguard {args.command} has no option {', '.join(wrong)}; {takes}")
     if args.operands and not command.operands:
-        raise UsageError(f"%nbguard {args.command} takes no file name (got "
-                         f"{args.operands[0]!r})")
+        raise UsageError(f"%nbguard {args.command} takes no file name (got {args.operands[0]!r})")
 
 
 @functools.lru_cache(maxsize=64)
@@ -127,8 +133,10 @@ def _shell_words(line: str) -> list[str]:
     try:
         return shlex.split(line)
     except ValueError as exc:  # "No closing quotation"
-        raise UsageError(f"can't read the options {line!r}: {exc}; put a name with spaces in "
-                         f"matching quotes, e.g. --label 'my model'") from None
+        raise UsageError(
+            f"can't read the options {line!r}: {exc}; put a name with spaces in "
+            f"matching quotes, e.g. --label 'my model'"
+        ) from None
 
 
 @magics_class
@@ -166,9 +174,14 @@ class KerasMagics(Magics):
             display(run)
 
     @magic_arguments()
-    @argument("--label", "-l", metavar="NAME", default=None,
-              help="Name runs of this cell are compared under (default: the cell's first line, "
-                   "kept across re-runs and edits of the same cell).")
+    @argument(
+        "--label",
+        "-l",
+        metavar="NAME",
+        default=None,
+        help="Name runs of this cell are compared under (default: the cell's first line, "
+        "kept across re-runs and edits of the same cell).",
+    )
     @isolation_arguments
     @run_option_arguments
     @cell_magic
@@ -202,8 +215,15 @@ class KerasMagics(Magics):
         args = _parse_kerasrun(line)
         label = args.label or self.labels.label_for(cell, self._cell_id)
         try:
-            return run_isolated(self.session, self._shell, label, cell, args,
-                                _run_options(line, self.session.options), self._cell_id)
+            return run_isolated(
+                self.session,
+                self._shell,
+                label,
+                cell,
+                args,
+                _run_options(line, self.session.options),
+                self._cell_id,
+            )
         except ValueError as exc:  # what can't be sent, a bad --sweep: before anything starts
             raise UsageError(str(exc)) from None
 
@@ -227,31 +247,64 @@ class KerasMagics(Magics):
     @argument("operands", nargs="*", help="export: the CSV file; compare: two runs (mlp:3 mlp:7).")
     @argument("--all", dest="free_all", action="store_true", help="free: current models too.")
     @argument("--undo", action="store_true", help="reset: show the hidden runs again.")
-    @argument("--containers", action="store_true",
-              help="free: also set the slots of your lists, dicts, attributes and closures that "
-                   "hold them to None.")
-    @argument("--label", "-l", metavar="NAME", default=None,
-              help="runs, export, diagnose, compare: only this label; reset: hide (or with "
-                   "--undo show again) this label's runs only.")
-    @argument("--this-kernel", action="store_true",
-              help="runs, export, compare: only this kernel's runs (not earlier kernels').")
-    @argument("--force", action="store_true",
-              help="export: replace an existing file (never the history database or a "
-                   "notebook).")
-    @argument("--db", metavar="PATH", default=None,
-              help="config: keep the run history in this SQLite file (':memory:': not on disk).")
+    @argument(
+        "--containers",
+        action="store_true",
+        help="free: also set the slots of your lists, dicts, attributes and closures that "
+        "hold them to None.",
+    )
+    @argument(
+        "--label",
+        "-l",
+        metavar="NAME",
+        default=None,
+        help="runs, export, diagnose, compare: only this label; reset: hide (or with "
+        "--undo show again) this label's runs only.",
+    )
+    @argument(
+        "--this-kernel",
+        action="store_true",
+        help="runs, export, compare: only this kernel's runs (not earlier kernels').",
+    )
+    @argument(
+        "--force",
+        action="store_true",
+        help="export: replace an existing file (never the history database or a notebook).",
+    )
+    @argument(
+        "--db",
+        metavar="PATH",
+        default=None,
+        help="config: keep the run history in this SQLite file (':memory:': not on disk).",
+    )
     @argument("--side", action="store_true", help="dashboard: in a JupyterLab side panel.")
     @argument("--compact", action="store_true", help="dashboard: one line, redrawn each run.")
     @argument("--no-gpu-limit", action="store_true", help="config: drop the GPU memory cap.")
     @argument("--no-host-limit", action="store_true", help="config: drop the RSS cap.")
-    @argument("--no-mixed-precision", action="store_true",
-              help="config: stop setting a dtype policy.")
-    @argument("--clear", dest="clear", action="store_const", const=True,
-              help="config: clear before each run (the default).")
-    @argument("--deep-clean", dest="deep_clean", action="store_const", const=True,
-              help="config: deep-clean before each run (the default).")
-    @argument("--release-stale", dest="keep_stale", action="store_const", const=False,
-              help="config: release earlier runs' models held only by caches (the default).")
+    @argument(
+        "--no-mixed-precision", action="store_true", help="config: stop setting a dtype policy."
+    )
+    @argument(
+        "--clear",
+        dest="clear",
+        action="store_const",
+        const=True,
+        help="config: clear before each run (the default).",
+    )
+    @argument(
+        "--deep-clean",
+        dest="deep_clean",
+        action="store_const",
+        const=True,
+        help="config: deep-clean before each run (the default).",
+    )
+    @argument(
+        "--release-stale",
+        dest="keep_stale",
+        action="store_const",
+        const=False,
+        help="config: release earlier runs' models held only by caches (the default).",
+    )
     @run_option_arguments
     @line_magic
     def nbguard(self, line: str) -> Any:
@@ -315,17 +368,22 @@ class KerasMagics(Magics):
         return show(self.session, side=args.side, compact=args.compact)
 
     def _nbguard_reset(self, args: argparse.Namespace) -> Any:
-        return self.session.perform("undo_reset" if args.undo else "reset_history",
-                                    label=args.label)
+        return self.session.perform(
+            "undo_reset" if args.undo else "reset_history", label=args.label
+        )
 
     def _nbguard_config(self, args: argparse.Namespace) -> Any:
         changes = run_changes(args)
-        for flag, name in (("no_gpu_limit", "gpu_limit_mb"), ("no_host_limit", "host_limit_mb"),
-                           ("no_mixed_precision", "mixed_precision")):
+        for flag, name in (
+            ("no_gpu_limit", "gpu_limit_mb"),
+            ("no_host_limit", "host_limit_mb"),
+            ("no_mixed_precision", "mixed_precision"),
+        ):
             if getattr(args, flag):
                 if changes.get(name) is not None:
-                    raise UsageError(f"give one of {SPELLING[name]} and "
-                                     f"--{flag.replace('_', '-')}, not both")
+                    raise UsageError(
+                        f"give one of {SPELLING[name]} and --{flag.replace('_', '-')}, not both"
+                    )
                 changes[name] = None
         options = _checked(self.session.options, changes)
         if args.db is not None:
@@ -334,8 +392,9 @@ class KerasMagics(Magics):
             except RuntimeError as exc:
                 raise UsageError(str(exc)) from None
         self.session.options = options
-        return key_values("keras_nbguard config",
-                          [*option_rows(options), history_db_row(self.session.store)])
+        return key_values(
+            "keras_nbguard config", [*option_rows(options), history_db_row(self.session.store)]
+        )
 
     def _nbguard_compare(self, args: argparse.Namespace) -> Any:
         from keras_nbguard.diagnosis.compare import compare_runs
@@ -348,11 +407,17 @@ class KerasMagics(Magics):
         if not args.operands:
             raise ValueError("%nbguard export needs a file name: %nbguard export runs.csv")
         if len(args.operands) > 1:
-            raise ValueError(f"%nbguard export takes one file name, not {len(args.operands)} "
-                             f"(put a name with spaces in quotes)")
+            raise ValueError(
+                f"%nbguard export takes one file name, not {len(args.operands)} "
+                f"(put a name with spaces in quotes)"
+            )
         path = os.path.expanduser(args.operands[0])
-        count = write_csv(self.session.runs(args.label, args.this_kernel), path,
-                          force=args.force, protected=self.session.protected_paths())
+        count = write_csv(
+            self.session.runs(args.label, args.this_kernel),
+            path,
+            force=args.force,
+            protected=self.session.protected_paths(),
+        )
         print(f"keras_nbguard: wrote {count} run(s) to {args.operands[0]}")
 
 
@@ -364,8 +429,10 @@ def load(shell: Any) -> KerasMagics:
     magics = KerasMagics(shell, session)
     shell.register_magics(magics)
     shell.input_transformers_cleanup.append(
-        KerasrunCells(shell, f"get_ipython().magics_manager.registry[{KerasMagics.__name__!r}]"
-                             f".kerasrun_async"))
+        KerasrunCells(
+            shell, f"get_ipython().magics_manager.registry[{KerasMagics.__name__!r}].kerasrun_async"
+        )
+    )
     shell.events.register("pre_run_cell", magics.pre_run_cell)
     magics.stable_code = StableCellCode(shell, CodeCache())
     magics.stable_code.install()
@@ -395,7 +462,8 @@ def unload(shell: Any) -> None:
     if stable_code is not None:
         stable_code.remove()
     shell.input_transformers_cleanup[:] = [
-        t for t in shell.input_transformers_cleanup if not isinstance(t, KerasrunCells)]
+        t for t in shell.input_transformers_cleanup if not isinstance(t, KerasrunCells)
+    ]
     manager.magics["line"].pop("nbguard", None)
     isolation = sys.modules.get("keras_nbguard.isolation")
     if isolation is not None:  # --prestart's waiting process ends with the extension

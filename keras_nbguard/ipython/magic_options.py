@@ -10,21 +10,46 @@ from typing import Any
 from IPython.core.magic_arguments import argument
 
 # argparse's name (dest) -> the RunOptions field; the flag a user types, for error messages
-RUN_FIELDS = {"clear": "clear", "deep_clean": "deep_clean", "gpu_growth": "gpu_growth",
-              "gpu_limit": "gpu_limit_mb", "host_limit": "host_limit_mb",
-              "mixed_precision": "mixed_precision", "keep_stale": "keep_stale", "quiet": "quiet"}
-SPELLING = {"clear": "--no-clear", "deep_clean": "--no-deep-clean", "gpu_growth": "--gpu-growth",
-            "gpu_limit_mb": "--gpu-limit", "host_limit_mb": "--host-limit",
-            "mixed_precision": "--mixed-precision", "keep_stale": "--keep-stale",
-            "quiet": "--quiet"}
-RUN_FLAGS = ("--no-clear", "--no-deep-clean", "--gpu-growth", "--no-gpu-growth", "--gpu-limit",
-             "--host-limit", "--mixed-precision", "--keep-stale", "--quiet")
+RUN_FIELDS = {
+    "clear": "clear",
+    "deep_clean": "deep_clean",
+    "gpu_growth": "gpu_growth",
+    "gpu_limit": "gpu_limit_mb",
+    "host_limit": "host_limit_mb",
+    "mixed_precision": "mixed_precision",
+    "keep_stale": "keep_stale",
+    "quiet": "quiet",
+}
+SPELLING = {
+    "clear": "--no-clear",
+    "deep_clean": "--no-deep-clean",
+    "gpu_growth": "--gpu-growth",
+    "gpu_limit_mb": "--gpu-limit",
+    "host_limit_mb": "--host-limit",
+    "mixed_precision": "--mixed-precision",
+    "keep_stale": "--keep-stale",
+    "quiet": "--quiet",
+}
+RUN_FLAGS = (
+    "--no-clear",
+    "--no-deep-clean",
+    "--gpu-growth",
+    "--no-gpu-growth",
+    "--gpu-limit",
+    "--host-limit",
+    "--mixed-precision",
+    "--keep-stale",
+    "--quiet",
+)
 
 
 def run_changes(args: argparse.Namespace) -> dict[str, Any]:
     """The run options given on the line (None: not given), by ``RunOptions`` field name."""
-    return {field: value for dest, field in RUN_FIELDS.items()
-            if (value := getattr(args, dest, None)) is not None}
+    return {
+        field: value
+        for dest, field in RUN_FIELDS.items()
+        if (value := getattr(args, dest, None)) is not None
+    }
 
 
 def run_option_arguments(func: Any) -> Any:

@@ -38,8 +38,9 @@ class CodeCache:
         self.limit = limit
         self._codes: OrderedDict[tuple[str, str, int], Any] = OrderedDict()
 
-    def get_or_compile(self, source: str, context: str, flags: int,
-                       compile_now: Callable[[], Any]) -> tuple[Any, bool]:
+    def get_or_compile(
+        self, source: str, context: str, flags: int, compile_now: Callable[[], Any]
+    ) -> tuple[Any, bool]:
         """(the code, whether it was reused); ``source``: ``compiled_from()``'s, ``context``:
         whatever else the code depends on."""
         key = (source, context, flags)
@@ -83,8 +84,11 @@ def is_kerasrun_cell(tree: Any) -> bool:
     if call.func.attr == AWAITING_CALL:
         return True
     first = call.args[0] if call.args else None
-    return (call.func.attr == "run_cell_magic" and isinstance(first, ast.Constant)
-            and first.value == MAGIC_NAME)
+    return (
+        call.func.attr == "run_cell_magic"
+        and isinstance(first, ast.Constant)
+        and first.value == MAGIC_NAME
+    )
 
 
 class StableCellCode:
@@ -109,25 +113,36 @@ class StableCellCode:
         original = type(compiler)
         cache, shell = self.cache, self.shell
 
-        def __call__(self: Any, source: Any, filename: str, symbol: str,
-                     *args: Any, **kwargs: Any) -> CodeType:
+        def __call__(
+            self: Any, source: Any, filename: str, symbol: str, *args: Any, **kwargs: Any
+        ) -> CodeType:
             if args or kwargs or not is_kerasrun_cell(source):
                 return original.__call__(self, source, filename, symbol, *args, **kwargs)
             # IPython caches a cell's text (size, mtime, lines, name) before compiling it
             cached: Any = linecache.cache.get(filename)
             text = "".join(cached[2]) if isinstance(cached, tuple) and len(cached) == 4 else None
             code, reused = cache.get_or_compile(
-                compiled_from(source, text, shell), symbol, getattr(self, "flags", 0),
-                lambda: original.__call__(self, source, filename, symbol))
+                compiled_from(source, text, shell),
+                symbol,
+                getattr(self, "flags", 0),
+                lambda: original.__call__(self, source, filename, symbol),
+            )
             if reused:
-                point_traceback_at(self, code.co_filename,
-                                   getattr(self, "_filename_map", {}).get(filename))
+                point_traceback_at(
+                    self, code.co_filename, getattr(self, "_filename_map", {}).get(filename)
+                )
             return code
 
         try:
-            compiler.__class__ = type(original.__name__, (original,), {
-                "__call__": __call__, "__module__": original.__module__,
-                "__doc__": original.__doc__})
+            compiler.__class__ = type(
+                original.__name__,
+                (original,),
+                {
+                    "__call__": __call__,
+                    "__module__": original.__module__,
+                    "__doc__": original.__doc__,
+                },
+            )
         except TypeError:  # a compiler whose class can't be swapped: cells compile as before
             return
         self._original = original

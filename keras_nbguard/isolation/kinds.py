@@ -59,7 +59,7 @@ def is_dataset(value: Any) -> bool:
 
 
 def keras_package(value: Any) -> str | None:
-    """"keras" or "tf_keras" for an object of Keras' own classes (or a subclass of them)."""
+    """ "keras" or "tf_keras" for an object of Keras' own classes (or a subclass of them)."""
     return keras_package_of(type(value))
 
 

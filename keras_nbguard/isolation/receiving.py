@@ -136,8 +136,9 @@ def _replayed(unit: Any, attached: list[Any]) -> dict[str, Any]:
         linecache.cache[where] = (len(source), None, source.splitlines(True), where)
         try:
             code = compile(source, where, "exec")
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(
-                io.StringIO()
+            with (
+                contextlib.redirect_stdout(io.StringIO()),
+                contextlib.redirect_stderr(io.StringIO()),
             ):
                 exec(code, scratch)  # the notebook's own statement, as it ran there
         except Exception as exc:

@@ -282,9 +282,7 @@ class _Packer:
             ):
                 continue  # a builtin, or a name the cell binds itself before it reads it
             try:
-                packet, _ = self.resolve(
-                    read, point, writable=read in statement.changes, into=unit
-                )
+                packet, _ = self.resolve(read, point, writable=read in statement.changes, into=unit)
             except Unsendable as exc:
                 raise Unsendable(f"{read!r}, which can't be sent either ({exc})") from None
             if packet is not None:
@@ -292,7 +290,7 @@ class _Packer:
 
 
 class _Way:
-    """"replayed In[4] lines 7-8", told once the unit has all its statements."""
+    """ "replayed In[4] lines 7-8", told once the unit has all its statements."""
 
     def __init__(self, unit: Any) -> None:
         self.unit = unit

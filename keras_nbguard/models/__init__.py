@@ -27,7 +27,21 @@ from keras_nbguard.models.report import build_report, find_leaks, leaks_of, size
 from keras_nbguard.models.walk import Probe
 
 __all__ = [
-    "FRAMEWORKS", "UNREACHABLE_HINT", "Chain", "CreationWatch",
-    "Edge", "Leak", "LeakReport", "ModelRegistry", "Probe", "Root", "RunRef", "build_report",
-    "current_shell", "find_leaks", "leaks_of", "model_classes", "sizes",
+    "FRAMEWORKS",
+    "UNREACHABLE_HINT",
+    "Chain",
+    "CreationWatch",
+    "Edge",
+    "Leak",
+    "LeakReport",
+    "ModelRegistry",
+    "Probe",
+    "Root",
+    "RunRef",
+    "build_report",
+    "current_shell",
+    "find_leaks",
+    "leaks_of",
+    "model_classes",
+    "sizes",
 ]

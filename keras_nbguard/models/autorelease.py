@@ -68,8 +68,11 @@ class Settled:
         if not self.released:
             return None
         holders = [h for _, _, hs in self.released for h in hs]
-        note = _note([(run, size) for run, size, _ in self.released],
-                     sorted(dict.fromkeys(holders), key=_path_order), rss_freed=rss_freed)
+        note = _note(
+            [(run, size) for run, size, _ in self.released],
+            sorted(dict.fromkeys(holders), key=_path_order),
+            rss_freed=rss_freed,
+        )
         if self.weights is not None and note.weight_bytes is not None:
             note = dataclasses.replace(note, weight_bytes=self.weights.freed_bytes())
         return note
@@ -83,19 +86,30 @@ class Settled:
         return _note([(run, size) for run, size, _, _ in self.stale], paths, command=command)
 
 
-def settle(registry: ModelRegistry, label: str, shell: Any, user_ns: Any, *,
-           release: bool = True, exclude: RunRef | None = None,
-           report: bool = True) -> Settled:
+def settle(
+    registry: ModelRegistry,
+    label: str,
+    shell: Any,
+    user_ns: Any,
+    *,
+    release: bool = True,
+    exclude: RunRef | None = None,
+    report: bool = True,
+) -> Settled:
     """Release the models of ``label``'s earlier runs held only by caches and bookkeeping (unless
     ``release`` is False) and list the others (unless ``report`` is False). ``exclude``: the run
     whose models are current (the run that just ended); before a run, every model of the label
     is from an earlier run."""
     settled = Settled()
-    candidates = _outermost([m for m in registry.of_label(label)
-                             if registry.last_run(m) != exclude])
+    candidates = _outermost(
+        [m for m in registry.of_label(label) if registry.last_run(m) != exclude]
+    )
     nodes = release and listed(registry, label)  # a layer of yours keeps an earlier run's call
-    if not nodes and (not candidates or (not report and _all_named(candidates, user_ns))
-                      or not _any_nearby(candidates, user_ns, shell)):
+    if not nodes and (
+        not candidates
+        or (not report and _all_named(candidates, user_ns))
+        or not _any_nearby(candidates, user_ns, shell)
+    ):
         return settled  # the usual cases, and cheap ones: no heap walk
     probe = Probe(user_ns, registry, shell=shell, time_limit=WALK_SECONDS).run()
     try:
@@ -108,9 +122,16 @@ def settle(registry: ModelRegistry, label: str, shell: Any, user_ns: Any, *,
     return settled
 
 
-def _settle_walked(settled: Settled, probe: Probe, candidates: list[Any],
-                   registry: ModelRegistry, label: str, shell: Any, user_ns: Any,
-                   release: bool) -> None:
+def _settle_walked(
+    settled: Settled,
+    probe: Probe,
+    candidates: list[Any],
+    registry: ModelRegistry,
+    label: str,
+    shell: Any,
+    user_ns: Any,
+    release: bool,
+) -> None:
     plans: list[tuple[Any, list[Chain], list[Found | None]]] = []
     for model in candidates:
         every = probe.chains.get(id(model), [])
@@ -118,10 +139,14 @@ def _settle_walked(settled: Settled, probe: Probe, candidates: list[Any],
             continue  # unreachable: garbage that the next gc collects
         chains = [c for c in every if c.via is None]  # not those inside another model
         plans.append((model, every, [_bookkeeping(c, shell, user_ns, registry) for c in chains]))
-    going = {id(m) for m, every, found in plans
-             if release and probe.complete and found and None not in found}
-    through = {id(m): {f[1] for f in found if f is not None and f[0] == _NODE}
-               for m, _, found in plans}
+    going = {
+        id(m)
+        for m, every, found in plans
+        if release and probe.complete and found and None not in found
+    }
+    through = {
+        id(m): {f[1] for f in found if f is not None and f[0] == _NODE} for m, _, found in plans
+    }
     nodes: list[tuple[Any, RunRef]] = []
     if release:  # a node goes only if no model that stays has it (stale_nodes.plan)
         nodes, going = plan(registry, label, user_ns, held(probe), going, through)
@@ -148,8 +173,9 @@ def _settle_walked(settled: Settled, probe: Probe, candidates: list[Any],
     settled.weights = weights if settled.released else None
 
 
-def _bookkeeping(chain: Chain, shell: Any, user_ns: Any,
-                 registry: ModelRegistry | None = None) -> Found | None:
+def _bookkeeping(
+    chain: Chain, shell: Any, user_ns: Any, registry: ModelRegistry | None = None
+) -> Found | None:
     """How to release ``chain`` if it belongs to IPython or Keras: (its kind, the holder as an
     id: a History, a node, or 0 for IPython's output caches; its text; the action). None when the
     user holds the model this way. A chain through a node an earlier run made in a layer of
@@ -173,8 +199,12 @@ def _cached(chain: Chain, shell: Any, user_ns: Any) -> tuple[int, str, Release] 
     holder = chain.objs[-2] if len(chain.objs) >= 2 else None
     callback = callback_class()
     last = chain.edges[-1] if chain.edges else None
-    if (isinstance(holder, callback) and last is not None
-            and last.kind == "attr" and last.key in _MODEL_LINKS):
+    if (
+        isinstance(holder, callback)
+        and last is not None
+        and last.kind == "attr"
+        and last.key in _MODEL_LINKS
+    ):
         text = chain.text()
         text = text[: -len(last.text)] if text.endswith(last.text) else text
         key = last.key
@@ -185,6 +215,7 @@ def _cached(chain: Chain, shell: Any, user_ns: Any) -> tuple[int, str, Release] 
         return id(holder), f"{text} (its {type(holder).__name__})", unlink
     kind, key = chain.root.kind, chain.first_key
     if kind == "traceback" or (kind == "sys" and key in TRACEBACK_ATTRS):
+
         def forget_traceback() -> None:
             clear_tracebacks(shell)
 
@@ -196,6 +227,7 @@ def _cached(chain: Chain, shell: Any, user_ns: Any) -> tuple[int, str, Release] 
     if kind in ("ns", "hidden", "displayhook") and key in CACHE_NAMES:
         return 0, str(key), lambda: reset_cache_name(shell, user_ns, str(key), {})
     if kind in ("ns", "hidden") and isinstance(key, str) and _OUTPUT_NAME.fullmatch(key):
+
         def drop_output_name() -> None:
             for names in (user_ns, getattr(shell, "user_ns_hidden", None)):
                 pop_entry(names, key, "", {})
@@ -214,8 +246,9 @@ def _outermost(models: list[Any]) -> list[Any]:
     return [m for m in models if id(m) not in inner]
 
 
-def _any_nearby(models: list[Any], user_ns: Any, shell: Any, depth: int = 5,
-                budget: int = 50_000) -> bool:
+def _any_nearby(
+    models: list[Any], user_ns: Any, shell: Any, depth: int = 5, budget: int = 50_000
+) -> bool:
     """Whether a cheap walk *down* from your names and IPython's caches meets one of ``models``
     within ``depth`` links (``histories[3].model`` is four); True when it can't tell. A model a
     cell has just rebound is cyclic garbage until the next gc: this spares the heap walk for it
@@ -224,8 +257,15 @@ def _any_nearby(models: list[Any], user_ns: Any, shell: Any, depth: int = 5,
         return True  # a traceback's frames: let the walk look
     wanted = {id(m) for m in models}
     callback = callback_class()
-    level = [x for x in (user_ns, getattr(shell, "displayhook", None),
-                         getattr(shell, "last_execution_result", None)) if x is not None]
+    level = [
+        x
+        for x in (
+            user_ns,
+            getattr(shell, "displayhook", None),
+            getattr(shell, "last_execution_result", None),
+        )
+        if x is not None
+    ]
     seen = {id(x) for x in level}
     for _ in range(depth):
         below = []
@@ -266,20 +306,30 @@ def merged(before: HeldModels | None, after: HeldModels | None) -> HeldModels | 
     sizes = (before.weight_bytes, after.weight_bytes)
     freed = (before.rss_freed, after.rss_freed)
     return HeldModels(
-        count=before.count + after.count, runs=tuple(sorted({*before.runs, *after.runs})),
+        count=before.count + after.count,
+        runs=tuple(sorted({*before.runs, *after.runs})),
         weight_bytes=None if None in sizes else sum(s for s in sizes if s is not None),
         paths=tuple(dict.fromkeys((*before.paths, *after.paths))),
-        rss_freed=None if None in freed else sum(f for f in freed if f is not None))
+        rss_freed=None if None in freed else sum(f for f in freed if f is not None),
+    )
 
 
-def _note(models: list[tuple[RunRef, int | None]], paths: list[str], *,
-          command: str | None = None, rss_freed: int | None = None) -> HeldModels:
+def _note(
+    models: list[tuple[RunRef, int | None]],
+    paths: list[str],
+    *,
+    command: str | None = None,
+    rss_freed: int | None = None,
+) -> HeldModels:
     sized = [size for _, size in models]
     return HeldModels(
         count=len(models),
         runs=tuple(sorted({run.run_number for run, _ in models if run.run_number})),
         weight_bytes=None if None in sized else sum(s for s in sized if s is not None),
-        paths=tuple(paths), command=command, rss_freed=rss_freed)
+        paths=tuple(paths),
+        command=command,
+        rss_freed=rss_freed,
+    )
 
 
 def _path_order(path: str) -> tuple[int, int, str]:

@@ -11,14 +11,37 @@ from keras_nbguard import backends
 
 # Objects of these packages are framework internals: chains through them are not followed (it
 # keeps the walk short). Keras callbacks (History included) are the exception: users hold those.
-FRAMEWORKS = frozenset({
-    "keras", "tensorflow", "tf_keras", "tensorboard", "jax", "jaxlib", "torch", "optree", "tree",
-    "absl", "h5py", "ml_dtypes", "google", "wrapt", "IPython", "ipykernel", "traitlets", "zmq",
-    "tornado", "jupyter_client", "executing", "stack_data", "keras_nbguard",
-})
+FRAMEWORKS = frozenset(
+    {
+        "keras",
+        "tensorflow",
+        "tf_keras",
+        "tensorboard",
+        "jax",
+        "jaxlib",
+        "torch",
+        "optree",
+        "tree",
+        "absl",
+        "h5py",
+        "ml_dtypes",
+        "google",
+        "wrapt",
+        "IPython",
+        "ipykernel",
+        "traitlets",
+        "zmq",
+        "tornado",
+        "jupyter_client",
+        "executing",
+        "stack_data",
+        "keras_nbguard",
+    }
+)
 CONTAINERS = (dict, list, tuple, set, frozenset)
-NODE_LISTS = frozenset({"_inbound_nodes", "_outbound_nodes", "_inbound_nodes_value",
-                        "_outbound_nodes_value"})  # Keras 3 / Keras 2 (nodes.py)
+NODE_LISTS = frozenset(
+    {"_inbound_nodes", "_outbound_nodes", "_inbound_nodes_value", "_outbound_nodes_value"}
+)  # Keras 3 / Keras 2 (nodes.py)
 _FOLLOWED = frozenset({"ExecutionResult"})  # framework objects that hold user results
 
 
@@ -41,8 +64,17 @@ def current_shell() -> Any:
 
 def worth_following(obj: Any, callback: tuple[type, ...]) -> bool:
     """Whether to keep walking up from ``obj`` (no: framework internals, modules)."""
-    if issubclass(type(obj), (*CONTAINERS, types.CellType, types.MethodType, types.FrameType,
-                              types.TracebackType, BaseException)):
+    if issubclass(
+        type(obj),
+        (
+            *CONTAINERS,
+            types.CellType,
+            types.MethodType,
+            types.FrameType,
+            types.TracebackType,
+            BaseException,
+        ),
+    ):
         return True  # by type: a proxy (TF's _DictWrapper) also claims to be a dict
     if isinstance(obj, types.ModuleType):
         return False
@@ -63,8 +95,11 @@ def is_keras_nesting(outer: Any, name: Any) -> bool:
     """A link Keras made (``Sequential._functional``, ``Model._layers``), not the user's own."""
     if not isinstance(name, str) or not name.startswith("_") or name in NODE_LISTS:
         return False  # a node list: a call on the model, not a part of it (nodes.py)
-    return (package_of(type(outer)) in FRAMEWORKS or name in ("_layers", "_functional")
-            or name.startswith("_self_"))
+    return (
+        package_of(type(outer)) in FRAMEWORKS
+        or name in ("_layers", "_functional")
+        or name.startswith("_self_")
+    )
 
 
 def all_subclasses(cls: type) -> list[type]:

@@ -64,7 +64,8 @@ class FreeReport:
     def counts(self) -> str:
         """How many were freed and kept, in words (the dashboard adds the RSS itself)."""
         return f"freed {len(self.freed)} model(s)" + (
-            f", {len(self.kept)} still held" if self.kept else "")
+            f", {len(self.kept)} still held" if self.kept else ""
+        )
 
     def lines(self) -> list[str]:
         from keras_nbguard.records.formatting import fmt_clean
@@ -77,11 +78,15 @@ class FreeReport:
             where = ", ".join(leak.paths) or leak.reason
             out.append(f"  still alive: {leak.model_name} ({leak.class_name}) held by {where}")
         if any(leak.paths for leak in self.kept):
-            out.append("  (your containers are left alone: free(containers=True) / "
-                       "%nbguard free --containers replaces those slots with None)")
+            out.append(
+                "  (your containers are left alone: free(containers=True) / "
+                "%nbguard free --containers replaces those slots with None)"
+            )
         if self.skipped_current:
-            out.append(f"  {self.skipped_current} current model(s) kept (free(include_current="
-                       f"True) / %nbguard free --all frees them too)")
+            out.append(
+                f"  {self.skipped_current} current model(s) kept (free(include_current="
+                f"True) / %nbguard free --all frees them too)"
+            )
         out.extend(f"  note: {n}" for n in self.notes)
         return out
 
@@ -94,10 +99,16 @@ class FreeReport:
         return "<pre class='keras-nbguard-free'>" + html.escape("\n".join(self.lines())) + "</pre>"
 
 
-def free(target: Any = None, registry: ModelRegistry | None = None, *,
-         include_current: bool = False, containers: bool = False, clear_session: bool = True,
-         deep_clean: Callable[[], CleanReport] | None = None,
-         rss: Callable[[], int] | None = None) -> FreeReport:
+def free(
+    target: Any = None,
+    registry: ModelRegistry | None = None,
+    *,
+    include_current: bool = False,
+    containers: bool = False,
+    clear_session: bool = True,
+    deep_clean: Callable[[], CleanReport] | None = None,
+    rss: Callable[[], int] | None = None,
+) -> FreeReport:
     """Free stale Keras models (and current ones with ``include_current``).
 
     ``target``: the IPython shell (default: the running one) or a plain namespace dict.
@@ -126,8 +137,9 @@ def free(target: Any = None, registry: ModelRegistry | None = None, *,
         # a traceback the walk did not connect (too deep, or the time limit) may still hold one
         released.extend(clear_tracebacks(shell))
         gc.collect()
-    if registry is not None and _cut_nodes(refs, registry, shell, user_ns, include_current,
-                                           released, notes):
+    if registry is not None and _cut_nodes(
+        refs, registry, shell, user_ns, include_current, released, notes
+    ):
         gc.collect()  # what the nodes held: a run's graph, a model called in it
     cleared = clear_session and _clear_session(notes)
     gc.collect()
@@ -135,13 +147,24 @@ def free(target: Any = None, registry: ModelRegistry | None = None, *,
     alive = {id(m) for m in (ref() for ref, _ in refs) if m is not None}
     kept = _still_held(alive, user_ns, registry, shell)
     freed = tuple(leak for ref, leak in refs if ref() is None)
-    return FreeReport(freed, kept, tuple(dict.fromkeys(released)), skipped, rss_before,
-                      _try(read_rss), cleared, time.perf_counter() - t0, tuple(notes), clean)
+    return FreeReport(
+        freed,
+        kept,
+        tuple(dict.fromkeys(released)),
+        skipped,
+        rss_before,
+        _try(read_rss),
+        cleared,
+        time.perf_counter() - t0,
+        tuple(notes),
+        clean,
+    )
 
 
 # -- what to release ----------------------------------------------------------------------------
-def _release(probe: Probe, models: list[Any], shell: Any, user_ns: Any,
-             containers: bool) -> list[str]:
+def _release(
+    probe: Probe, models: list[Any], shell: Any, user_ns: Any, containers: bool
+) -> list[str]:
     done: dict[str, None] = {}  # ordered set of what we did
     tracebacks = False
     for model in models:
@@ -151,8 +174,9 @@ def _release(probe: Probe, models: list[Any], shell: Any, user_ns: Any,
                     _empty_slot(chain, done)
                 continue
             kind = chain.root.kind
-            if kind in ("traceback", "sys") and (kind == "traceback" or str(
-                    chain.first_key) in TRACEBACK_ATTRS):
+            if kind in ("traceback", "sys") and (
+                kind == "traceback" or str(chain.first_key) in TRACEBACK_ATTRS
+            ):
                 tracebacks = True
             elif kind == "ns":
                 _release_name(chain, model, shell, user_ns, containers, done)
@@ -171,8 +195,9 @@ def _release(probe: Probe, models: list[Any], shell: Any, user_ns: Any,
     return list(done)
 
 
-def _release_name(chain: Chain, model: Any, shell: Any, user_ns: Any, containers: bool,
-                  done: dict[str, None]) -> None:
+def _release_name(
+    chain: Chain, model: Any, shell: Any, user_ns: Any, containers: bool, done: dict[str, None]
+) -> None:
     name = chain.first_key
     if not isinstance(name, str):
         return
@@ -191,8 +216,15 @@ def _release_name(chain: Chain, model: Any, shell: Any, user_ns: Any, containers
         _empty_slot(chain, done)
 
 
-def _cut_nodes(refs: list[tuple[weakref.ref[Any], Leak]], registry: ModelRegistry, shell: Any,
-               user_ns: Any, latest: bool, released: list[str], notes: list[str]) -> bool:
+def _cut_nodes(
+    refs: list[tuple[weakref.ref[Any], Leak]],
+    registry: ModelRegistry,
+    shell: Any,
+    user_ns: Any,
+    latest: bool,
+    released: list[str],
+    notes: list[str],
+) -> bool:
     """Cut the nodes earlier runs made out of the layers that outlive them (stale_nodes.py): a
     chosen model still alive only through such a node goes with it; a model that stays (yours,
     or one still held otherwise) keeps its nodes. Whether anything was cut."""
@@ -231,8 +263,12 @@ def _empty_slot(chain: Chain, done: dict[str, None]) -> None:
     try:
         if edge.kind == "item" and isinstance(holder, (dict, list)):
             holder[edge.key] = None
-        elif edge.kind == "item" and isinstance(holder, tuple) and len(chain.objs) >= 3 and (
-                chain.edges[-2].key == "__defaults__"):
+        elif (
+            edge.kind == "item"
+            and isinstance(holder, tuple)
+            and len(chain.objs) >= 3
+            and (chain.edges[-2].key == "__defaults__")
+        ):
             func = chain.objs[-3]
             values = list(func.__defaults__)
             values[edge.key] = None
@@ -264,8 +300,9 @@ def _clear_session(notes: list[str]) -> bool:
         return False
 
 
-def _still_held(alive: set[int], user_ns: Any, registry: ModelRegistry | None,
-                shell: Any) -> tuple[Leak, ...]:
+def _still_held(
+    alive: set[int], user_ns: Any, registry: ModelRegistry | None, shell: Any
+) -> tuple[Leak, ...]:
     if not alive:
         return ()
     probe = Probe(user_ns, registry, shell=shell).run()
@@ -296,4 +333,3 @@ def _try(read: Callable[[], int]) -> int | None:
         return read()
     except Exception:
         return None
-

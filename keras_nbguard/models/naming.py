@@ -76,7 +76,7 @@ class Chain:
         what = f"a {type(self.objs[i]).__qualname__} that holds it"
         if self.edges[i].text == ".keys()":
             return f"{what} as a key (no expression reaches it)"
-        hops = [type(o).__qualname__ for o in self.objs[i + 1:-1]]
+        hops = [type(o).__qualname__ for o in self.objs[i + 1 : -1]]
         where = f"in its internal {' → '.join(hops)}" if hops else "internally"
         return f"{what} {where} (no expression reaches it)"
 
@@ -85,15 +85,20 @@ class Chain:
         if self.root.kind != "ns":
             return self.root.user
         name = self.first_key
-        return (isinstance(name, str) and name not in self.root.hidden
-                and not _HIDDEN_NAME.fullmatch(name))
+        return (
+            isinstance(name, str)
+            and name not in self.root.hidden
+            and not _HIDDEN_NAME.fullmatch(name)
+        )
 
 
 def named_chains(root: Root, objs: list[Any], via: Any = None) -> list[Chain]:
     """Name each link of a chain; a holder that holds the child twice gives two chains."""
     links = [_edges(p, c) or [Edge("", "other")] for p, c in itertools.pairwise(objs)]
-    return [Chain(root, *_fold_dicts(list(edges), objs), via)
-            for edges in itertools.islice(itertools.product(*links), 8)]
+    return [
+        Chain(root, *_fold_dicts(list(edges), objs), via)
+        for edges in itertools.islice(itertools.product(*links), 8)
+    ]
 
 
 def _fold_dicts(edges: list[Edge], objs: list[Any]) -> tuple[list[Any], list[Edge]]:
@@ -118,8 +123,9 @@ def _edges(parent: Any, child: Any) -> list[Edge]:
     if isinstance(child, dict) and (isinstance(parent, type) or instance_dict(parent) is child):
         return [Edge("", "dict")]
     if isinstance(parent, dict):
-        edges = [Edge(f"[{_key_text(k)}]", "item", k) for k, v in list(parent.items())
-                 if v is child]
+        edges = [
+            Edge(f"[{_key_text(k)}]", "item", k) for k, v in list(parent.items()) if v is child
+        ]
         if not edges and any(k is child for k in parent):
             edges = [Edge(".keys()", "other")]  # held as a key
         return edges
@@ -134,16 +140,20 @@ def _edges(parent: Any, child: Any) -> list[Edge]:
         local = parent.f_locals
         if child is local:
             return [Edge(".f_locals", "link", "f_locals")]
-        edges = [Edge(f".f_locals[{_key_text(k)}]", "local", k) for k, v in local.items()
-                 if v is child]
+        edges = [
+            Edge(f".f_locals[{_key_text(k)}]", "local", k) for k, v in local.items() if v is child
+        ]
         return edges + _link_edges(parent, child, ("f_back",))
     for kinds, names in _LINKS:
         if isinstance(parent, kinds):
             edges = _link_edges(parent, child, names)
             if edges:
                 return edges
-    return [Edge(_attr_text(parent, name, child), "attr", name)
-            for name, value in _attributes(parent) if value is child]
+    return [
+        Edge(_attr_text(parent, name, child), "attr", name)
+        for name, value in _attributes(parent)
+        if value is child
+    ]
 
 
 _LINKS: tuple[tuple[Any, tuple[str, ...]], ...] = (
@@ -188,8 +198,11 @@ def _attr_text(obj: Any, name: Any, child: Any) -> str:
         return f".__dict__[{name!r}]"
     # Keras keeps e.g. History.model in ``_model`` behind a property: show what users type.
     public = name[1:] if name.startswith("_") and not name.startswith("__") else ""
-    if public and package_of(type(obj)) in FRAMEWORKS and isinstance(
-            getattr(type(obj), public, None), property):
+    if (
+        public
+        and package_of(type(obj)) in FRAMEWORKS
+        and isinstance(getattr(type(obj), public, None), property)
+    ):
         try:
             if getattr(obj, public) is child:
                 return f".{public}"

@@ -75,8 +75,10 @@ def node_lists(node: Any) -> list[tuple[Any, list[Any]]]:
     """(layer, its node list) for each list that holds ``node``: the called layer's
     ``_inbound_nodes`` and the ``_outbound_nodes`` of the layers that made its inputs."""
     out = []
-    for layer, kind in [(operation_of(node), "inbound"), *((up, "outbound")
-                                                            for up in upstream_ops(node))]:
+    for layer, kind in [
+        (operation_of(node), "inbound"),
+        *((up, "outbound") for up in upstream_ops(node)),
+    ]:
         nodes = _list(layer, kind) if layer is not None else None
         if nodes is not None and any(n is node for n in nodes):
             out.append((layer, nodes))

@@ -17,9 +17,15 @@ from keras_nbguard.models.frameworks import (
 )
 
 
-def mark_own_parts(model: Any, owner: dict[int, int], held: dict[int, int],
-                   class_ids: set[int], internal: set[int], callback: tuple[type, ...],
-                   route: dict[int, Any] | None = None) -> None:
+def mark_own_parts(
+    model: Any,
+    owner: dict[int, int],
+    held: dict[int, int],
+    class_ids: set[int],
+    internal: set[int],
+    callback: tuple[type, ...],
+    route: dict[int, Any] | None = None,
+) -> None:
     """Mark what a model keeps on itself as the model's own: its ``__dict__``, attribute
     containers, the functions Keras stores on it (closures over the model) with their cells and
     wrapped methods, and the containers inside framework attributes (TF's dict wrappers). Count
@@ -56,8 +62,8 @@ def mark_own_parts(model: Any, owner: dict[int, int], held: dict[int, int],
         elif type(value) is types.MethodType:
             owner[id(value)] = mine
         elif issubclass(type(value), CONTAINERS) or (
-                package_of(type(value)) in FRAMEWORKS
-                and not isinstance(value, callback)):
+            package_of(type(value)) in FRAMEWORKS and not isinstance(value, callback)
+        ):
             boxes.append(value)  # e.g. TF's _DictWrapper, which poses as a dict
     for _ in range(3):
         inner_boxes: list[Any] = []
@@ -98,8 +104,9 @@ def mark_own_parts(model: Any, owner: dict[int, int], held: dict[int, int],
                 parts.append(value)
             elif package_of(type(value)) in FRAMEWORKS and id(type(value)) not in class_ids:
                 parts.append(value)  # a tf.function: what it wraps is the model's too
-                functions.extend(f for f in gc.get_referents(value)
-                                 if type(f) is types.FunctionType)
+                functions.extend(
+                    f for f in gc.get_referents(value) if type(f) is types.FunctionType
+                )
         for part in parts:
             if part is not None:
                 owner[id(part)] = mine

@@ -10,7 +10,8 @@ from typing import Any
 UNREACHABLE_HINT = (
     "alive, but nothing you can name holds it: its own reference cycles waiting for the garbage "
     "collector, or framework internals (e.g. a tf.function cache). keras_nbguard.free() runs gc "
-    "and keras.utils.clear_session(), which releases most of them.")
+    "and keras.utils.clear_session(), which releases most of them."
+)
 
 
 @dataclass(frozen=True)
@@ -71,21 +72,29 @@ class LeakReport:
         """The text summary, shared by the pretty and HTML reprs."""
         from keras_nbguard.records.formatting import fmt_size
 
-        out = [f"{len(self.leaks)} live Keras model(s), {len(self.stale)} stale, "
-               f"{len(self.unreachable)} unreachable"]
+        out = [
+            f"{len(self.leaks)} live Keras model(s), {len(self.stale)} stale, "
+            f"{len(self.unreachable)} unreachable"
+        ]
         for leak in self.leaks:
             run = f"{leak.run_label!r} #{leak.run_number}" if leak.run_label else "no tracked run"
             opt = f" + {fmt_size(leak.optimizer_bytes)} optimizer" if leak.optimizer_bytes else ""
             words = f" ({leak.held_as})" if leak.held_as else ""
-            out.append(f"  {'STALE' if leak.stale else 'ok   '} {leak.model_name} "
-                       f"({leak.class_name}, {fmt_size(leak.weight_bytes)} weights{opt}, {run}): "
-                       f"{', '.join(leak.paths)}{words}")
+            out.append(
+                f"  {'STALE' if leak.stale else 'ok   '} {leak.model_name} "
+                f"({leak.class_name}, {fmt_size(leak.weight_bytes)} weights{opt}, {run}): "
+                f"{', '.join(leak.paths)}{words}"
+            )
         for leak in self.unreachable:
-            out.append(f"  unreachable {leak.model_name} ({leak.class_name}, "
-                       f"{fmt_size(leak.weight_bytes)} weights): {leak.reason}")
+            out.append(
+                f"  unreachable {leak.model_name} ({leak.class_name}, "
+                f"{fmt_size(leak.weight_bytes)} weights): {leak.reason}"
+            )
         if self.leaks or self.unreachable:
-            out.append("  (sizes count weights and optimizer state; the graphs a model pins show "
-                       "as the RSS drop when it is freed)")
+            out.append(
+                "  (sizes count weights and optimizer state; the graphs a model pins show "
+                "as the RSS drop when it is freed)"
+            )
         if self.unreachable:
             out.append(f"  hint: {UNREACHABLE_HINT}")
         out.extend(f"  note: {n}" for n in self.notes)

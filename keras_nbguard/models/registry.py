@@ -56,9 +56,15 @@ class ModelRegistry:
         self.latest: dict[str, RunRef] = {}  # label -> the run of that label noted last
         self._noted = 0
 
-    def note_run(self, label: str, run_number: int, models: Iterable[Any] = (),
-                 run_id: str | None = None, nodes: Iterable[Any] = (),
-                 names: Mapping[int, str] | None = None) -> int:
+    def note_run(
+        self,
+        label: str,
+        run_number: int,
+        models: Iterable[Any] = (),
+        run_id: str | None = None,
+        nodes: Iterable[Any] = (),
+        names: Mapping[int, str] | None = None,
+    ) -> int:
         """Record the end of a run; ``models`` are models or weak references to them, ``nodes``
         the Keras nodes it made (or weak references); ``names``: id(model) -> the name you bound
         it to. Returns how many of the models this run created (seen for the first time)."""
@@ -129,8 +135,11 @@ class ModelRegistry:
 
     def of_label(self, label: str) -> list[Any]:
         """The live models that a run of ``label`` used last (strong references: drop soon)."""
-        return [m for m, ref in ((r(), r) for r in list(self._refs.values()))
-                if m is not None and ref.last.label == label]
+        return [
+            m
+            for m, ref in ((r(), r) for r in list(self._refs.values()))
+            if m is not None and ref.last.label == label
+        ]
 
     def live(self) -> list[Any]:
         """The known models still alive (strong references: drop the list soon)."""

@@ -15,9 +15,25 @@ from keras_nbguard.models.stale_nodes import node_words
 from keras_nbguard.models.walk import Probe
 
 # bytes per element; numpy is asked only for dtypes not listed here
-_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
-             "int16": 2, "int8": 1, "uint64": 8, "uint32": 4, "uint16": 2, "uint8": 1, "bool": 1,
-             "complex64": 8, "complex128": 16, "float8_e4m3fn": 1, "float8_e5m2": 1}
+_ITEMSIZE = {
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint64": 8,
+    "uint32": 4,
+    "uint16": 2,
+    "uint8": 1,
+    "bool": 1,
+    "complex64": 8,
+    "complex128": 16,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
 
 
 def sizes(model: Any) -> tuple[int | None, int | None, int | None]:
@@ -63,24 +79,35 @@ def _count(variables: list[Any]) -> tuple[int, int | None]:
 
 def leaks_of(probe: Probe, registry: ModelRegistry | None) -> list[tuple[Any, Leak]]:
     """(model, its Leak) for every model the probe found, Keras' nested models left out."""
-    return [(m, _leak(m, probe, probe.paths(m), registry))
-            for m in probe.models if id(m) not in probe.internal]
+    return [
+        (m, _leak(m, probe, probe.paths(m), registry))
+        for m in probe.models
+        if id(m) not in probe.internal
+    ]
 
 
 def build_report(probe: Probe, registry: ModelRegistry | None) -> LeakReport:
     pairs = leaks_of(probe, registry)
-    reachable = sorted((leak for _, leak in pairs if leak.paths),
-                       key=lambda leak: (not leak.stale, leak.path))
+    reachable = sorted(
+        (leak for _, leak in pairs if leak.paths), key=lambda leak: (not leak.stale, leak.path)
+    )
     unreachable = tuple(leak for _, leak in pairs if not leak.paths)
-    notes = () if probe.complete else (
-        f"the walk stopped after {probe.scans} heap scans (depth {probe.max_depth} or "
-        f"{probe.time_limit:g} s limit): some holders may be missing",)
-    return LeakReport(tuple(reachable), unreachable, probe.seconds, probe.scans,
-                      probe.complete, notes)
+    notes = (
+        ()
+        if probe.complete
+        else (
+            f"the walk stopped after {probe.scans} heap scans (depth {probe.max_depth} or "
+            f"{probe.time_limit:g} s limit): some holders may be missing",
+        )
+    )
+    return LeakReport(
+        tuple(reachable), unreachable, probe.seconds, probe.scans, probe.complete, notes
+    )
 
 
-def _leak(model: Any, probe: Probe, paths: list[tuple[str, bool]],
-          registry: ModelRegistry | None) -> Leak:
+def _leak(
+    model: Any, probe: Probe, paths: list[tuple[str, bool]], registry: ModelRegistry | None
+) -> Leak:
     origin = registry.origin(model) if registry is not None else None
     last = registry.last_run(model) if registry is not None else None
     used = last or origin
@@ -90,8 +117,9 @@ def _leak(model: Any, probe: Probe, paths: list[tuple[str, bool]],
     user = any(u for _, u in paths)
     if not paths:
         blockers = probe.blockers.get(id(model)) or []
-        reason = ("no path from your names; held only by its own cycles or framework internals"
-                  + (f" ({', '.join(blockers[:4])})" if blockers else ""))
+        reason = "no path from your names; held only by its own cycles or framework internals" + (
+            f" ({', '.join(blockers[:4])})" if blockers else ""
+        )
         if not probe.complete:
             reason += "; the walk stopped early"
     elif old and newest is not None and used is not None:
@@ -106,13 +134,23 @@ def _leak(model: Any, probe: Probe, paths: list[tuple[str, bool]],
     held_as = _held_as(probe, model, paths[0][0] if paths else "", registry)
     params, weight_bytes, optimizer_bytes = sizes(model)
     return Leak(
-        path=paths[0][0] if paths else "", paths=tuple(p for p, _ in paths),
-        model_name=str(getattr(model, "name", "?")), class_name=type(model).__name__,
-        params=params, weight_bytes=weight_bytes, optimizer_bytes=optimizer_bytes,
+        path=paths[0][0] if paths else "",
+        paths=tuple(p for p, _ in paths),
+        model_name=str(getattr(model, "name", "?")),
+        class_name=type(model).__name__,
+        params=params,
+        weight_bytes=weight_bytes,
+        optimizer_bytes=optimizer_bytes,
         run_label=origin.label if origin else None,
         run_number=origin.run_number if origin else None,
-        stale=old or not user, reason=reason, holder=holder, holder_type=holder_type,
-        inside=inside, last_run_number=last.run_number if last else None, held_as=held_as)
+        stale=old or not user,
+        reason=reason,
+        holder=holder,
+        holder_type=holder_type,
+        inside=inside,
+        last_run_number=last.run_number if last else None,
+        held_as=held_as,
+    )
 
 
 def _held_as(probe: Probe, model: Any, best: str, registry: ModelRegistry | None) -> str | None:
@@ -154,17 +192,29 @@ def _holder(probe: Probe, model: Any, best: str) -> tuple[str | None, str | None
     return kind, kind, inside
 
 
-def find_leaks(user_ns: Mapping[str, Any] | None = None, registry: ModelRegistry | None = None,
-               *, shell: Any = None, max_depth: int = 12, time_limit: float = 1.0,
-               max_paths: int = 12) -> LeakReport:
+def find_leaks(
+    user_ns: Mapping[str, Any] | None = None,
+    registry: ModelRegistry | None = None,
+    *,
+    shell: Any = None,
+    max_depth: int = 12,
+    time_limit: float = 1.0,
+    max_paths: int = 12,
+) -> LeakReport:
     """Every live Keras model, with every path that holds it, its size and its run.
 
     ``user_ns`` defaults to ``shell.user_ns``; ``shell`` adds IPython's hidden holders (output
     cache, ``_``, last result, traceback). A model is stale when ``registry`` saw a later run of
     its label than the one that last used it. Never keeps a model alive.
     """
-    probe = Probe(user_ns, registry, shell=shell, max_depth=max_depth, time_limit=time_limit,
-                  max_paths=max_paths)
+    probe = Probe(
+        user_ns,
+        registry,
+        shell=shell,
+        max_depth=max_depth,
+        time_limit=time_limit,
+        max_paths=max_paths,
+    )
     try:
         return build_report(probe.run(), registry)
     finally:

@@ -40,24 +40,37 @@ def find_roots(ns: Mapping[str, Any], shell: Any) -> tuple[Roots, dict[int, str]
         tb = getattr(getattr(sys, name, None), "__traceback__", None)
         tracebacks.append((f"sys.{name}.__traceback__", tb))
     if shell is not None:
-        add(getattr(shell, "user_ns_hidden", None),
-            Root("hidden", "get_ipython().user_ns_hidden", False))
+        add(
+            getattr(shell, "user_ns_hidden", None),
+            Root("hidden", "get_ipython().user_ns_hidden", False),
+        )
         add(shell, Root("shell", "get_ipython()", False))
-        add(getattr(shell, "displayhook", None),
-            Root("displayhook", "get_ipython().displayhook", False))
+        add(
+            getattr(shell, "displayhook", None),
+            Root("displayhook", "get_ipython().displayhook", False),
+        )
         result = getattr(shell, "last_execution_result", None)
         add(result, Root("exec", "get_ipython().last_execution_result", False))
-        tracebacks.append(("get_ipython().InteractiveTB.tb",
-                           getattr(getattr(shell, "InteractiveTB", None), "tb", None)))
+        tracebacks.append(
+            (
+                "get_ipython().InteractiveTB.tb",
+                getattr(getattr(shell, "InteractiveTB", None), "tb", None),
+            )
+        )
         error = getattr(result, "error_in_exec", None)
-        tracebacks.append(("get_ipython().last_execution_result.error_in_exec.__traceback__",
-                           getattr(error, "__traceback__", None)))
+        tracebacks.append(
+            (
+                "get_ipython().last_execution_result.error_in_exec.__traceback__",
+                getattr(error, "__traceback__", None),
+            )
+        )
     for source, tb in tracebacks:
         for obj, path in _traceback_objects(source, tb):
             add(obj, Root("traceback", path, False))
     add(sys.__dict__, Root("sys", "sys", False, namespace=True))
-    aliases = {id(v): k for k, v in ns.items()
-               if isinstance(v, types.ModuleType) and k not in hidden}
+    aliases = {
+        id(v): k for k, v in ns.items() if isinstance(v, types.ModuleType) and k not in hidden
+    }
     for name, module in list(sys.modules.items()):  # named lazily: there are thousands
         if isinstance(module, types.ModuleType) and id(module.__dict__) not in roots:
             roots[id(module.__dict__)] = (module.__dict__, name)
@@ -73,9 +86,14 @@ def module_root(name: str, aliases: Mapping[int, str]) -> Root:
     return Root("module", alias or f"sys.modules[{name!r}]", alias is not None, namespace=True)
 
 
-def name_map(roots: Roots, class_ids: set[int], callback: tuple[type, ...], max_depth: int = 3,
-             max_size: int = 5000, max_nodes: int = 50_000) -> tuple[dict[int, list[int]],
-                                                                     dict[int, Any]]:
+def name_map(
+    roots: Roots,
+    class_ids: set[int],
+    callback: tuple[type, ...],
+    max_depth: int = 3,
+    max_size: int = 5000,
+    max_nodes: int = 50_000,
+) -> tuple[dict[int, list[int]], dict[int, Any]]:
     """Who holds the objects near the user's namespaces, one entry per reference: a bounded walk
     *down* (depth 3, small containers only) so that most holders a scan meets are already named.
     Models, modules and framework objects are not entered."""
@@ -93,8 +111,12 @@ def name_map(roots: Roots, class_ids: set[int], callback: tuple[type, ...], max_
             pid, ptype = id(parent), type(parent)
             for child in refs:
                 cid = id(child)
-                if (cid in roots or child is ptype or not gc.is_tracked(child)
-                        or id(type(child)) in class_ids):
+                if (
+                    cid in roots
+                    or child is ptype
+                    or not gc.is_tracked(child)
+                    or id(type(child)) in class_ids
+                ):
                     continue
                 ups = down.get(cid)
                 if ups is None:
@@ -103,7 +125,8 @@ def name_map(roots: Roots, class_ids: set[int], callback: tuple[type, ...], max_
                     down[cid] = ups = []
                     down_objs[cid] = child
                     if worth_following(child, callback) and not isinstance(
-                            child, (types.FrameType, types.TracebackType, BaseException)):
+                        child, (types.FrameType, types.TracebackType, BaseException)
+                    ):
                         nxt.append(child)
                 ups.append(pid)
         level = nxt
@@ -135,5 +158,6 @@ def is_own_frame(obj: Any) -> bool:
     if not isinstance(obj, types.FrameType):
         return False
     name = obj.f_globals.get("__name__")
-    return isinstance(name, str) and (name in (_FREEING, _PACKAGE)
-                                      or name.startswith(f"{_PACKAGE}."))
+    return isinstance(name, str) and (
+        name in (_FREEING, _PACKAGE) or name.startswith(f"{_PACKAGE}.")
+    )

@@ -42,13 +42,21 @@ class NodesCut:
     def text(self) -> str:
         runs = ", ".join(f"#{n}" for n in self.runs)
         where = ", ".join(self.layers) or f"{self.others} layer(s)"
-        rest = f" (and {self.others} layer(s) of those runs' models)" if self.layers and (
-            self.others) else ""
+        rest = (
+            f" (and {self.others} layer(s) of those runs' models)"
+            if self.layers and (self.others)
+            else ""
+        )
         return f"{self.nodes} node(s) of run(s) {runs} from {where}{rest}"
 
 
-def stale(registry: ModelRegistry, label: str | None, user_ns: Mapping[str, Any],
-          kept: Iterable[Any], latest: bool = False) -> list[tuple[Any, RunRef]]:
+def stale(
+    registry: ModelRegistry,
+    label: str | None,
+    user_ns: Mapping[str, Any],
+    kept: Iterable[Any],
+    latest: bool = False,
+) -> list[tuple[Any, RunRef]]:
     """The nodes made by runs of ``label`` (every label: None) before its latest run (``latest``:
     also by that one) that no model in ``kept`` contains and no tensor of yours needs."""
     earlier = registry.earlier_nodes(label, latest)
@@ -80,9 +88,15 @@ def held(probe: Any) -> list[Any]:
     return [m for m in probe.models if probe.chains.get(id(m))]
 
 
-def plan(registry: ModelRegistry, label: str | None, user_ns: Mapping[str, Any],
-         models: Iterable[Any], going: set[int], through: Mapping[int, set[int]],
-         latest: bool = False) -> tuple[list[tuple[Any, RunRef]], set[int]]:
+def plan(
+    registry: ModelRegistry,
+    label: str | None,
+    user_ns: Mapping[str, Any],
+    models: Iterable[Any],
+    going: set[int],
+    through: Mapping[int, set[int]],
+    latest: bool = False,
+) -> tuple[list[tuple[Any, RunRef]], set[int]]:
     """(the nodes to cut, the models that can go). ``going``: the models about to be released;
     ``through``: id(model) -> the nodes its holding chains go through. A model held through a
     node goes only if that node can go, and a node can go only if no model that stays has it:
@@ -121,8 +135,7 @@ def cut_stale(nodes: list[tuple[Any, RunRef]], user_ns: Mapping[str, Any]) -> No
     names = {id(v): k for k, v in list(user_ns.items()) if not k.startswith("_")}
     layers = [names[id(layer)] for layer, _ in done.layers if id(layer) in names]
     runs = sorted({run.run_number for _, run in nodes if run.run_number})
-    return NodesCut(done.nodes, list(dict.fromkeys(layers)), runs,
-                    len(done.layers) - len(layers))
+    return NodesCut(done.nodes, list(dict.fromkeys(layers)), runs, len(done.layers) - len(layers))
 
 
 def node_link(chain: Chain) -> tuple[int, Any] | None:
@@ -137,8 +150,9 @@ def node_link(chain: Chain) -> tuple[int, Any] | None:
     return None
 
 
-def node_words(chain: Chain, registry: ModelRegistry | None,
-               holder: str | None = None) -> str | None:
+def node_words(
+    chain: Chain, registry: ModelRegistry | None, holder: str | None = None
+) -> str | None:
     """``vectorize_layer — its outbound node into end_to_end_model of #3``: the layer holding the
     chain's node, as you type it (``holder``: when the chain starts at another model, that model's
     path), which list, the model of the run that made the node and the run; None when the chain
@@ -172,6 +186,7 @@ def _your_tensors(user_ns: Mapping[str, Any]) -> Iterator[Any]:
 def _is_tensor(value: Any) -> bool:
     try:  # an object of yours may answer any attribute, or raise
         return not isinstance(value, type) and isinstance(
-            getattr(value, "_keras_history", None), tuple)
+            getattr(value, "_keras_history", None), tuple
+        )
     except Exception:
         return False

@@ -39,12 +39,20 @@ from keras_nbguard.prepare.gcfreeze import frozen_holders
 class Probe:
     """One walk over the heap. Holds strong references until ``close()``: keep it short-lived."""
 
-    def __init__(self, user_ns: Mapping[str, Any] | None, registry: ModelRegistry | None = None,
-                 *, shell: Any = None, max_depth: int = 12, time_limit: float = 1.0,
-                 max_paths: int = 12) -> None:
+    def __init__(
+        self,
+        user_ns: Mapping[str, Any] | None,
+        registry: ModelRegistry | None = None,
+        *,
+        shell: Any = None,
+        max_depth: int = 12,
+        time_limit: float = 1.0,
+        max_paths: int = 12,
+    ) -> None:
         self.shell = shell
-        self.user_ns: Mapping[str, Any] = (user_ns if user_ns is not None
-                                           else getattr(shell, "user_ns", {}))
+        self.user_ns: Mapping[str, Any] = (
+            user_ns if user_ns is not None else getattr(shell, "user_ns", {})
+        )
         self.registry = registry
         self.max_depth, self.time_limit, self.max_paths = max_depth, time_limit, max_paths
         self.models: list[Any] = []
@@ -86,8 +94,7 @@ class Probe:
         down, down_objs = name_map(roots, class_ids, callback)
         own = {id(models), id(objs), id(roots), id(down_objs), id(gc.garbage)}
         for m in models:
-            mark_own_parts(m, owner, held, class_ids, self.internal, callback,
-                               self._route)
+            mark_own_parts(m, owner, held, class_ids, self.internal, callback, self._route)
         # The first scan also discovers the models we did not know: an instance refers to its class.
         frontier: list[Any] = [*classes, *(m for m in models if id(m) not in self.internal)]
         discovered: list[Any] = []
@@ -98,8 +105,11 @@ class Probe:
             found = gc.get_referrers(*args)
             # frozen namespaces and modules (gcfreeze.py) are out of the scan's sight
             targets = {id(o) for o in args} - (class_ids if depth == 0 else set())
-            found.extend(frozen_holders(
-                targets, ((obj, isinstance(name, str)) for obj, name in roots.values())))
+            found.extend(
+                frozen_holders(
+                    targets, ((obj, isinstance(name, str)) for obj, name in roots.values())
+                )
+            )
             self.scans += 1
             skip = own | {id(args), id(found), id(frontier), id(discovered)}
             if depth == 0:
@@ -108,8 +118,7 @@ class Probe:
                         objs[id(r)] = r
                         discovered.append(r)
                 for m in discovered:
-                    mark_own_parts(m, owner, held, class_ids, self.internal, callback,
-                               self._route)
+                    mark_own_parts(m, owner, held, class_ids, self.internal, callback, self._route)
                 models.extend(discovered)
             frontier_ids = {id(o) for o in args} - (class_ids if depth == 0 else set())
             type_ids = {id(o) for o in args if isinstance(o, type)} if depth else set()
@@ -121,8 +130,13 @@ class Probe:
                 kids = frontier_ids.intersection(map(id, gc.get_referents(r)))
                 kids.discard(id(type(r)))
                 model_id = owner.get(rid)
-                if (model_id is None and type(r) is types.MethodType and rid not in down
-                        and package_of(r.__func__) in FRAMEWORKS and id(r.__self__) in kids):
+                if (
+                    model_id is None
+                    and type(r) is types.MethodType
+                    and rid not in down
+                    and package_of(r.__func__) in FRAMEWORKS
+                    and id(r.__self__) in kids
+                ):
                     model_id = id(r.__self__)  # Keras' own bound method (train_step), unnamed
                 if model_id is not None:
                     kids.discard(model_id)  # a model's own part holding the model: internal
@@ -154,10 +168,16 @@ class Probe:
         self.complete = not frontier
         self._chains(parents, roots, objs, {id(m) for m in models}, blockers)
 
-    def _settle(self, candidates: list[int], objs: dict[int, Any],
-                parents: dict[int, dict[int, None]], down: dict[int, list[int]],
-                down_objs: dict[int, Any], held: dict[int, int],
-                roots: Roots) -> list[Any]:
+    def _settle(
+        self,
+        candidates: list[int],
+        objs: dict[int, Any],
+        parents: dict[int, dict[int, None]],
+        down: dict[int, list[int]],
+        down_objs: dict[int, Any],
+        held: dict[int, int],
+        roots: Roots,
+    ) -> list[Any]:
         """Holders the name map explains need no scan: their parents come from the map, and when
         their reference count has no room for other holders, their own holders are all known."""
         nxt: list[Any] = []
@@ -181,8 +201,14 @@ class Probe:
                 nxt.append(obj)  # someone else holds it too: look for them
         return nxt
 
-    def _chains(self, parents: dict[int, dict[int, None]], roots: Roots,
-                objs: dict[int, Any], model_ids: set[int], blockers: dict[int, list[str]]) -> None:
+    def _chains(
+        self,
+        parents: dict[int, dict[int, None]],
+        roots: Roots,
+        objs: dict[int, Any],
+        model_ids: set[int],
+        blockers: dict[int, list[str]],
+    ) -> None:
         """Turn the holder graph into named chains, model by model."""
         for mid in model_ids:
             chains: list[Chain] = []
@@ -191,15 +217,21 @@ class Probe:
                 ids = stack.pop()
                 top = ids[-1]
                 if len(ids) > 1 and (top in roots or top in model_ids):
-                    down = self._expand([roots[i][0] if i in roots else objs[i]
-                                         for i in reversed(ids)])
+                    down = self._expand(
+                        [roots[i][0] if i in roots else objs[i] for i in reversed(ids)]
+                    )
                     if top in roots:
                         chains.extend(named_chains(self._root(roots[top][1]), down))
                     else:  # starts at another model: its own paths come first
                         from_model = named_chains(Root("model", "", False), down, objs[top])
-                        chains.extend(c for c in from_model
-                                      if not (c.edges[0].kind == "attr"
-                                              and is_keras_nesting(c.objs[0], c.edges[0].key)))
+                        chains.extend(
+                            c
+                            for c in from_model
+                            if not (
+                                c.edges[0].kind == "attr"
+                                and is_keras_nesting(c.objs[0], c.edges[0].key)
+                            )
+                        )
                     continue
                 if len(ids) <= self.max_depth + 1:
                     stack.extend([*ids, p] for p in reversed(parents.get(top, ())) if p not in ids)
@@ -208,9 +240,10 @@ class Probe:
                 if any(p in model_ids for p in _above(mid, parents)):
                     self.internal.add(mid)  # e.g. Sequential._functional: part of its model
                 else:
-                    self.blockers[mid] = sorted({b for i in _above(mid, parents)
-                                                 for b in blockers.get(i, ())}
-                                                | set(blockers.get(mid, ())))
+                    self.blockers[mid] = sorted(
+                        {b for i in _above(mid, parents) for b in blockers.get(i, ())}
+                        | set(blockers.get(mid, ()))
+                    )
 
     def _expand(self, down: list[Any]) -> list[Any]:
         """Put back the objects between a model and its own part that the walk skipped (the
@@ -241,15 +274,23 @@ class Probe:
                 for prefix, user in self.paths(chain.via, _seen | {id(model)})[:3]:
                     out.append((prefix + chain.text(), user))
         texts = {p for p, _ in out}
-        mirrors = {c.text() for c in self.chains.get(id(model), ())
-                   if c.root.kind in ("hidden", "displayhook") and c.text(mirror=True) in texts}
+        mirrors = {
+            c.text()
+            for c in self.chains.get(id(model), ())
+            if c.root.kind in ("hidden", "displayhook") and c.text(mirror=True) in texts
+        }
         unique = [pu for pu in dict.fromkeys(out) if pu[0] not in mirrors]
         unique.sort(key=lambda pu: (not pu[1], awkwardness(pu[0]), len(pu[0]), pu[0]))
         return unique[: self.max_paths]
 
 
-def _node_holders(node: Any, objs: dict[int, Any], parents: dict[int, dict[int, None]],
-                  roots: Roots, down: dict[int, list[int]]) -> list[int]:
+def _node_holders(
+    node: Any,
+    objs: dict[int, Any],
+    parents: dict[int, dict[int, None]],
+    roots: Roots,
+    down: dict[int, list[int]],
+) -> list[int]:
     """A Keras node is held by the node lists of the layers it was called on and called from
     (nodes.py): those are its parents, found without a heap scan (a scan through Keras' graph
     fans out into every tensor of it). Returns the layers to look further up from: those your

@@ -23,8 +23,12 @@ WIDE = 1000  # a container of yours with more items than this is not searched fo
 
 class FreedWeights:
     def __init__(self, user_ns: Mapping[str, Any], going: set[int]) -> None:
-        self._held = {id(v) for layer in _your_layers(user_ns) if id(layer) not in going
-                      for v in _weights(layer)}
+        self._held = {
+            id(v)
+            for layer in _your_layers(user_ns)
+            if id(layer) not in going
+            for v in _weights(layer)
+        }
         self._vars: dict[int, tuple[weakref.ref[Any] | None, int | None, bool]] = {}
         self._collections = _full_collections()
 
@@ -68,7 +72,8 @@ def _is_layer(value: Any) -> bool:
         return False
     try:
         return any(package_of(c) in _KERAS for c in type(value).__mro__) and hasattr(
-            value, "weights")
+            value, "weights"
+        )
     except Exception:
         return False
 

@@ -23,8 +23,10 @@ class ActionReport:
     def text(self) -> str:
         if self.status != "done":
             return f"{self.action}: {self.message}"
-        return (f"{self.action}: {self.message} (RSS {fmt_bytes(self.rss_before)} → "
-                f"{fmt_bytes(self.rss_after)})")
+        return (
+            f"{self.action}: {self.message} (RSS {fmt_bytes(self.rss_before)} → "
+            f"{fmt_bytes(self.rss_after)})"
+        )
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(self.text())

@@ -58,8 +58,9 @@ def _import_for_policy(result: Prepared) -> list[backends.Keras]:
     return backends.loaded()
 
 
-def clear_keeping_policy(keras: backends.Keras, policy: str | None = None,
-                         collect: bool = True) -> list[str]:
+def clear_keeping_policy(
+    keras: backends.Keras, policy: str | None = None, collect: bool = True
+) -> list[str]:
     """``clear_session()``, then the dtype policy it reset put back (``policy`` instead, when
     given); on torch, the CUDA cache emptied. Every clear of ours goes through here: runs, free,
     the button. Returns what could not be done, in words. ``collect=False``: the caller collects.

@@ -82,8 +82,13 @@ class DeepClean:
     warning (``available`` False, ``reason`` says why).
     """
 
-    def __init__(self, *, rss: RssReader | None = None,
-                 warn: Callable[[str], object] | None = None, trim: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        rss: RssReader | None = None,
+        warn: Callable[[str], object] | None = None,
+        trim: bool = True,
+    ) -> None:
         self.available = True
         self.reason: str | None = None
         self.protected = 0  # entries our runs added with a gradient of the user's: never purged
@@ -107,6 +112,7 @@ class DeepClean:
 
     def run_ended(self, mark: Mark, models: Sequence[weakref.ref[Any]]) -> None:
         """Attribute the entries added since ``mark`` to this run, owned by ``models`` (weakly)."""
+
         def attribute() -> None:
             names = self._custom_names()
             if names is None:
@@ -118,6 +124,7 @@ class DeepClean:
             self.protected += len(added) - len(ours)
             if ours:
                 self._runs.append(_RunEntries(ours, tuple(models)))
+
         self._guarded(attribute, None)
 
     def clean(self) -> CleanReport:
@@ -161,12 +168,20 @@ class DeepClean:
             after = _function_names() if purge.functions_before is not None else None
             if purge.functions_before is not None and after is not None:
                 released = len(purge.functions_before - after)
-            figures = {"entries": purge.entries, "runs": purge.runs, "kept": self.held,
-                       "functions": released if purge.entries or released else 0}
-        return CleanReport(available=purge.reason is None and self.available,
-                           reason=purge.reason if purge.reason is not None else self.reason,
-                           rss_before=purge.rss_before, rss_after=self._read_rss(),
-                           seconds=time.perf_counter() - purge.start, **figures)
+            figures = {
+                "entries": purge.entries,
+                "runs": purge.runs,
+                "kept": self.held,
+                "functions": released if purge.entries or released else 0,
+            }
+        return CleanReport(
+            available=purge.reason is None and self.available,
+            reason=purge.reason if purge.reason is not None else self.reason,
+            rss_before=purge.rss_before,
+            rss_after=self._read_rss(),
+            seconds=time.perf_counter() - purge.start,
+            **figures,
+        )
 
     def trim_heap(self) -> None:
         """Give freed heap pages back to the OS, so RSS shows what a clean freed (if on)."""
@@ -194,8 +209,11 @@ class DeepClean:
         """The entries among ``names`` whose gradient function is TensorFlow's or Keras' own."""
         registry = self._registry() or {}
         libraries = _library_dirs()
-        return frozenset(name for name in names if name in registry
-                         and _gradient_origin(registry[name]).startswith(libraries))
+        return frozenset(
+            name
+            for name in names
+            if name in registry and _gradient_origin(registry[name]).startswith(libraries)
+        )
 
     def _custom_names(self) -> frozenset[str] | None:
         registry = self._registry()
@@ -206,8 +224,11 @@ class DeepClean:
         cached = self._names_cache
         if cached is not None and cached[0] == len(registry):
             return cached[1]
-        names = frozenset(name for name in registry
-                          if isinstance(name, str) and name.startswith(CUSTOM_GRADIENT_PREFIX))
+        names = frozenset(
+            name
+            for name in registry
+            if isinstance(name, str) and name.startswith(CUSTOM_GRADIENT_PREFIX)
+        )
         self._names_cache = (len(registry), names)
         return names
 
@@ -221,8 +242,10 @@ class DeepClean:
             raise _Unavailable(f"{OPS_MODULE} has no _gradient_registry")
         entries = getattr(registry, "_registry", None)
         if not isinstance(entries, dict):
-            raise _Unavailable(f"the gradient registry ({type(registry).__name__}) keeps its "
-                               f"entries in {type(entries).__name__}, not a dict")
+            raise _Unavailable(
+                f"the gradient registry ({type(registry).__name__}) keeps its "
+                f"entries in {type(entries).__name__}, not a dict"
+            )
         return entries
 
     def _guarded(self, step: Callable[[], Any], default: Any) -> Any:

@@ -52,8 +52,10 @@ class FrameworkFreeze:
         imported = [name for name in FRAMEWORKS if name in sys.modules]
         if imported and not self.active:
             if _framework_objects_exist():
-                self.reason = ("Keras objects existed when the extension loaded; load it before "
-                               "building models (or use the keras-nbguard kernel) for cheaper runs")
+                self.reason = (
+                    "Keras objects existed when the extension loaded; load it before "
+                    "building models (or use the keras-nbguard kernel) for cheaper runs"
+                )
             else:
                 self._freeze(imported[0])
         pending = [name for name in FRAMEWORKS if name not in sys.modules]
@@ -90,8 +92,7 @@ class FrameworkFreeze:
             gc.collect()  # garbage of the import itself is not frozen
             gc.freeze()
             _frozen[0] = True
-            self.frozen.append((name, gc.get_freeze_count() - before,
-                                time.perf_counter() - start))
+            self.frozen.append((name, gc.get_freeze_count() - before, time.perf_counter() - start))
         except Exception as exc:  # never in the way of the user's import
             self.reason = f"freezing failed ({type(exc).__name__}: {exc})"
             if self._warn is not None:
@@ -153,8 +154,10 @@ def _framework_objects_exist() -> bool:
     """Whether any Keras layer or operation (models included) is alive: an instance refers to
     its class, so one heap scan over the classes answers."""
     classes = []
-    for module_name, class_name in (("keras.src.ops.operation", "Operation"),
-                                    ("tf_keras.src.engine.base_layer", "Layer")):
+    for module_name, class_name in (
+        ("keras.src.ops.operation", "Operation"),
+        ("tf_keras.src.engine.base_layer", "Layer"),
+    ):
         base = getattr(sys.modules.get(module_name), class_name, None)
         if isinstance(base, type):
             classes.extend(_subclasses(base))
@@ -208,8 +211,12 @@ def _users_module(namespace: dict[str, Any]) -> bool:
     return not path.startswith(_INSTALLED)
 
 
-_INSTALLED = tuple(dict.fromkeys(
-    os.path.join(os.path.realpath(p), "") for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)))
+_INSTALLED = tuple(
+    dict.fromkeys(
+        os.path.join(os.path.realpath(p), "")
+        for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)
+    )
+)
 
 
 def _frozen_here() -> bool:

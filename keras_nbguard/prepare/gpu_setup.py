@@ -22,14 +22,19 @@ GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"
 JAX_PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"  # read once, as JAX starts its backend
 JAX_FRACTION = "XLA_PYTHON_CLIENT_MEM_FRACTION"
 MB = 2**20
-RESTART_HINT = ("Restart the kernel and run `%load_ext keras_nbguard` (with the options you want) "
-                "before anything imports TensorFlow.")
-JAX_RESTART_HINT = ("Restart the kernel and run `%load_ext keras_nbguard` (with the options you "
-                    "want) before JAX computes anything.")
+RESTART_HINT = (
+    "Restart the kernel and run `%load_ext keras_nbguard` (with the options you want) "
+    "before anything imports TensorFlow."
+)
+JAX_RESTART_HINT = (
+    "Restart the kernel and run `%load_ext keras_nbguard` (with the options you "
+    "want) before JAX computes anything."
+)
 
 
-def configure_at_load(tf: TfGpu | None,
-                      environ: MutableMapping[str, str] = os.environ) -> list[str]:
+def configure_at_load(
+    tf: TfGpu | None, environ: MutableMapping[str, str] = os.environ
+) -> list[str]:
     """Turn on memory growth as early as we are loaded, without importing any framework: JAX
     would otherwise take 75% of the GPU at its first computation, TensorFlow nearly all of it.
     torch grows on demand by itself. The user's own settings win."""
@@ -40,8 +45,9 @@ def configure_at_load(tf: TfGpu | None,
     return set_growth(tf, True, environ)
 
 
-def configure(options: RunOptions, backend: str, tf_gpu: TfGpu | None,
-              nvml: NvmlReader | None) -> list[str]:
+def configure(
+    options: RunOptions, backend: str, tf_gpu: TfGpu | None, nvml: NvmlReader | None
+) -> list[str]:
     """A run's ``--gpu-growth`` / ``--gpu-limit`` on the backend in use."""
     if options.gpu_limit_mb is None and options.gpu_growth is None:
         return []
@@ -52,15 +58,22 @@ def configure(options: RunOptions, backend: str, tf_gpu: TfGpu | None,
     if backend == "torch":
         if options.gpu_limit_mb is not None:
             return torch_memory_limit(options.gpu_limit_mb)
-        return [] if options.gpu_growth else [
-            "--no-gpu-growth has no effect on the torch backend: torch always grows on demand."]
+        return (
+            []
+            if options.gpu_growth
+            else [
+                "--no-gpu-growth has no effect on the torch backend: torch always grows on demand."
+            ]
+        )
     if options.gpu_limit_mb is not None:
         if tf_gpu is None:
             try:
                 import tensorflow  # noqa: F401  a hard cap can only be set through tf.config
             except ImportError as exc:
-                return [f"--gpu-limit {options.gpu_limit_mb} ignored: Keras computes with "
-                        f"TensorFlow here, which failed to import ({exc})."]
+                return [
+                    f"--gpu-limit {options.gpu_limit_mb} ignored: Keras computes with "
+                    f"TensorFlow here, which failed to import ({exc})."
+                ]
             tf_gpu = TfGpu.if_imported()
         if tf_gpu is None:
             return [f"--gpu-limit {options.gpu_limit_mb} ignored: TensorFlow has no tf.config."]
@@ -69,34 +82,44 @@ def configure(options: RunOptions, backend: str, tf_gpu: TfGpu | None,
 
 
 # -- JAX: environment variables, read once as JAX starts its backend -----------------------------
-def jax_growth(enabled: bool, environ: MutableMapping[str, str] = os.environ,
-               started: bool | None = None) -> list[str]:
+def jax_growth(
+    enabled: bool, environ: MutableMapping[str, str] = os.environ, started: bool | None = None
+) -> list[str]:
     wanted = "false" if enabled else "true"
     if started if started is not None else jax_started():
         if environ.get(JAX_PREALLOCATE, "true").lower() == wanted:
             return []
-        return [f"GPU memory growth can't be turned {'on' if enabled else 'off'}: JAX already "
-                f"started its backend. {JAX_RESTART_HINT}"]
+        return [
+            f"GPU memory growth can't be turned {'on' if enabled else 'off'}: JAX already "
+            f"started its backend. {JAX_RESTART_HINT}"
+        ]
     environ[JAX_PREALLOCATE] = wanted
     return []
 
 
-def jax_memory_limit(limit_mb: int, nvml: NvmlReader | None,
-                     environ: MutableMapping[str, str] = os.environ,
-                     started: bool | None = None) -> list[str]:
+def jax_memory_limit(
+    limit_mb: int,
+    nvml: NvmlReader | None,
+    environ: MutableMapping[str, str] = os.environ,
+    started: bool | None = None,
+) -> list[str]:
     """JAX takes its cap as a fraction of the GPU: ``limit_mb`` over the smallest visible GPU's
     size from NVML."""
     total, why = nvml.smallest_total() if nvml is not None else (None, "NVML not available")
     if total is None:
-        return [f"--gpu-limit {limit_mb} ignored: the GPU's size is unknown ({why}); set "
-                f"{JAX_FRACTION} yourself before JAX starts."]
+        return [
+            f"--gpu-limit {limit_mb} ignored: the GPU's size is unknown ({why}); set "
+            f"{JAX_FRACTION} yourself before JAX starts."
+        ]
     fraction = f"{min(1.0, limit_mb * MB / total):.3f}"
     if started if started is not None else jax_started():
         if environ.get(JAX_FRACTION) == fraction:
             return []
-        return [f"GPU memory limit of {limit_mb} MiB can't be applied: JAX already started its "
-                f"backend ({JAX_FRACTION}={environ.get(JAX_FRACTION, 'unset')}). "
-                f"{JAX_RESTART_HINT}"]
+        return [
+            f"GPU memory limit of {limit_mb} MiB can't be applied: JAX already started its "
+            f"backend ({JAX_FRACTION}={environ.get(JAX_FRACTION, 'unset')}). "
+            f"{JAX_RESTART_HINT}"
+        ]
     environ[JAX_FRACTION] = fraction
     return []
 
@@ -135,8 +158,9 @@ def empty_torch_cache(torch: Any = None) -> list[str]:
 # -- TensorFlow: tf.config, before TensorFlow starts its GPU runtime ----------------------------
 
 
-def set_growth(tf: TfGpu | None, enabled: bool,
-               environ: MutableMapping[str, str] = os.environ) -> list[str]:
+def set_growth(
+    tf: TfGpu | None, enabled: bool, environ: MutableMapping[str, str] = os.environ
+) -> list[str]:
     if tf is None:
         environ[GROWTH_ENV] = "true" if enabled else "false"
         return []
@@ -146,8 +170,10 @@ def set_growth(tf: TfGpu | None, enabled: bool,
     if tf.runtime_initialized():
         if effective_growth(tf, environ) == enabled:
             return []
-        return [f"GPU memory growth can't be turned {'on' if enabled else 'off'}: TensorFlow "
-                f"already initialized the GPU. {RESTART_HINT}"]
+        return [
+            f"GPU memory growth can't be turned {'on' if enabled else 'off'}: TensorFlow "
+            f"already initialized the GPU. {RESTART_HINT}"
+        ]
     problems = []
     for gpu in gpus:
         try:
@@ -178,13 +204,16 @@ def set_memory_limit(tf: TfGpu, limit_mb: int) -> list[str]:
         current = _current_limits(tf)
         if current and all(limit == limit_mb for limit in current):
             return []
-        return [f"GPU memory limit of {limit_mb} MiB can't be applied: TensorFlow already "
-                f"initialized the GPU (current limit: {_describe(current)}). {RESTART_HINT}"]
+        return [
+            f"GPU memory limit of {limit_mb} MiB can't be applied: TensorFlow already "
+            f"initialized the GPU (current limit: {_describe(current)}). {RESTART_HINT}"
+        ]
     problems = []
     for gpu in gpus:
         try:
             config.set_logical_device_configuration(
-                gpu, [config.LogicalDeviceConfiguration(memory_limit=limit_mb)])
+                gpu, [config.LogicalDeviceConfiguration(memory_limit=limit_mb)]
+            )
         except (RuntimeError, ValueError) as exc:
             problems.append(f"GPU memory limit not set on {gpu.name}: {exc}")
     return problems

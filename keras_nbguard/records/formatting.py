@@ -85,8 +85,10 @@ def fmt_clean(clean: CleanReport) -> str:
     if not clean.available:
         return f"{NA} ({clean.reason})"
     functions = "functions n/a" if clean.functions is None else _count(clean.functions, "function")
-    text = (f"freed what TensorFlow kept of {_count(clean.runs, 'earlier run')} "
-            f"({_count(clean.entries, 'gradient entry', 'gradient entries')}, {functions})")
+    text = (
+        f"freed what TensorFlow kept of {_count(clean.runs, 'earlier run')} "
+        f"({_count(clean.entries, 'gradient entry', 'gradient entries')}, {functions})"
+    )
     if clean.kept:  # entries piling up for live models never hide behind a purge
         text += f"; {_count(clean.kept, 'entry', 'entries')} kept for runs whose models are alive"
     return text
@@ -161,8 +163,11 @@ def fmt_deltas(record: RunRecord) -> str:
         return "first run of this label"
     fit = fmt_seconds(record.delta_fit_seconds, signed=True)
     if record.delta_fit_seconds is None:  # say why: one of the two runs fit nothing
-        fit += (" (no fit in this run)" if record.fit_seconds is None
-                else f" (no fit in #{record.previous_run})")
+        fit += (
+            " (no fit in this run)"
+            if record.fit_seconds is None
+            else f" (no fit in #{record.previous_run})"
+        )
     rss = fmt_bytes(record.delta_rss_after, signed=True)
     if record.delta_rss_after is None:
         rss += " (RSS unreadable)"

@@ -40,8 +40,9 @@ POLICIES = {"mixed_float16", "mixed_bfloat16", "float32", "float64"}
 SHORT_POLICIES = {"float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
 
 
-def checked_options(base: RunOptions, spelling: Mapping[str, str] | None = None,
-                    **changes: Any) -> RunOptions:
+def checked_options(
+    base: RunOptions, spelling: Mapping[str, str] | None = None, **changes: Any
+) -> RunOptions:
     """``base`` with ``changes`` (``RunOptions`` field names), each checked and put in its one
     form. ``TypeError`` for a name that is no option; ``ValueError`` for a wrong value, naming
     the option as ``spelling`` says the user wrote it (default: the field name)."""
@@ -50,16 +51,17 @@ def checked_options(base: RunOptions, spelling: Mapping[str, str] | None = None,
     return dataclasses.replace(base, **checked_changes(changes, spelling))
 
 
-def checked_changes(changes: Mapping[str, Any],
-                    spelling: Mapping[str, str] | None = None) -> dict[str, Any]:
+def checked_changes(
+    changes: Mapping[str, Any], spelling: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """``changes`` checked and normalized (see ``checked_options``), as a new dict."""
     unknown = set(changes) - set(FIELDS)
     if unknown:
-        raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}; the options are "
-                        f"{', '.join(FIELDS)}")
+        raise TypeError(
+            f"unknown option(s): {', '.join(sorted(unknown))}; the options are {', '.join(FIELDS)}"
+        )
     spelling = spelling or {}
-    return {name: _check(name, value, spelling.get(name, name))
-            for name, value in changes.items()}
+    return {name: _check(name, value, spelling.get(name, name)) for name, value in changes.items()}
 
 
 def _check(name: str, value: Any, shown: str) -> Any:
@@ -84,8 +86,10 @@ def _size(value: Any, shown: str) -> int:
     if isinstance(value, float) and value.is_integer():
         whole, value = True, int(value)
     if not whole:
-        raise ValueError(f"{shown} takes a positive whole number of MiB (e.g. 4096), not "
-                         f"{value!r}" + (" (None: no limit)" if isinstance(value, str) else ""))
+        raise ValueError(
+            f"{shown} takes a positive whole number of MiB (e.g. 4096), not "
+            f"{value!r}" + (" (None: no limit)" if isinstance(value, str) else "")
+        )
     if value <= 0:
         raise ValueError(f"{shown} takes a positive number of MiB, not {value} (None: no limit)")
     return int(value)
@@ -101,6 +105,8 @@ def policy(value: Any, shown: str = "mixed_precision") -> str | None:
     name = value.strip().lower() if isinstance(value, str) else ""
     name = SHORT_POLICIES.get(name, name)
     if name not in POLICIES:
-        raise ValueError(f"{shown}: unknown policy {value!r}; use mixed_float16 (GPUs) or "
-                         f"mixed_bfloat16 (TPUs, recent CPUs/GPUs), or float32")
+        raise ValueError(
+            f"{shown}: unknown policy {value!r}; use mixed_float16 (GPUs) or "
+            f"mixed_bfloat16 (TPUs, recent CPUs/GPUs), or float32"
+        )
     return name

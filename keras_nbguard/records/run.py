@@ -205,8 +205,13 @@ class RunRecord:
         for key in ("released_models", "stale_models"):
             if data.get(key):
                 held = data[key]
-                data[key] = HeldModels(**{**held, "runs": tuple(held.get("runs", ())),
-                                          "paths": tuple(held.get("paths", ()))})
+                data[key] = HeldModels(
+                    **{
+                        **held,
+                        "runs": tuple(held.get("runs", ())),
+                        "paths": tuple(held.get("paths", ())),
+                    }
+                )
         return cls(**data)
 
     # -- display -------------------------------------------------------------------------------
@@ -215,12 +220,18 @@ class RunRecord:
         rows = [
             ("status", self.status),
             ("wall", f"{fmt_seconds(self.wall_seconds)}, the cell's own code"),
-            *([("ours", f"{fmt_own_time(self.own_time)} (before and after the cell)")]
-              if self.own_time else []),
+            *(
+                [("ours", f"{fmt_own_time(self.own_time)} (before and after the cell)")]
+                if self.own_time
+                else []
+            ),
             ("fit", fmt_fit(self)),
             *([("inference", fmt_inference(self))] if self.inference else []),
-            ("rss", f"{fmt_bytes(self.rss_before)} → {fmt_bytes(self.rss_after)} "
-                    f"(peak {fmt_bytes(self.rss_peak)})"),
+            (
+                "rss",
+                f"{fmt_bytes(self.rss_before)} → {fmt_bytes(self.rss_after)} "
+                f"(peak {fmt_bytes(self.rss_peak)})",
+            ),
             ("gpu", fmt_gpu(self.gpu)),
             ("traces", fmt_traces(self)),
             ("vs previous", fmt_deltas(self)),

@@ -9,16 +9,34 @@ from typing import Any
 from keras_nbguard.records.formatting import fmt_bytes, fmt_params, fmt_seconds
 from keras_nbguard.records.run import RunRecord
 
-COLUMNS = ("label", "#", "status", "wall", "fit", "Δ fit", "RSS after", "Δ RSS", "RSS peak",
-           "GPU peak", "traces")
+COLUMNS = (
+    "label",
+    "#",
+    "status",
+    "wall",
+    "fit",
+    "Δ fit",
+    "RSS after",
+    "Δ RSS",
+    "RSS peak",
+    "GPU peak",
+    "traces",
+)
 
 
 def run_row(r: RunRecord) -> tuple[str, ...]:
     return (
-        r.label, str(r.run_number), r.status, fmt_seconds(r.wall_seconds),
-        fmt_seconds(r.fit_seconds), fmt_seconds(r.delta_fit_seconds, signed=True),
-        fmt_bytes(r.rss_after), fmt_bytes(r.delta_rss_after, signed=True), fmt_bytes(r.rss_peak),
-        fmt_bytes(r.gpu.tf_peak), "n/a" if r.traces is None else str(r.traces),
+        r.label,
+        str(r.run_number),
+        r.status,
+        fmt_seconds(r.wall_seconds),
+        fmt_seconds(r.fit_seconds),
+        fmt_seconds(r.delta_fit_seconds, signed=True),
+        fmt_bytes(r.rss_after),
+        fmt_bytes(r.delta_rss_after, signed=True),
+        fmt_bytes(r.rss_peak),
+        fmt_bytes(r.gpu.tf_peak),
+        "n/a" if r.traces is None else str(r.traces),
     )
 
 
@@ -53,8 +71,10 @@ class Table:
             "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
             for row in self.rows
         )
-        return (f"<b>{html.escape(self.title)}</b><table><thead><tr>{head}</tr></thead>"
-                f"<tbody>{body}</tbody></table>")
+        return (
+            f"<b>{html.escape(self.title)}</b><table><thead><tr>{head}</tr></thead>"
+            f"<tbody>{body}</tbody></table>"
+        )
 
 
 def runs_table(records: Sequence[RunRecord], title: str = "keras_nbguard runs") -> Table:

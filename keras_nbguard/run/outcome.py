@@ -31,30 +31,46 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first[:300]}" if first else type(exc).__name__
 
 
-def oom_advice(fits: list[FitRecord], mixed_precision: str | None, gpu_limit_mb: int | None,
-               rss_peak: int | None, on_gpu: bool) -> list[str]:
+def oom_advice(
+    fits: list[FitRecord],
+    mixed_precision: str | None,
+    gpu_limit_mb: int | None,
+    rss_peak: int | None,
+    on_gpu: bool,
+) -> list[str]:
     """Advice for an out-of-memory run, in terms of what this run actually did."""
     where = "GPU" if on_gpu else "host"
     advice = []
     failing = fits[-1] if fits else None
     if failing is not None and failing.batch_size:
         smaller = max(1, failing.batch_size // 2)
-        advice.append(f"fit ran out of {where} memory at batch_size={failing.batch_size}: try "
-                      f"batch_size={smaller} (activation memory scales with the batch).")
+        advice.append(
+            f"fit ran out of {where} memory at batch_size={failing.batch_size}: try "
+            f"batch_size={smaller} (activation memory scales with the batch)."
+        )
     else:
-        advice.append(f"The run ran out of {where} memory: a smaller batch size lowers the "
-                      f"activation memory.")
+        advice.append(
+            f"The run ran out of {where} memory: a smaller batch size lowers the activation memory."
+        )
     if not mixed_precision:
-        advice.append("Mixed precision (`%%kerasrun --mixed-precision`) about halves activation "
-                      "memory on GPUs with float16 support.")
+        advice.append(
+            "Mixed precision (`%%kerasrun --mixed-precision`) about halves activation "
+            "memory on GPUs with float16 support."
+        )
     if failing is not None:
-        advice.append("Training keeps activations for the backward pass, gradients and optimizer "
-                      "state (Adam: two more copies of the weights) that inference does not need.")
+        advice.append(
+            "Training keeps activations for the backward pass, gradients and optimizer "
+            "state (Adam: two more copies of the weights) that inference does not need."
+        )
     if on_gpu and gpu_limit_mb is None:
-        advice.append("On a shared GPU, cap this kernel with `--gpu-limit MiB` so it fails early "
-                      "and predictably instead of taking memory others need.")
+        advice.append(
+            "On a shared GPU, cap this kernel with `--gpu-limit MiB` so it fails early "
+            "and predictably instead of taking memory others need."
+        )
     if not on_gpu and rss_peak is not None:
-        advice.append(f"Process memory peaked at {fmt_bytes(rss_peak)}: stream data with "
-                      f"tf.data instead of holding whole arrays, and free models you no longer "
-                      f"use.")
+        advice.append(
+            f"Process memory peaked at {fmt_bytes(rss_peak)}: stream data with "
+            f"tf.data instead of holding whole arrays, and free models you no longer "
+            f"use."
+        )
     return advice

@@ -64,8 +64,15 @@ class Run:
     """A run in progress. After it ends, ``record`` holds the RunRecord and attribute access
     falls through to it, so ``with track("x") as run: ...`` then ``run.fit_seconds`` works."""
 
-    def __init__(self, services: RunServices, label: str, run_number: int, options: RunOptions,
-                 key: RunKey | None = None, previous: RunRecord | None = None) -> None:
+    def __init__(
+        self,
+        services: RunServices,
+        label: str,
+        run_number: int,
+        options: RunOptions,
+        key: RunKey | None = None,
+        previous: RunRecord | None = None,
+    ) -> None:
         self.id = next_run_id()
         self.previous_record = previous  # the label's last run as this one began (for deltas)
         self.key = key
@@ -77,7 +84,8 @@ class Run:
         self.warnings: list[str] = []
         self.fit_timer = FitTimer()
         self.fit_timer.epoch_listeners.append(
-            lambda epoch, seconds: services.events.emit("epoch", epoch, seconds))
+            lambda epoch, seconds: services.events.emit("epoch", epoch, seconds)
+        )
         self.sampler = RssSampler(interval=services.sample_interval)
         self.sampler.listeners.append(lambda t, rss: services.events.emit("sample", t, rss))
         self.sampler.visit_listeners.append(lambda: services.events.emit("sampled"))
@@ -124,8 +132,10 @@ class Run:
         record = self.__dict__.get("record")
         if record is not None and not name.startswith("_"):
             return getattr(record, name)
-        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}"
-                             + ("" if record else " (the run is still going)"))
+        raise AttributeError(
+            f"{type(self).__name__} has no attribute {name!r}"
+            + ("" if record else " (the run is still going)")
+        )
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -156,8 +166,7 @@ class Run:
             self._lap("trim")
         if purge is not None:
             done = purge
-            self._clean = self._attempt("deep clean",
-                                        lambda: self.services.deep_clean.report(done))
+            self._clean = self._attempt("deep clean", lambda: self.services.deep_clean.report(done))
         if self.options.deep_clean:
             self._attempt("deep clean", self._mark)
         self._lap("deep clean")
@@ -171,11 +180,13 @@ class Run:
             self.released = dataclasses.replace(self.released, rss_freed=before_release - after)
         self._peak_reset = bool(self._attempt("resetting the peak RSS", self._peak.reset))
         self.fit_timer.peaks = CallPeaks(self._peak if self._peak_reset else None, self._gpu)
-        for step, action in (("starting the RSS sampler", self._start_sampler),
-                             ("patching fit, evaluate and predict", self.fit_timer.install),
-                             ("watching model construction", self.creations.install),
-                             ("counting tf.function traces", self.traces.install),
-                             ("resetting GPU memory stats", self._gpu.begin)):
+        for step, action in (
+            ("starting the RSS sampler", self._start_sampler),
+            ("patching fit, evaluate and predict", self.fit_timer.install),
+            ("watching model construction", self.creations.install),
+            ("counting tf.function traces", self.traces.install),
+            ("resetting GPU memory stats", self._gpu.begin),
+        ):
             self._attempt(step, action)
         self._t0 = time.perf_counter()
 
@@ -219,25 +230,32 @@ class Run:
                 self._warn(passed)
         # the kernel's peak first, while our threads still sleep (see start)
         hwm = self._attempt("reading the peak RSS", self._peak.read) if self._peak_reset else None
-        for step, action in (("stopping the RSS sampler", self.sampler.stop),
-                             ("restoring fit, evaluate and predict", self.fit_timer.uninstall),
-                             ("restoring the trace hook", self.traces.uninstall),
-                             ("restoring Model.__new__", self.creations.uninstall)):
+        for step, action in (
+            ("stopping the RSS sampler", self.sampler.stop),
+            ("restoring fit, evaluate and predict", self.fit_timer.uninstall),
+            ("restoring the trace hook", self.traces.uninstall),
+            ("restoring Model.__new__", self.creations.uninstall),
+        ):
             self._attempt(step, action)
         if self._deep_started:
-            self._attempt("remembering the run's gradient entries",
-                          lambda: self.services.deep_clean.run_ended(self._deep_mark, self.models))
-        gpu = (self._attempt("reading GPU memory", self._gpu.end)
-               or GpuReading(reason="GPU reading failed"))
+            self._attempt(
+                "remembering the run's gradient entries",
+                lambda: self.services.deep_clean.run_ended(self._deep_mark, self.models),
+            )
+        gpu = self._attempt("reading GPU memory", self._gpu.end) or GpuReading(
+            reason="GPU reading failed"
+        )
         fits = list(self.fit_timer.fits)
         trained = [f for f in fits if f.reached_training]  # a fit that failed at once: no time
         status = outcome.status_of(exc)
-        rss_peak = max((p for p in (self.sampler.peak, hwm, self.fit_timer.peaks.run_rss) if p),
-                       default=None)
+        rss_peak = max(
+            (p for p in (self.sampler.peak, hwm, self.fit_timer.peaks.run_rss) if p), default=None
+        )
         advice: list[str] = []
         if status == "oom":
-            advice = outcome.oom_advice(fits, self.options.mixed_precision,
-                                        self.options.gpu_limit_mb, rss_peak, gpu.known)
+            advice = outcome.oom_advice(
+                fits, self.options.mixed_precision, self.options.gpu_limit_mb, rss_peak, gpu.known
+            )
         if self.sampler.error:
             self._warn(self.sampler.error)
         if self.traces.reason and self.traces.warn:

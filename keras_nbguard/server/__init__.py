@@ -25,9 +25,11 @@ class KerasNbguard(Configurable):
     """Options of the history page (``--KerasNbguard.db_path=...`` or a jupyter_server_config)."""
 
     db_path = Unicode(
-        "", config=True,
+        "",
+        config=True,
         help="Run history database the page reads. Default: $KERAS_NBGUARD_DB, else "
-             "<jupyter data dir>/keras_nbguard/runs.sqlite (where kernels write by default).")
+        "<jupyter data dir>/keras_nbguard/runs.sqlite (where kernels write by default).",
+    )
 
     def database(self) -> str:
         from keras_nbguard.store.history_db import default_path
@@ -46,5 +48,8 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     web_app = serverapp.web_app
     web_app.settings[SETTING] = options.database
     web_app.add_handlers(".*$", routes(web_app.settings["base_url"]))
-    serverapp.log.info("keras_nbguard: run history at %skeras-nbguard/ (database %s)",
-                       web_app.settings["base_url"], options.database())
+    serverapp.log.info(
+        "keras_nbguard: run history at %skeras-nbguard/ (database %s)",
+        web_app.settings["base_url"],
+        options.database(),
+    )

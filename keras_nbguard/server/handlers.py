@@ -44,8 +44,9 @@ class HistoryMixin:
     def db_path(self) -> str:
         return str(self.settings[SETTING]())
 
-    def read(self, notebook: str | None = None,
-             samples: bool = False) -> tuple[list[StoredRun], str | None]:
+    def read(
+        self, notebook: str | None = None, samples: bool = False
+    ) -> tuple[list[StoredRun], str | None]:
         """The runs and, when they could not be read, why (the page shows it)."""
         try:
             return read_runs(self.db_path, notebook, samples=samples), None
@@ -91,8 +92,14 @@ class RunsHandler(HistoryMixin, APIHandler):
 
     def _runs(self, notebook: str | None, samples: bool) -> str:
         runs, message = self.read(notebook, samples)
-        return json.dumps({"db": self.db_path, "message": message, "notebook": notebook,
-                           "runs": [r.to_dict(samples) for r in runs]})
+        return json.dumps(
+            {
+                "db": self.db_path,
+                "message": message,
+                "notebook": notebook,
+                "runs": [r.to_dict(samples) for r in runs],
+            }
+        )
 
 
 class PlotlyHandler(HistoryMixin, JupyterHandler):
@@ -131,6 +138,9 @@ def routes(base_url: str) -> list[tuple[str, type[web.RequestHandler]]]:
     def at(*parts: str) -> str:
         return url_path_join(base_url, "keras-nbguard", *parts)
 
-    return [(at("?"), PageHandler),  # with or without the trailing slash
-            (at("api", "notebooks"), NotebooksHandler), (at("api", "runs"), RunsHandler),
-            (at("static", "plotly.min.js"), PlotlyHandler)]
+    return [
+        (at("?"), PageHandler),  # with or without the trailing slash
+        (at("api", "notebooks"), NotebooksHandler),
+        (at("api", "runs"), RunsHandler),
+        (at("static", "plotly.min.js"), PlotlyHandler),
+    ]

@@ -24,6 +24,8 @@ from keras_nbguard.store.schema import Unreadable, open_read_only, run_record, s
 __all__ = ["StoredRun", "Unreadable", "by_notebook", "notebook_summary", "read_runs"]
 
 Alive = Callable[[int, float], bool]
+
+
 @dataclass(frozen=True)
 class StoredRun:
     """One row of the history: the record plus where it ran (the process tells restarts apart)."""
@@ -52,24 +54,37 @@ class StoredRun:
         data = record.to_dict()
         if not samples:
             del data["rss_samples"]
-        data.update(id=self.id, notebook=self.notebook, kernel_id=self.kernel_id, pid=self.pid,
-                    died=self.died, died_inferred=self.inferred, stored_status=self.stored_status,
-                    change=self.change)
+        data.update(
+            id=self.id,
+            notebook=self.notebook,
+            kernel_id=self.kernel_id,
+            pid=self.pid,
+            died=self.died,
+            died_inferred=self.inferred,
+            stored_status=self.stored_status,
+            change=self.change,
+        )
         return data
 
 
-def read_runs(path: str, notebook: str | None = None, alive: Alive = process_alive,
-              samples: bool = True) -> list[StoredRun]:
+def read_runs(
+    path: str, notebook: str | None = None, alive: Alive = process_alive, samples: bool = True
+) -> list[StoredRun]:
     """Runs oldest first, of one notebook or all, every status; ``Unreadable`` says why not.
     ``samples``: with the finished runs' RSS series (the page does not need them)."""
     db = open_read_only(path)
     try:
-        rows = select_runs(db, "WHERE notebook = ?" if notebook is not None else "",
-                           (notebook,) if notebook is not None else (), samples)
+        rows = select_runs(
+            db,
+            "WHERE notebook = ?" if notebook is not None else "",
+            (notebook,) if notebook is not None else (),
+            samples,
+        )
         runs = [_run(db, row, alive) for row in rows]
     except (sqlite3.Error, ValueError, TypeError, KeyError) as exc:  # damaged rows included
-        raise Unreadable(f"The run history {path} can't be read ({type(exc).__name__}: "
-                         f"{exc}).") from exc
+        raise Unreadable(
+            f"The run history {path} can't be read ({type(exc).__name__}: {exc})."
+        ) from exc
     finally:
         db.close()
     return mark_changes(runs)
@@ -86,12 +101,17 @@ def by_notebook(runs: list[StoredRun]) -> dict[str, list[StoredRun]]:
 
 def notebook_summary(name: str, runs: list[StoredRun]) -> dict[str, Any]:
     labels = list(dict.fromkeys(r.record.label for r in runs))
-    return {"notebook": name, "runs": len(runs), "died": sum(r.died for r in runs),
-            "running": sum(r.record.status == "running" for r in runs),
-            "kernels": len({r.kernel_id for r in runs}),
-            "restarts": sum(r.change == "kernel restarted" for r in runs),
-            "labels": labels, "first_started_at": runs[0].record.started_at,
-            "last_started_at": runs[-1].record.started_at}
+    return {
+        "notebook": name,
+        "runs": len(runs),
+        "died": sum(r.died for r in runs),
+        "running": sum(r.record.status == "running" for r in runs),
+        "kernels": len({r.kernel_id for r in runs}),
+        "restarts": sum(r.change == "kernel restarted" for r in runs),
+        "labels": labels,
+        "first_started_at": runs[0].record.started_at,
+        "last_started_at": runs[-1].record.started_at,
+    }
 
 
 def mark_changes(runs: list[StoredRun]) -> list[StoredRun]:
@@ -114,5 +134,12 @@ def _run(db: sqlite3.Connection, row: sqlite3.Row, alive: Alive) -> StoredRun:
     shown = status
     if status == "running" and not (pid and alive(pid, pid_started or 0.0)):
         shown = "died"  # its process is gone: killed mid-run, whatever the database still says
-    return StoredRun(row["id"], row["notebook"] or "<unknown>", row["kernel_id"],
-                     run_record(db, row, shown), pid, pid_started, status)
+    return StoredRun(
+        row["id"],
+        row["notebook"] or "<unknown>",
+        row["kernel_id"],
+        run_record(db, row, shown),
+        pid,
+        pid_started,
+        status,
+    )

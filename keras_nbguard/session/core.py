@@ -38,10 +38,16 @@ DEFAULT_STORE = "default"
 
 
 class Session:
-    def __init__(self, options: RunOptions | None = None, *,
-                 tf_gpu: Callable[[], TfGpu | None] = TfGpu.if_imported,
-                 nvml: NvmlReader | None = None, sample_hz: float = 50.0,
-                 store: Store | str | None = DEFAULT_STORE, shell: Any = None) -> None:
+    def __init__(
+        self,
+        options: RunOptions | None = None,
+        *,
+        tf_gpu: Callable[[], TfGpu | None] = TfGpu.if_imported,
+        nvml: NvmlReader | None = None,
+        sample_hz: float = 50.0,
+        store: Store | str | None = DEFAULT_STORE,
+        shell: Any = None,
+    ) -> None:
         """``store``: a Store, a database path (":memory:": nowhere on disk), None for no
         history, or the default path (``KERAS_NBGUARD_DB`` or Jupyter's data folder)."""
         self.options = options or RunOptions()
@@ -57,7 +63,9 @@ class Session:
         self.kernel_id = kernel_id()
         self.store: Store | None = (
             Store(None if store == DEFAULT_STORE else _path(store), warn=self.warn_once)
-            if isinstance(store, str) else store)
+            if isinstance(store, str)
+            else store
+        )
         self._run_feeds: dict[str, RunFeed] = {}  # the store's feed of each run going
         self.died: list[DiedRun] = []
         # Created at load, so gradient entries from before the extension are never touched.
@@ -116,8 +124,10 @@ class Session:
         path = _path(path)
         with self._lock:
             if self.current is not None:
-                raise RuntimeError(f"keras_nbguard: run {self.current.label!r} is going; change "
-                                   f"the history database once it ends")
+                raise RuntimeError(
+                    f"keras_nbguard: run {self.current.label!r} is going; change "
+                    f"the history database once it ends"
+                )
             old, self.store = self.store, Store(path, warn=self.warn_once)
         if old is not None:
             old.close()
@@ -143,8 +153,14 @@ class Session:
         return self.past.last_run(label)
 
     @contextmanager
-    def track(self, label: str, *, cell_id: str | None = None,
-              run_options: RunOptions | None = None, **options: Any) -> Iterator[Run]:
+    def track(
+        self,
+        label: str,
+        *,
+        cell_id: str | None = None,
+        run_options: RunOptions | None = None,
+        **options: Any,
+    ) -> Iterator[Run]:
         """Prepare and measure a block like ``%%kerasrun`` does a cell (``options``: the
         ``RunOptions`` fields that differ from the session's, checked; ``run_options``: all of
         them, checked already, as the magic has them); the record is kept however the block
@@ -165,21 +181,34 @@ class Session:
     def services(self) -> RunServices:
         """What a run needs of the kernel, and nothing more."""
         return RunServices(
-            tf_gpu=self.tf_gpu, nvml=self.nvml, sample_interval=1 / self.sample_hz,
-            deep_clean=self.deep_clean, events=self.events, warn=self.warn_once,
+            tf_gpu=self.tf_gpu,
+            nvml=self.nvml,
+            sample_interval=1 / self.sample_hz,
+            deep_clean=self.deep_clean,
+            events=self.events,
+            warn=self.warn_once,
             models_tracked=lambda: self.live.tracked,
-            release_earlier=lambda label: self.live.settle(label, release=True, report=False))
+            release_earlier=lambda label: self.live.settle(label, release=True, report=False),
+        )
 
-    def begin(self, label: str, options: RunOptions, cell_id: str | None = None,
-              run_class: type[Run] = Run) -> Run:
+    def begin(
+        self,
+        label: str,
+        options: RunOptions,
+        cell_id: str | None = None,
+        run_class: type[Run] = Run,
+    ) -> Run:
         with self._lock:  # check and claim at once: two threads must not both start a run
             if self.current is not None:
-                raise RuntimeError(f"keras_nbguard: run {self.current.label!r} is still going; "
-                                   f"tracked runs can't be nested or run from two threads")
+                raise RuntimeError(
+                    f"keras_nbguard: run {self.current.label!r} is still going; "
+                    f"tracked runs can't be nested or run from two threads"
+                )
             previous = self.last_run(label)
             key = RunKey(self.notebook, cell_id, self.kernel_id, os.getpid(), process_started())
-            run = run_class(self.services(), label, self.past.next_number(label), options,
-                            key, previous)  # an IsolatedRun (isolation/) measures no kernel
+            run = run_class(
+                self.services(), label, self.past.next_number(label), options, key, previous
+            )  # an IsolatedRun (isolation/) measures no kernel
             self.current = run
         if isinstance(self.store, Store):
             self.store.try_disk(then=self.past.reread)  # after a fallback to memory: now and then
@@ -213,8 +242,10 @@ class Session:
             record = self.census.after_run(record, run.previous_record, self.live.namespace())
             laps.lap("names")
             from keras_nbguard.diagnosis.diagnose import with_findings  # not at %load_ext
-            record = with_findings(record, self.past.runs(run.label, this_kernel=True),
-                                   self.warn_once)
+
+            record = with_findings(
+                record, self.past.runs(run.label, this_kernel=True), self.warn_once
+            )
             laps.lap("diagnosis")
             record = dataclasses.replace(record, own_time=record.own_time + laps.parts())
             run.record = record
@@ -236,11 +267,13 @@ class Session:
         """Drop the references to stale models (current ones too with ``include_current``)."""
         with self._lock:
             if self.current is not None:
-                raise RuntimeError(f"keras_nbguard: run {self.current.label!r} is going; "
-                                   f"free once it ends")
+                raise RuntimeError(
+                    f"keras_nbguard: run {self.current.label!r} is going; free once it ends"
+                )
             deep_clean = self.deep_clean.clean if self.options.deep_clean else None
-            return self.live.free(include_current=include_current, containers=containers,
-                                  deep_clean=deep_clean)
+            return self.live.free(
+                include_current=include_current, containers=containers, deep_clean=deep_clean
+            )
 
     # -- the store: written as the run goes (feed.py) ------------------------------------------
     def _feed(self, run: Run) -> None:
@@ -267,8 +300,9 @@ class Session:
             if self.current is not None:
                 if (name, arguments) not in self._queued:
                     self._queued.append((name, arguments))
-                report = ActionReport(name, "queued",
-                                      f"queued: runs when {self.current.label!r} ends")
+                report = ActionReport(
+                    name, "queued", f"queued: runs when {self.current.label!r} ends"
+                )
             else:
                 report = self._perform_now(name, arguments)
         self.events.emit("action", report)

@@ -55,7 +55,8 @@ class RunHistory:
             self._earlier = []
             if self.store is not None:
                 self._earlier = self._read(
-                    lambda: self.store.runs(notebook=self.notebook, before=self._began), [])
+                    lambda: self.store.runs(notebook=self.notebook, before=self._began), []
+                )
         return self._earlier
 
     def reread(self) -> None:
@@ -93,7 +94,8 @@ class RunHistory:
             if self._earlier is None and self.store is not None:
                 # before the history is loaded: one query for this label, not the whole notebook
                 found = self._read(
-                    lambda: self.store.last_run(self.notebook, label, self._began), None)
+                    lambda: self.store.last_run(self.notebook, label, self._began), None
+                )
             else:
                 found = next((r for r in reversed(self.earlier) if r.label == label), None)
             self._stored_last[label] = found
@@ -108,15 +110,24 @@ class RunHistory:
             self._save_mark(None, now)
             for dropped in list(self.label_reset_at):  # older than this mark: nothing to add
                 self._drop_label_mark(dropped)
-            return (f"hid {count} run(s) from runs() and the dashboard; the database keeps "
-                    f"them and %nbguard reset --undo shows them again")
+            return (
+                f"hid {count} run(s) from runs() and the dashboard; the database keeps "
+                f"them and %nbguard reset --undo shows them again"
+            )
         self.label_reset_at[label] = now
         self._save_mark(label, now)
-        unknown = "" if self._has_label(label) else (
-            f" (no run is labelled {label!r} here; labels: "
-            f"{', '.join(sorted(self._labels())) or 'none yet'})")
-        return (f"hid {count} run(s) of {label!r} from runs() and the dashboard{unknown}; the "
-                f"database keeps them and %nbguard reset --undo --label {label} shows them again")
+        unknown = (
+            ""
+            if self._has_label(label)
+            else (
+                f" (no run is labelled {label!r} here; labels: "
+                f"{', '.join(sorted(self._labels())) or 'none yet'})"
+            )
+        )
+        return (
+            f"hid {count} run(s) of {label!r} from runs() and the dashboard{unknown}; the "
+            f"database keeps them and %nbguard reset --undo --label {label} shows them again"
+        )
 
     def undo_reset(self, label: str | None = None) -> str:
         """Show the runs a reset hid again: every label's, or ``label``'s own reset undone."""
@@ -133,12 +144,15 @@ class RunHistory:
             return f"no reset of {label!r} to undo" + self._still_hidden(label)
         before = len(self.runs(label))
         self._drop_label_mark(label)
-        return (f"showing {len(self.runs(label)) - before} hidden run(s) of {label!r} again"
-                + self._still_hidden(label))
+        return (
+            f"showing {len(self.runs(label)) - before} hidden run(s) of {label!r} again"
+            + self._still_hidden(label)
+        )
 
     def _still_hidden(self, label: str) -> str:
         if self.reset_at is None or not any(
-                r.label == label and not self._shown(r) for r in self.earlier + self.mine):
+            r.label == label and not self._shown(r) for r in self.earlier + self.mine
+        ):
             return ""
         return "; runs before the last reset of every label stay hidden (%nbguard reset --undo)"
 

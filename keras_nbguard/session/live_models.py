@@ -47,11 +47,17 @@ class LiveModels:
         from keras_nbguard.models.autorelease import merged
 
         try:
-            models = [m for m in (r() if isinstance(r, weakref.ref) else r for r in run.models)
-                      if m is not None]
+            models = [
+                m
+                for m in (r() if isinstance(r, weakref.ref) else r for r in run.models)
+                if m is not None
+            ]
             ids = {id(m) for m in models}
-            names = {id(v): k for k, v in list(self._user_ns().items())
-                     if id(v) in ids and not k.startswith("_")}
+            names = {
+                id(v): k
+                for k, v in list(self._user_ns().items())
+                if id(v) in ids and not k.startswith("_")
+            }
             nodes = getattr(getattr(run, "creations", None), "nodes", ())
             self.registry.note_run(run.label, run.run_number, models, run.id, nodes, names)
             del models

@@ -48,10 +48,13 @@ def _unmarked_but_ours(path: str) -> bool:
     except (sqlite3.Error, UnicodeError):
         return False
     try:
-        tables = {row[0] for row in db.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table'")}
-        return not tables or ("meta" in tables and db.execute(
-            "SELECT 1 FROM meta WHERE key = 'schema'").fetchone() is not None)
+        tables = {
+            row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        return not tables or (
+            "meta" in tables
+            and db.execute("SELECT 1 FROM meta WHERE key = 'schema'").fetchone() is not None
+        )
     except sqlite3.Error:
         return False
     finally:

@@ -22,12 +22,39 @@ from keras_nbguard.records.run import RunRecord
 from keras_nbguard.store.dbfile import SQLITE_MAGIC
 
 COLUMNS = (
-    "notebook", "kernel_id", "pid", "cell_id", "label", "run_number", "status", "started_at",
-    "wall_seconds", "prepare_seconds", "fit_seconds", "fits", "epochs", "epoch_seconds",
-    "rss_before", "rss_after", "rss_peak", "rss_delta", "delta_fit_seconds", "delta_rss_after",
-    "gpu_tf_peak", "gpu_tf_current", "gpu_nvml_used", "gpu_nvml_process_used", "gpu_note",
-    "traces", "dataset_traces", "cleared", "deep_clean_entries", "error", "keras",
-    "inference_seconds", "isolated",
+    "notebook",
+    "kernel_id",
+    "pid",
+    "cell_id",
+    "label",
+    "run_number",
+    "status",
+    "started_at",
+    "wall_seconds",
+    "prepare_seconds",
+    "fit_seconds",
+    "fits",
+    "epochs",
+    "epoch_seconds",
+    "rss_before",
+    "rss_after",
+    "rss_peak",
+    "rss_delta",
+    "delta_fit_seconds",
+    "delta_rss_after",
+    "gpu_tf_peak",
+    "gpu_tf_current",
+    "gpu_nvml_used",
+    "gpu_nvml_process_used",
+    "gpu_note",
+    "traces",
+    "dataset_traces",
+    "cleared",
+    "deep_clean_entries",
+    "error",
+    "keras",
+    "inference_seconds",
+    "isolated",
 )  # then a ``param_<name>`` column for each name a --sweep set (grouping by them is one call)
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -81,8 +108,13 @@ def columns(records: Sequence[RunRecord]) -> list[str]:
     return [*COLUMNS, *params]
 
 
-def write_csv(records: Sequence[RunRecord], path: str | os.PathLike[str], *,
-              force: bool = False, protected: Iterable[str] = ()) -> int:
+def write_csv(
+    records: Sequence[RunRecord],
+    path: str | os.PathLike[str],
+    *,
+    force: bool = False,
+    protected: Iterable[str] = (),
+) -> int:
     """Write ``records`` to the new file ``path``; returns how many rows were written.
 
     ``force``: replace an existing file (whole, once the new one is written). Never a notebook,
@@ -94,17 +126,16 @@ def write_csv(records: Sequence[RunRecord], path: str | os.PathLike[str], *,
         if os.path.exists(target):  # force: written beside it, then put in its place at once
             _replace(records, target)
         else:
-            with open(target, "x", newline="", encoding="utf-8",
-                      errors="backslashreplace") as out:
+            with open(target, "x", newline="", encoding="utf-8", errors="backslashreplace") as out:
                 _write_rows(records, out)
     except FileExistsError as exc:  # made by someone else since the check
-        raise ValueError(f"can't export to {target}: it exists already; add --force "
-                         f"(force=True) to replace it") from exc
+        raise ValueError(
+            f"can't export to {target}: it exists already; add --force (force=True) to replace it"
+        ) from exc
     except OSError as exc:
         raise ValueError(f"can't export to {target}: {exc.strerror or exc}") from exc
     except UnicodeError as exc:
-        raise ValueError(f"can't export to {target!r}: no file can have that name "
-                         f"({exc})") from exc
+        raise ValueError(f"can't export to {target!r}: no file can have that name ({exc})") from exc
     return len(records)
 
 
@@ -113,22 +144,29 @@ def _check_target(target: str, force: bool, protected: Iterable[str]) -> None:
     if not os.path.isdir(folder):
         raise ValueError(f"can't export to {target}: folder {folder} does not exist")
     if os.path.isdir(target):
-        raise ValueError(f"can't export to {target}: it is a folder; give a file name such as "
-                         f"{os.path.join(target, 'runs.csv')}")
+        raise ValueError(
+            f"can't export to {target}: it is a folder; give a file name such as "
+            f"{os.path.join(target, 'runs.csv')}"
+        )
     real = os.path.realpath(target)  # a link to the notebook is the notebook
     if real.lower().endswith(".ipynb") or target.lower().endswith(".ipynb"):
         raise ValueError(f"won't export to {target}: it is a notebook; give a .csv file name")
     if real in {os.path.realpath(p) for p in protected}:
-        raise ValueError(f"won't export to {target}: it is the run history database (or one of "
-                         f"its files); give a .csv file name")
+        raise ValueError(
+            f"won't export to {target}: it is the run history database (or one of "
+            f"its files); give a .csv file name"
+        )
     if not os.path.exists(target):
         return
     if _is_sqlite(real):
-        raise ValueError(f"won't export to {target}: it is a SQLite database (a run history?); "
-                         f"give a .csv file name")
+        raise ValueError(
+            f"won't export to {target}: it is a SQLite database (a run history?); "
+            f"give a .csv file name"
+        )
     if not force:
-        raise ValueError(f"won't export to {target}: it exists already; add --force "
-                         f"(force=True) to replace it")
+        raise ValueError(
+            f"won't export to {target}: it exists already; add --force (force=True) to replace it"
+        )
 
 
 def _is_sqlite(path: str) -> bool:
@@ -176,8 +214,10 @@ def runs_frame(records: Sequence[RunRecord]) -> Any:
     try:
         import pandas as pd
     except ImportError:
-        raise ImportError("runs_frame() needs pandas, which is not installed here: "
-                          "pip install pandas (or use %nbguard export runs.csv)") from None
+        raise ImportError(
+            "runs_frame() needs pandas, which is not installed here: "
+            "pip install pandas (or use %nbguard export runs.csv)"
+        ) from None
     frame = pd.DataFrame([run_row(r) for r in records], columns=columns(records))
     frame["started_at"] = pd.to_datetime(frame["started_at"], utc=True)
     return frame

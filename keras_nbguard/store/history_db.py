@@ -42,6 +42,7 @@ RESET_KEY = "reset "  # meta key, + the notebook: when its history was last rese
 LABEL_RESET_KEY = "reset label "  # + JSON [notebook, label]: when that label's runs were
 DISK_RETRY_SECONDS = 30.0  # how often a store that fell back to memory tries its file again
 
+
 def default_path() -> str:
     if os.environ.get(ENV_PATH):
         return os.environ[ENV_PATH]
@@ -51,8 +52,9 @@ def default_path() -> str:
 
 
 class Store:
-    def __init__(self, path: str | None = None,
-                 warn: Callable[[str], object] | None = None) -> None:
+    def __init__(
+        self, path: str | None = None, warn: Callable[[str], object] | None = None
+    ) -> None:
         self._warn = warn or (lambda message: None)
         self.path = path or default_path()
         self.wanted: str | None = None  # the file to go back to, after a passing failure
@@ -69,9 +71,15 @@ class Store:
         another process's lock (in memory, there is only the one database)."""
         if not self.in_memory:
             try:
-                return (sqlite3.connect(db_name(self.path), check_same_thread=False,
-                                        timeout=READ_TIMEOUT, isolation_level=None),
-                        threading.Lock())
+                return (
+                    sqlite3.connect(
+                        db_name(self.path),
+                        check_same_thread=False,
+                        timeout=READ_TIMEOUT,
+                        isolation_level=None,
+                    ),
+                    threading.Lock(),
+                )
             except sqlite3.Error:
                 pass
         return db, self._lock
@@ -89,12 +97,16 @@ class Store:
                 aside = f"{path}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
                 try:
                     os.replace(path, aside)
-                    self._warn(f"run history database {path} was corrupt ({exc}); moved it to "
-                               f"{aside} and started a new one")
+                    self._warn(
+                        f"run history database {path} was corrupt ({exc}); moved it to "
+                        f"{aside} and started a new one"
+                    )
                     return self._connect(path)
                 except (OSError, sqlite3.Error) as again:
-                    self._warn(f"run history database {path} is corrupt and could not be "
-                               f"replaced ({again}); keeping history in memory")
+                    self._warn(
+                        f"run history database {path} is corrupt and could not be "
+                        f"replaced ({again}); keeping history in memory"
+                    )
             else:
                 self._fell_back(path, exc)
         except OSError as exc:
@@ -106,8 +118,10 @@ class Store:
 
     def _fell_back(self, path: str, exc: Exception) -> None:
         self.wanted = path
-        self._warn(f"run history can't be written to {path} for now ({exc}); keeping it in "
-                   f"memory, and trying the file again every {DISK_RETRY_SECONDS:.0f} s")
+        self._warn(
+            f"run history can't be written to {path} for now ({exc}); keeping it in "
+            f"memory, and trying the file again every {DISK_RETRY_SECONDS:.0f} s"
+        )
 
     def _open_ours(self, path: str) -> sqlite3.Connection:
         """``path`` opened and set up, or an exception (it is ours, or new)."""
@@ -116,14 +130,17 @@ class Store:
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))  # user-only from birth
         owner = file_owner(path)
         if owner is not None:
-            raise NotOurs(f"{path} is {owner}, not a keras_nbguard run history: it is left "
-                          f"untouched and history is kept in memory this session; set "
-                          f"{ENV_PATH} or %nbguard config --db to a file of its own")
+            raise NotOurs(
+                f"{path} is {owner}, not a keras_nbguard run history: it is left "
+                f"untouched and history is kept in memory this session; set "
+                f"{ENV_PATH} or %nbguard config --db to a file of its own"
+            )
         return self._connect(path)
 
     def _connect(self, path: str) -> sqlite3.Connection:
-        db = sqlite3.connect(db_name(path), check_same_thread=False, timeout=WRITE_TIMEOUT,
-                             isolation_level=None)
+        db = sqlite3.connect(
+            db_name(path), check_same_thread=False, timeout=WRITE_TIMEOUT, isolation_level=None
+        )
         try:
             db.execute(f"PRAGMA busy_timeout = {int(WRITE_TIMEOUT * 1000)}")
             prepare(db, path, on_disk=path != MEMORY)
@@ -162,18 +179,40 @@ class Store:
             self.path, self.wanted = path, None
             self._reader, self._read_lock = self._reader_for(disk)
         memory.close()
-        self._warn(f"run history: {path} can be written again; the {count} run(s) kept in "
-                   f"memory meanwhile are in it now")
+        self._warn(
+            f"run history: {path} can be written again; the {count} run(s) kept in "
+            f"memory meanwhile are in it now"
+        )
         then()
 
     # -- writing (from any thread; done by the writer thread) -------------------------------------
-    def run_started(self, run_id: str, key: RunKey, label: str, run_number: int,
-                    started_at: float, rss: int | None) -> None:
-        self._submit("INSERT INTO runs (id, notebook, cell_id, label, run_number, kernel_id, pid, "
-                     "pid_started, started_at, updated_at, status, last_rss) "
-                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
-                     (run_id, key.notebook, key.cell_id, label, run_number, key.kernel_id,
-                      key.pid, key.pid_started, started_at, started_at, rss))
+    def run_started(
+        self,
+        run_id: str,
+        key: RunKey,
+        label: str,
+        run_number: int,
+        started_at: float,
+        rss: int | None,
+    ) -> None:
+        self._submit(
+            "INSERT INTO runs (id, notebook, cell_id, label, run_number, kernel_id, pid, "
+            "pid_started, started_at, updated_at, status, last_rss) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+            (
+                run_id,
+                key.notebook,
+                key.cell_id,
+                label,
+                run_number,
+                key.kernel_id,
+                key.pid,
+                key.pid_started,
+                started_at,
+                started_at,
+                rss,
+            ),
+        )
 
     def add_samples(self, run_id: str, samples: list[tuple[float, int]]) -> None:
         if samples:
@@ -214,25 +253,35 @@ class Store:
                 return []
             return self._reader.execute(sql, storable(params)).fetchall()
 
-    def _records(self, where: str, params: tuple[Any, ...], order: str = "started_at",
-                 keep: Callable[[sqlite3.Row], bool] = lambda row: True) -> list[RunRecord]:
+    def _records(
+        self,
+        where: str,
+        params: tuple[Any, ...],
+        order: str = "started_at",
+        keep: Callable[[sqlite3.Row], bool] = lambda row: True,
+    ) -> list[RunRecord]:
         with self._read_lock:
             if self.closed:
                 return []
-            return [run_record(self._reader, row)
-                    for row in select_runs(self._reader, where, storable(params), order=order)
-                    if keep(row)]
+            return [
+                run_record(self._reader, row)
+                for row in select_runs(self._reader, where, storable(params), order=order)
+                if keep(row)
+            ]
 
     def last_run(self, notebook: str, label: str, before: float) -> RunRecord | None:
         """The newest finished or died run of ``label`` in ``notebook`` started before
         ``before`` (runs still going don't count), or None."""
-        records = self._records("WHERE notebook = ? AND label = ? AND started_at < ? AND "
-                                "status != 'running'", (notebook, label, before),
-                                order="started_at DESC LIMIT 1")
+        records = self._records(
+            "WHERE notebook = ? AND label = ? AND started_at < ? AND status != 'running'",
+            (notebook, label, before),
+            order="started_at DESC LIMIT 1",
+        )
         return records[0] if records else None
 
-    def runs(self, notebook: str | None = None, kernel_id: str | None = None,
-             before: float | None = None) -> list[RunRecord]:
+    def runs(
+        self, notebook: str | None = None, kernel_id: str | None = None, before: float | None = None
+    ) -> list[RunRecord]:
         """Records oldest first: of one notebook (all kernels) or one kernel, started before
         ``before`` if given; died runs included."""
         where: list[str] = []
@@ -246,9 +295,11 @@ class Store:
         if kernel_id is not None:
             where.append("kernel_id = ?")
             params.append(kernel_id)
-        return self._records("WHERE " + " AND ".join(where) if where else "", tuple(params),
-                             keep=lambda row: (row["status"] != "running"
-                                               or row["kernel_id"] == kernel_id))
+        return self._records(
+            "WHERE " + " AND ".join(where) if where else "",
+            tuple(params),
+            keep=lambda row: row["status"] != "running" or row["kernel_id"] == kernel_id,
+        )
 
     def reset_mark(self, notebook: str) -> float | None:
         """When the notebook's history was last reset (runs before it are hidden); None."""
@@ -257,12 +308,14 @@ class Store:
 
     def label_reset_marks(self, notebook: str) -> dict[str, float]:
         """When each label of the notebook was last reset on its own (``reset --label``)."""
-        rows = self._rows("SELECT key, value FROM meta WHERE substr(key, 1, ?) = ?",
-                          (len(LABEL_RESET_KEY), LABEL_RESET_KEY))
+        rows = self._rows(
+            "SELECT key, value FROM meta WHERE substr(key, 1, ?) = ?",
+            (len(LABEL_RESET_KEY), LABEL_RESET_KEY),
+        )
         marks = {}
         for key, value in rows:
             try:
-                where, label = json.loads(key[len(LABEL_RESET_KEY):])
+                where, label = json.loads(key[len(LABEL_RESET_KEY) :])
             except ValueError:
                 continue
             if where == notebook:
@@ -271,28 +324,35 @@ class Store:
 
     def set_reset_mark(self, notebook: str, at: float | None, label: str | None = None) -> None:
         """Keep (``at``) or drop (None) the notebook's reset mark, or one label's."""
-        key = (RESET_KEY + notebook if label is None
-               else LABEL_RESET_KEY + json.dumps([notebook, label]))  # ASCII: any label fits
+        key = (
+            RESET_KEY + notebook
+            if label is None
+            else LABEL_RESET_KEY + json.dumps([notebook, label])
+        )  # ASCII: any label fits
         if at is None:
             self._submit("DELETE FROM meta WHERE key = ?", (key,))
         else:
             self._submit("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, repr(at)))
 
-    def mark_dead_runs(self, alive: Callable[[int, float], bool],
-                       notebook: str | None = None) -> list[DiedRun]:
+    def mark_dead_runs(
+        self, alive: Callable[[int, float], bool], notebook: str | None = None
+    ) -> list[DiedRun]:
         """Runs left 'running' by processes that are gone (of ``notebook``, or all): mark them
         died and say so."""
-        rows = self._rows("SELECT id, label, run_number, pid, pid_started, started_at, "
-                          "updated_at, last_rss FROM runs WHERE status = 'running'"
-                          + ("" if notebook is None else " AND notebook = ?"),
-                          () if notebook is None else (notebook,))
+        rows = self._rows(
+            "SELECT id, label, run_number, pid, pid_started, started_at, "
+            "updated_at, last_rss FROM runs WHERE status = 'running'"
+            + ("" if notebook is None else " AND notebook = ?"),
+            () if notebook is None else (notebook,),
+        )
         died = []
         for run_id, label, number, pid, pid_started, started, updated, rss in rows:
             if alive(pid, pid_started):
                 continue
             # written by the writer thread: %load_ext never waits on a lock for it
-            self._submit("UPDATE runs SET status = 'died' WHERE id = ? AND status = 'running'",
-                         (run_id,))
+            self._submit(
+                "UPDATE runs SET status = 'died' WHERE id = ? AND status = 'running'", (run_id,)
+            )
             died.append(DiedRun(text(label), number, updated - started, rss, pid))
         if died:  # rare: wait a moment, so that reads right after see them as died
             self.flush(READ_TIMEOUT)

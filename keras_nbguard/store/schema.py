@@ -30,15 +30,19 @@ CREATE TABLE IF NOT EXISTS epochs (run_id TEXT, epoch INTEGER, seconds REAL);
 """
 # Not part of the schema's version: an index any reader may lack, added to older files on open.
 LABEL_INDEX = "CREATE INDEX IF NOT EXISTS runs_by_label ON runs (notebook, label, started_at)"
-RUN_COLUMNS = ("id, notebook, {cell_id}, label, run_number, kernel_id, pid, pid_started, "
-               "started_at, updated_at, status, last_rss")
+RUN_COLUMNS = (
+    "id, notebook, {cell_id}, label, run_number, kernel_id, pid, pid_started, "
+    "started_at, updated_at, status, last_rss"
+)
 # A text SQLite can't hold as it is (a lone surrogate: "\udcff", what Python makes of a file name
 # that is not UTF-8) is kept as this mark + its JSON (ASCII, lossless); so is a text that starts
 # with the mark itself, so that reading back is never in doubt. Other texts are stored as they are.
 ESCAPED = "\x00"
 # Schema 1 had no cell ids and no per-epoch table.
-MIGRATIONS = {1: "ALTER TABLE runs ADD COLUMN cell_id TEXT;\n"
-                 "CREATE TABLE IF NOT EXISTS epochs (run_id TEXT, epoch INTEGER, seconds REAL);"}
+MIGRATIONS = {
+    1: "ALTER TABLE runs ADD COLUMN cell_id TEXT;\n"
+    "CREATE TABLE IF NOT EXISTS epochs (run_id TEXT, epoch INTEGER, seconds REAL);"
+}
 
 
 def storable(params: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -46,8 +50,9 @@ def storable(params: tuple[Any, ...]) -> tuple[Any, ...]:
     is stored, and a query by the same string finds it."""
     if not any(isinstance(p, str) and _escape(p) for p in params):
         return params
-    return tuple(ESCAPED + json.dumps(p) if isinstance(p, str) and _escape(p) else p
-                 for p in params)
+    return tuple(
+        ESCAPED + json.dumps(p) if isinstance(p, str) and _escape(p) else p for p in params
+    )
 
 
 def _escape(value: str) -> bool:
@@ -109,8 +114,9 @@ def current(db: sqlite3.Connection) -> bool:
         app_id = db.execute("PRAGMA application_id").fetchone()[0]
     except sqlite3.Error:
         return False
-    return bool(row) and row[0] == str(SCHEMA_VERSION) and bool(index) and (
-        app_id == APPLICATION_ID)
+    return (
+        bool(row) and row[0] == str(SCHEMA_VERSION) and bool(index) and (app_id == APPLICATION_ID)
+    )
 
 
 def migrate(db: sqlite3.Connection, path: str) -> None:
@@ -126,7 +132,8 @@ def migrate(db: sqlite3.Connection, path: str) -> None:
             raise NewerDatabase(
                 f"run history database {path} was written by a newer keras_nbguard (schema "
                 f"{version}, this one knows {SCHEMA_VERSION}); it is left untouched and "
-                f"history is kept in memory. Upgrade keras_nbguard, or set {ENV_PATH}.")
+                f"history is kept in memory. Upgrade keras_nbguard, or set {ENV_PATH}."
+            )
         while version is not None and version < SCHEMA_VERSION:
             for statement in MIGRATIONS[version].split(";\n"):
                 db.execute(statement)
@@ -161,8 +168,10 @@ def to_wal(db: sqlite3.Connection, tries: int = 50) -> None:
 def copy_runs(source: sqlite3.Connection, target: sqlite3.Connection) -> int:
     """Copy every run, sample, epoch and mark of ``source`` into ``target`` (one transaction),
     column by name: an older file migrated in place has its columns in another order."""
-    tables = {table: [row[1] for row in source.execute(f"PRAGMA table_info({table})")]
-              for table in ("runs", "samples", "epochs", "meta")}
+    tables = {
+        table: [row[1] for row in source.execute(f"PRAGMA table_info({table})")]
+        for table in ("runs", "samples", "epochs", "meta")
+    }
     target.execute("BEGIN IMMEDIATE")
     try:
         for table, columns in tables.items():
@@ -171,8 +180,10 @@ def copy_runs(source: sqlite3.Connection, target: sqlite3.Connection) -> int:
             else:
                 rows = source.execute(f"SELECT {', '.join(columns)} FROM {table}")
             marks = ", ".join("?" for _ in columns)
-            target.executemany(f"INSERT OR REPLACE INTO {table} ({', '.join(columns)}) "
-                               f"VALUES ({marks})", rows.fetchall())
+            target.executemany(
+                f"INSERT OR REPLACE INTO {table} ({', '.join(columns)}) VALUES ({marks})",
+                rows.fetchall(),
+            )
         target.execute("COMMIT")
     except BaseException:
         target.execute("ROLLBACK")
@@ -185,12 +196,18 @@ def open_read_only(path: str) -> sqlite3.Connection:
     """``path`` in SQLite's read-only mode, checked: ``Unreadable`` if it is missing, not a
     history of ours or newer than this code. Opening it can't create, migrate or lock it."""
     if path == ":memory:" or not os.path.isfile(path):
-        raise Unreadable(f"No run history yet: {path} does not exist. It is created by the first "
-                         f"%%kerasrun of a kernel that loaded keras_nbguard (set {ENV_PATH} to "
-                         f"read another file).")
+        raise Unreadable(
+            f"No run history yet: {path} does not exist. It is created by the first "
+            f"%%kerasrun of a kernel that loaded keras_nbguard (set {ENV_PATH} to "
+            f"read another file)."
+        )
     try:
-        db = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True, timeout=5,
-                             check_same_thread=False)
+        db = sqlite3.connect(
+            f"{Path(path).absolute().as_uri()}?mode=ro",
+            uri=True,
+            timeout=5,
+            check_same_thread=False,
+        )
     except sqlite3.Error as exc:
         raise Unreadable(f"The run history {path} can't be opened ({exc}).") from exc
     try:
@@ -210,18 +227,27 @@ def _check_readable(db: sqlite3.Connection, path: str) -> None:
             raise Unreadable(f"{path} is not a keras_nbguard run history (no runs table).")
         row = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
     except sqlite3.DatabaseError as exc:
-        raise Unreadable(f"The run history {path} can't be read ({exc}). The next kernel that "
-                         f"loads keras_nbguard moves a corrupt file aside and starts a new "
-                         f"one.") from exc
+        raise Unreadable(
+            f"The run history {path} can't be read ({exc}). The next kernel that "
+            f"loads keras_nbguard moves a corrupt file aside and starts a new "
+            f"one."
+        ) from exc
     version = int(row[0]) if row else 0
     if version > SCHEMA_VERSION:
-        raise Unreadable(f"The run history {path} was written by a newer keras_nbguard (schema "
-                         f"{version}; this code knows {SCHEMA_VERSION}): upgrade keras_nbguard "
-                         f"where it reads the file.")
+        raise Unreadable(
+            f"The run history {path} was written by a newer keras_nbguard (schema "
+            f"{version}; this code knows {SCHEMA_VERSION}): upgrade keras_nbguard "
+            f"where it reads the file."
+        )
 
 
-def select_runs(db: sqlite3.Connection, where: str = "", params: tuple[Any, ...] = (),
-                samples: bool = True, order: str = "started_at") -> list[sqlite3.Row]:
+def select_runs(
+    db: sqlite3.Connection,
+    where: str = "",
+    params: tuple[Any, ...] = (),
+    samples: bool = True,
+    order: str = "started_at",
+) -> list[sqlite3.Row]:
     """Run rows (``sqlite3.Row``: by column name), with ``record`` the JSON of finished ones.
     ``samples``: with their RSS series; without, SQLite drops it from each JSON (in C): parsing
     it was most of the time a page with thousands of runs took."""
@@ -240,16 +266,27 @@ def run_record(db: sqlite3.Connection, row: sqlite3.Row, status: str | None = No
         # the pid column is the truth (a record built without a pid stores "pid": null)
         return RunRecord.from_dict({**json.loads(row["record"]), "pid": row["pid"]})
     shown = status or row["status"]
-    samples = db.execute("SELECT t, rss FROM samples WHERE run_id = ? ORDER BY t",
-                         (row["id"],)).fetchall()  # as stored: no storable() again
+    samples = db.execute(
+        "SELECT t, rss FROM samples WHERE run_id = ? ORDER BY t", (row["id"],)
+    ).fetchall()  # as stored: no storable() again
     rss = row["last_rss"]
     return RunRecord(
-        label=text(row["label"]), status=shown, started_at=row["started_at"],
-        wall_seconds=row["updated_at"] - row["started_at"], fit_seconds=None, fits=(),
-        rss_before=samples[0][1] if samples else None, rss_after=rss,
+        label=text(row["label"]),
+        status=shown,
+        started_at=row["started_at"],
+        wall_seconds=row["updated_at"] - row["started_at"],
+        fit_seconds=None,
+        fits=(),
+        rss_before=samples[0][1] if samples else None,
+        rss_after=rss,
         rss_peak=max((s[1] for s in samples), default=rss),
-        gpu=GpuReading(reason=f"not recorded: the run {shown}"), cleared=False, traces=None,
-        run_number=row["run_number"], rss_samples=tuple((t, r) for t, r in samples),
-        notebook=text(row["notebook"]), cell_id=text(row["cell_id"]),
+        gpu=GpuReading(reason=f"not recorded: the run {shown}"),
+        cleared=False,
+        traces=None,
+        run_number=row["run_number"],
+        rss_samples=tuple((t, r) for t, r in samples),
+        notebook=text(row["notebook"]),
+        cell_id=text(row["cell_id"]),
         kernel_id=text(row["kernel_id"]),
-        pid=row["pid"])
+        pid=row["pid"],
+    )

@@ -27,8 +27,9 @@ Entry = tuple[str, tuple[Any, ...]] | None  # None: stop
 
 
 class Writer:
-    def __init__(self, db: sqlite3.Connection, lock: threading.Lock,
-                 warn: Callable[[str], object]) -> None:
+    def __init__(
+        self, db: sqlite3.Connection, lock: threading.Lock, warn: Callable[[str], object]
+    ) -> None:
         self.db = db
         self._lock = lock  # shared with the store's migrations on the same connection
         self._warn = warn
@@ -66,15 +67,18 @@ class Writer:
             self._queue.put(None)
             self._thread.join(timeout)
             if self._thread.is_alive():
-                self._warn(f"run history: the database stayed locked for {timeout:.0f} s; what "
-                           f"was still queued stays in memory only")
+                self._warn(
+                    f"run history: the database stayed locked for {timeout:.0f} s; what "
+                    f"was still queued stays in memory only"
+                )
 
     def _ensure_thread(self) -> None:
         if self._thread is None:
             with self._lock:
                 if self._thread is None and not self.closed:
-                    self._thread = threading.Thread(target=self._loop, daemon=True,
-                                                    name="keras-nbguard-store")
+                    self._thread = threading.Thread(
+                        target=self._loop, daemon=True, name="keras-nbguard-store"
+                    )
                     self._thread.start()
                     # The thread is a daemon: without this, a kernel shut down (or a script
                     # ending) right after a run would lose its result, and the next load would
@@ -89,21 +93,25 @@ class Writer:
             while not self._queue.empty():  # one transaction for whatever piled up
                 batch.append(self._queue.get())
             # ...up to the first ``call``, which runs once what came before it is written
-            cut = next((i for i, entry in enumerate(batch)
-                        if entry is not None and entry[0] == "call"), len(batch))
+            cut = next(
+                (i for i, entry in enumerate(batch) if entry is not None and entry[0] == "call"),
+                len(batch),
+            )
             head = batch[:cut]
             try:
                 if head and not self._write(head):  # (a call first: no empty transaction)
                     batch[:cut] = head  # kept: tried again, with what came meanwhile
                     continue
             except Exception as exc:  # a bug of ours must not end the writer for good
-                self._warn(f"run history write failed ({type(exc).__name__}: {exc}); those "
-                           f"figures stay in memory only")
+                self._warn(
+                    f"run history write failed ({type(exc).__name__}: {exc}); those "
+                    f"figures stay in memory only"
+                )
             if any(entry is None for entry in head):
                 return
             if cut < len(batch):
                 self._run(batch[cut])
-            batch = batch[cut + 1:]
+            batch = batch[cut + 1 :]
 
     def _run(self, entry: Entry) -> None:
         assert entry is not None
@@ -127,8 +135,10 @@ class Writer:
         self._retries = 0
         if self._waiting:
             self._waiting = False
-            self._warn("run history: the database can be written again; the runs that waited "
-                       "are on disk now")
+            self._warn(
+                "run history: the database can be written again; the runs that waited "
+                "are on disk now"
+            )
         for event in waiting:
             event.set()
         return True
@@ -166,9 +176,11 @@ class Writer:
                 what = entry[0] if entry[0] in ("finish", "samples") else entry[0].split(" (")[0]
                 failed.append(f"{what}: {type(exc).__name__}: {exc}")
         if failed:  # one warning for the batch
-            self._warn(f"run history: {len(failed)} write(s) failed ({failed[0]}"
-                       f"{' ...' if len(failed) > 1 else ''}); those figures stay in memory "
-                       f"only, the rest is written")
+            self._warn(
+                f"run history: {len(failed)} write(s) failed ({failed[0]}"
+                f"{' ...' if len(failed) > 1 else ''}); those figures stay in memory "
+                f"only, the rest is written"
+            )
         return waiting
 
     def _apply(self, sql: str, params: tuple[Any, ...]) -> list[threading.Event]:
@@ -178,17 +190,20 @@ class Writer:
             run_id, record, payload = params
             if payload is None:  # the record could not be serialized (see _serialized)
                 raise ValueError("the run's record could not be written as JSON")
-            self.db.execute("UPDATE runs SET status = ?, updated_at = ?, last_rss = ?, "
-                            "record = ? WHERE id = ?",
-                            storable((record.status, time.time(), record.rss_after, payload,
-                                      run_id)))
+            self.db.execute(
+                "UPDATE runs SET status = ?, updated_at = ?, last_rss = ?, record = ? WHERE id = ?",
+                storable((record.status, time.time(), record.rss_after, payload, run_id)),
+            )
         elif sql == "samples":
             run_id, samples = params
-            self.db.executemany("INSERT INTO samples VALUES (?, ?, ?)",
-                                [(run_id, t, rss) for t, rss in samples])
+            self.db.executemany(
+                "INSERT INTO samples VALUES (?, ?, ?)", [(run_id, t, rss) for t, rss in samples]
+            )
             # the time of the last sample seen, not of this write: a died run's duration
-            self.db.execute("UPDATE runs SET updated_at = started_at + ?, last_rss = ? "
-                            "WHERE id = ?", (samples[-1][0], samples[-1][1], run_id))
+            self.db.execute(
+                "UPDATE runs SET updated_at = started_at + ?, last_rss = ? WHERE id = ?",
+                (samples[-1][0], samples[-1][1], run_id),
+            )
         else:
             self.db.execute(sql, storable(params))
         return []
@@ -196,9 +211,11 @@ class Writer:
     def _pause(self, exc: sqlite3.Error) -> bool:
         if not self._waiting:
             self._waiting = True
-            self._warn(f"run history: the database can't be written for now ({exc}: another "
-                       f"process holding a lock, or a full disk); runs go on and are written as "
-                       f"soon as it can be")
+            self._warn(
+                f"run history: the database can't be written for now ({exc}: another "
+                f"process holding a lock, or a full disk); runs go on and are written as "
+                f"soon as it can be"
+            )
         time.sleep(RETRY_SECONDS[min(self._retries, len(RETRY_SECONDS) - 1)])
         self._retries += 1
         return False
@@ -229,4 +246,5 @@ def _passing(exc: sqlite3.Error) -> bool:
     """A failure that goes away by itself: a lock another process holds, a full disk."""
     text = str(exc).lower()
     return isinstance(exc, sqlite3.OperationalError) and any(
-        word in text for word in ("locked", "busy", "full", "disk i/o"))
+        word in text for word in ("locked", "busy", "full", "disk i/o")
+    )
