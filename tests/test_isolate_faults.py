@@ -24,7 +24,7 @@ from helpers import one_ray_at_a_time, run, wait_until
 from IPython.utils.capture import capture_output
 
 import keras_nbguard
-from keras_nbguard.isolation import sweep
+from keras_nbguard.isolation import Isolation, sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -98,6 +98,24 @@ def test_a_million_points_are_made_lazily_and_ask_for_yes(shell):
     assert "1,000,000 runs" in out and "--yes" in out
     assert set(psutil.Process().children(recursive=True)) <= before  # nothing started
     assert keras_nbguard.runs() == []
+
+
+def test_a_parallel_of_zero_is_a_usage_error_before_any_process(shell):
+    before = set(psutil.Process().children(recursive=True))
+    with capture_output() as seen:
+        assert not run(shell, '%%kerasrun --sweep "a=1,2" --parallel 0\nx = a\n').success
+    out = seen.stdout + seen.stderr
+    assert "UsageError" in out and "--parallel takes a number of processes" in out
+    assert set(psutil.Process().children(recursive=True)) <= before
+    assert keras_nbguard.runs() == []
+
+
+def test_isolation_options_are_plain_values_checked_without_the_magic():
+    assert Isolation(sweep="a=1,2", parallel=2).parallel == 2
+    with pytest.raises(ValueError, match="1 or more, not 0"):
+        Isolation(parallel=0)
+    with pytest.raises(ValueError, match="the one cluster known is ray"):
+        Isolation(cluster="dask")
 
 
 # -- processes ---------------------------------------------------------------------------------

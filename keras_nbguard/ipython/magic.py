@@ -208,22 +208,24 @@ class KerasMagics(Magics):
 
     def _isolated(self, line: str, cell: str) -> Any:
         """``--isolate`` / ``--sweep``: the cell runs in fresh processes (isolation/)."""
-        from keras_nbguard.isolation import (
-            run_isolated,  # not at %load_ext: cloudpickle, subprocess
-        )
+        # not at %load_ext: cloudpickle, subprocess
+        from keras_nbguard.isolation import Isolation, run_isolated
 
         args = _parse_kerasrun(line)
         label = args.label or self.labels.label_for(cell, self._cell_id)
         try:
-            return run_isolated(
-                self.session,
-                self._shell,
-                label,
-                cell,
-                args,
-                _run_options(line, self.session.options),
-                self._cell_id,
+            how = Isolation(
+                inputs=args.inputs,
+                outputs=args.outputs,
+                sweep=args.sweep,
+                parallel=args.parallel,
+                yes=args.yes,
+                prestart=args.prestart,
+                cluster=args.cluster,
+                gpus=args.gpus,
             )
+            options = _run_options(line, self.session.options)
+            return run_isolated(self.session, self._shell, label, cell, how, options, self._cell_id)
         except ValueError as exc:  # what can't be sent, a bad --sweep: before anything starts
             raise UsageError(str(exc)) from None
 

@@ -12,7 +12,6 @@ recorded as interrupted, the finished ones are kept, the rest never start.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import weakref
 from collections.abc import Sequence
@@ -29,12 +28,36 @@ from keras_nbguard.prepare.before_run import RunOptions
 if TYPE_CHECKING:
     from keras_nbguard.session.core import Session
 
-__all__ = ["IsolatedRun", "IsolatedRunFailed", "close_spares", "run_isolated"]
+__all__ = ["IsolatedRun", "IsolatedRunFailed", "Isolation", "close_spares", "run_isolated"]
 
 MAX_UNASKED = 100  # a sweep of more points asks for --yes
 
 # each kernel's next process, pre-started (--prestart); closed at %unload_ext / %reload_ext
 _SPARES: weakref.WeakKeyDictionary[Any, Spare] = weakref.WeakKeyDictionary()
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How ``--isolate`` and ``--sweep`` run a cell, as plain values (the magic's options, or
+    a caller's own). ``inputs``/``outputs``: "a,b", or None for the names the cell reads/binds;
+    ``sweep``: "units=32,64; lr=1e-3,1e-4"; ``yes``: run a sweep of over 100 points."""
+
+    inputs: str | None = None
+    outputs: str | None = None
+    sweep: str | None = None
+    parallel: int = 1
+    yes: bool = False
+    prestart: bool = False
+    cluster: str | None = None
+    gpus: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.parallel < 1:
+            raise ValueError(
+                f"--parallel takes a number of processes, 1 or more, not {self.parallel}"
+            )
+        if self.cluster not in (None, "ray"):
+            raise ValueError(f"--cluster: the one cluster known is ray, not {self.cluster!r}")
 
 
 class IsolatedRunFailed(Exception):
@@ -59,20 +82,18 @@ def run_isolated(
     shell: Any,
     label: str,
     cell: str,
-    args: argparse.Namespace,
+    how: Isolation,
     options: RunOptions,
     cell_id: str | None,
 ) -> Any:
     """Run ``cell`` isolated (once, or once per ``--sweep`` point). Bad input raises
     ``ValueError`` in the user's terms before any process starts."""
-    if args.cluster is not None:
+    if how.cluster is not None:
         from keras_nbguard.isolation import ray_cluster
 
         ray_cluster.check()
-    if args.parallel < 1:
-        raise ValueError(f"--parallel takes a number of processes, 1 or more, not {args.parallel}")
-    plan = sweep.Sweep.parse(args.sweep) if args.sweep else None
-    if plan is not None and len(plan) > MAX_UNASKED and not getattr(args, "yes", False):
+    plan = sweep.Sweep.parse(how.sweep) if how.sweep else None
+    if plan is not None and len(plan) > MAX_UNASKED and not how.yes:
         raise ValueError(
             f"--sweep: {plan.describe()} is {len(plan):,} runs, over {MAX_UNASKED}: add --yes "
             f"to run them all"
@@ -81,10 +102,10 @@ def run_isolated(
     shared: list[Any] = []  # what the inputs took (shared memory, files): unlinked at the end
     try:
         sent = names.pack_inputs(
-            names.chosen(args.inputs, found.reads),
+            names.chosen(how.inputs, found.reads),
             shell.user_ns,
-            explicit=args.inputs is not None,
-            shared=shared if args.cluster is None else None,
+            explicit=how.inputs is not None,
+            shared=shared if how.cluster is None else None,
             in_place=found.in_place,
             current=cell,
         )
@@ -95,7 +116,7 @@ def run_isolated(
             "label": label,
             "options": child_options(options),
             "inputs": sent.inputs,
-            "outputs": names.chosen(args.outputs, found.binds),
+            "outputs": names.chosen(how.outputs, found.binds),
             "params": {},
         }
         transfer = Transfer(
@@ -104,24 +125,24 @@ def run_isolated(
         notes = tuple(n for n in (getattr(s, "note", None) for s in (sent, *shared)) if n)
         run = _Cell(session, shell, options, cell_id, transfer, notes)
         if plan is None:
-            return _one(run, job, args, found.deleted)
-        return _sweep(run, job, args, plan)
+            return _one(run, job, how, found.deleted)
+        return _sweep(run, job, how, plan)
     finally:
         for segment in shared:
             segment.close()
             segment.unlink()
 
 
-def _one(cell: _Cell, job: dict[str, Any], args: argparse.Namespace, deleted: Sequence[str]) -> Any:
+def _one(cell: _Cell, job: dict[str, Any], how: Isolation, deleted: Sequence[str]) -> Any:
     spare = _spare_of(cell.session)
     run, bound = _watched(cell, job, spare, into_namespace=True, deleted=deleted)
-    if args.prestart:
+    if how.prestart:
         spare.make(names.imports_of(job["source"]))  # the next run's, while the user reads
     _raise_if_failed(run)
     return bound.get("__value__")
 
 
-def _sweep(cell: _Cell, job: dict[str, Any], args: argparse.Namespace, plan: sweep.Sweep) -> Any:
+def _sweep(cell: _Cell, job: dict[str, Any], how: Isolation, plan: sweep.Sweep) -> Any:
     """Each point's bound names, by point: in the namespace the points would overwrite each
     other. Points are made as they are run (``plan`` is lazy)."""
     results: dict[Any, Any] = {}
@@ -139,14 +160,14 @@ def _sweep(cell: _Cell, job: dict[str, Any], args: argparse.Namespace, plan: swe
     def done(point: dict[str, Any], child: ChildResult, stop: BaseException | None) -> None:
         keep(point, _recorded(cell, point, child, stop))
 
-    if args.cluster is not None:
+    if how.cluster is not None:
         from keras_nbguard.isolation import ray_cluster
 
-        ray_cluster.run_all(points, args.gpus, lambda m: _show(cell.session, m), done)
-    elif args.parallel > 1:
+        ray_cluster.run_all(points, how.gpus, lambda m: _show(cell.session, m), done)
+    elif how.parallel > 1:
         from keras_nbguard.isolation.pool import run_side_by_side
 
-        run_side_by_side(points, args.parallel, lambda m: _quiet_epochs(cell.session, m), done)
+        run_side_by_side(points, how.parallel, lambda m: _quiet_epochs(cell.session, m), done)
     else:
         spare = _spare_of(cell.session)
         for point in points:
@@ -154,7 +175,7 @@ def _sweep(cell: _Cell, job: dict[str, Any], args: argparse.Namespace, plan: swe
                 table.started(point["params"])
             _, bound = _watched(cell, point, spare)
             keep(point, bound)
-            if args.prestart:
+            if how.prestart:
                 spare.make(names.imports_of(job["source"]))
     if table is not None:
         table.close()
