@@ -45,8 +45,11 @@ def shell():
     yield ip
     ip.run_line_magic("unload_ext", "keras_nbguard")
     # The instance is shared by every test: names a test leaves (a `history` holding a model)
-    # must not show up in the next test's leak or dashboard checks.
+    # must not show up in the next test's leak or dashboard checks; nor may its dashboard.
     ip.reset(new_session=False)
+    board = sys.modules.get("keras_nbguard.board.kernel_board")
+    if board is not None:
+        board.close()
 
 
 @pytest.fixture

@@ -461,8 +461,8 @@ def test_updates_from_many_threads_keep_the_figure_whole(board):
     assert [row["n"] for row in board.chart._rows] == list(range(1, 21))
 
 
-def test_one_dashboard_per_kernel_also_across_reload(shell, monkeypatch):
-    monkeypatch.setattr(dashboard_module, "_last", None)
+def test_one_dashboard_per_kernel_also_across_reload(shell):
+    dashboard_module.close()
     first = dashboard(mode="widget")
     assert dashboard() is first and keras_nbguard.get_session().dashboard is first
     figure = first.chart
@@ -473,8 +473,8 @@ def test_one_dashboard_per_kernel_also_across_reload(shell, monkeypatch):
     again.detach()
 
 
-def test_detach_leaves_no_hooks_and_follow_reattaches(shell, monkeypatch):
-    monkeypatch.setattr(dashboard_module, "_last", None)
+def test_detach_leaves_no_hooks_and_follow_reattaches(shell):
+    dashboard_module.close()
     board = dashboard(mode="static")
     session = keras_nbguard.get_session()
     board.detach()
@@ -486,12 +486,24 @@ def test_detach_leaves_no_hooks_and_follow_reattaches(shell, monkeypatch):
     board.detach()
 
 
-def test_keras_nbguard_dashboard_is_the_kernels_dashboard(shell, monkeypatch):
-    monkeypatch.setattr(dashboard_module, "_last", None)
+def test_keras_nbguard_dashboard_is_the_kernels_dashboard(shell):
+    dashboard_module.close()
     board = keras_nbguard.dashboard(mode="static")
     assert board.mode == "static" and board.widget is None
     assert "models still referenced" in repr(board)
     board.detach()
+
+
+def test_closing_the_kernels_dashboard_removes_its_hooks_and_the_next_is_new(shell):
+    board = keras_nbguard.dashboard(mode="static")
+    session = keras_nbguard.get_session()
+    dashboard_module.close()
+    assert board._after_cell not in shell.events.callbacks["post_run_cell"]
+    assert not session.events.subscribed("record", board._on_record)
+    assert session.dashboard is None
+    again = keras_nbguard.dashboard(mode="static")
+    assert again is not board and session.dashboard is again
+    dashboard_module.close()
 
 
 # -- without a widget frontend ---------------------------------------------------------------

@@ -42,7 +42,20 @@ def follow(session: Session) -> None:
         _last.attach(session)
 
 
-_compact: CompactLine | None = None
+_compact: CompactLine | None = None  # the kernel's one-line view (--compact)
+
+
+def close() -> None:
+    """Forget the kernel's dashboard and one-line view, their hooks and listeners removed: the
+    next ``dashboard()`` makes a new one. Not at ``%unload_ext`` (the widget outlives a reload);
+    for a caller that wants the kernel as new (the test fixtures)."""
+    global _last, _compact
+    if _last is not None:
+        _last.detach()
+        _last = None
+    if _compact is not None:
+        _compact.close()
+        _compact = None
 
 
 def show(session: Session, *, side: bool = False, compact: bool = False) -> None:

@@ -18,8 +18,7 @@ from keras_nbguard.models.naming import Root
 # thousands of modules and few chains end at one).
 Roots = dict[int, tuple[Any, Root | str]]
 _MAPPED = ("ns", "out", "hidden", "displayhook", "exec", "traceback")
-_PACKAGE = __name__.rpartition(".")[0]  # keras_nbguard.models
-_FREEING = f"{_PACKAGE.rpartition('.')[0]}.freeing"
+_PACKAGE = __name__.rpartition(".")[0]  # keras_nbguard.models: the leak finder and free()
 
 
 def find_roots(ns: Mapping[str, Any], shell: Any) -> tuple[Roots, dict[int, str]]:
@@ -154,10 +153,8 @@ def _running_frames() -> Iterator[types.FrameType]:
 
 
 def is_own_frame(obj: Any) -> bool:
-    """Frames of this package and of freeing.py: they hold the models being probed."""
+    """Frames of this package (the leak finder, free()): they hold the models being probed."""
     if not isinstance(obj, types.FrameType):
         return False
     name = obj.f_globals.get("__name__")
-    return isinstance(name, str) and (
-        name in (_FREEING, _PACKAGE) or name.startswith(f"{_PACKAGE}.")
-    )
+    return isinstance(name, str) and (name == _PACKAGE or name.startswith(f"{_PACKAGE}."))

@@ -25,6 +25,10 @@ class RunHistory:
         self._warn = warn
         self.store: Any = None
         self.mine: list[RunRecord] = []  # this kernel's runs, hidden ones too
+        # ``mine`` by label, so a run's bookkeeping doesn't grow with the runs before it;
+        # brought up to date on use (``mine`` may be extended directly)
+        self._mine_by_label: dict[str, list[RunRecord]] = {}
+        self._indexed = 0
         # this notebook's runs before this session (earlier kernels', and this process's before a
         # %reload_ext), read from the store on first use: see ``earlier``
         self._earlier: list[RunRecord] | None = []
@@ -70,23 +74,32 @@ class RunHistory:
 
     def runs(self, label: str | None = None, this_kernel: bool = False) -> list[RunRecord]:
         """The visible runs, oldest first; across kernel restarts unless ``this_kernel``."""
+        if this_kernel and label is not None:
+            return [r for r in self._mine_of(label) if self._shown(r)]
         records = self.mine if this_kernel else self.earlier + self.mine
         return [r for r in records if (label is None or r.label == label) and self._shown(r)]
 
     def last_run(self, label: str) -> RunRecord | None:
         """The label's latest run, hidden or not: numbers continue, and "vs previous" compares
         with the run that really came before."""
-        for record in reversed(self.mine):
-            if record.label == label:
-                return record
-        return self._last_stored(label)
+        mine = self._mine_of(label)
+        return mine[-1] if mine else self._last_stored(label)
 
     def next_number(self, label: str) -> int:
         """One more than the label's highest number, in this kernel or stored: numbers never
         repeat, even when runs kept in memory while the file was out of reach join it."""
-        numbers = [r.run_number for r in self.mine if r.label == label]
+        numbers = [r.run_number for r in self._mine_of(label)]
         stored = self._last_stored(label)
         return 1 + max(numbers + ([stored.run_number] if stored else []), default=0)
+
+    def _mine_of(self, label: str) -> list[RunRecord]:
+        """This kernel's runs of ``label``, oldest first, hidden ones too."""
+        if len(self.mine) < self._indexed:  # ``mine`` was replaced or cut: index it again
+            self._mine_by_label, self._indexed = {}, 0
+        for record in self.mine[self._indexed :]:
+            self._mine_by_label.setdefault(record.label, []).append(record)
+        self._indexed = len(self.mine)
+        return self._mine_by_label.get(label, [])
 
     def _last_stored(self, label: str) -> RunRecord | None:
         if label not in self._stored_last:
