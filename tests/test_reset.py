@@ -4,9 +4,10 @@ and a restarted kernel honours it. A real shell and a real database."""
 from __future__ import annotations
 
 import pytest
-from helpers import run
+from helpers import make_record, run
 
 import keras_nbguard
+from keras_nbguard.session.history import RunHistory
 
 CELL = "%%kerasrun --label a --quiet\nz = 1"
 
@@ -71,3 +72,18 @@ def test_reset_of_an_unknown_label_says_which_labels_there_are(shell):
     message = shell.run_line_magic("nbguard", "reset --label typo").message
     assert "hid 0 run(s) of 'typo'" in message and "labels: a" in message
     assert numbers() == [1]
+
+
+def test_this_kernels_runs_by_label_follow_the_list_however_it_grows():
+    past = RunHistory("nb.ipynb", warn=print)
+    past.add(make_record(label="a", run_number=1, started_at=1.0))
+    past.add(make_record(label="b", run_number=1, started_at=2.0))
+    assert [r.label for r in past.runs("a", this_kernel=True)] == ["a"]
+    past.mine.extend(make_record(label="a", run_number=n, started_at=2.0 + n) for n in (2, 3))
+    assert [r.run_number for r in past.runs("a", this_kernel=True)] == [1, 2, 3]
+    assert past.last_run("a").run_number == 3 and past.next_number("a") == 4
+    assert past.next_number("b") == 2 and past.next_number("c") == 1
+    past.reset_at = 3.5  # hidden from runs(), still counted for the numbers
+    assert [r.run_number for r in past.runs("a", this_kernel=True)] == [2, 3]
+    past.mine = past.mine[:1]  # replaced by a shorter list: indexed anew
+    assert past.last_run("a").run_number == 1 and past.last_run("b") is None

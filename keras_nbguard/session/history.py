@@ -28,7 +28,7 @@ class RunHistory:
         # ``mine`` by label, so a run's bookkeeping doesn't grow with the runs before it;
         # brought up to date on use (``mine`` may be extended directly)
         self._mine_by_label: dict[str, list[RunRecord]] = {}
-        self._indexed = 0
+        self._indexed, self._indexed_list = 0, self.mine
         # this notebook's runs before this session (earlier kernels', and this process's before a
         # %reload_ext), read from the store on first use: see ``earlier``
         self._earlier: list[RunRecord] | None = []
@@ -94,8 +94,9 @@ class RunHistory:
 
     def _mine_of(self, label: str) -> list[RunRecord]:
         """This kernel's runs of ``label``, oldest first, hidden ones too."""
-        if len(self.mine) < self._indexed:  # ``mine`` was replaced or cut: index it again
-            self._mine_by_label, self._indexed = {}, 0
+        if self.mine is not self._indexed_list or len(self.mine) < self._indexed:
+            # ``mine`` was replaced or cut: index it again
+            self._mine_by_label, self._indexed, self._indexed_list = {}, 0, self.mine
         for record in self.mine[self._indexed :]:
             self._mine_by_label.setdefault(record.label, []).append(record)
         self._indexed = len(self.mine)
