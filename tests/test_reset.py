@@ -83,7 +83,10 @@ def test_this_kernels_runs_by_label_follow_the_list_however_it_grows():
     assert [r.run_number for r in past.runs("a", this_kernel=True)] == [1, 2, 3]
     assert past.last_run("a").run_number == 3 and past.next_number("a") == 4
     assert past.next_number("b") == 2 and past.next_number("c") == 1
+    assert [r.run_number for r in past.latest("a", 2)] == [2, 3]
     past.reset_at = 3.5  # hidden from runs(), still counted for the numbers
     assert [r.run_number for r in past.runs("a", this_kernel=True)] == [2, 3]
+    assert [r.run_number for r in past.latest("a", 5)] == [2, 3]
+    assert past.next_number("a") == 4
     past.mine = past.mine[:1]  # replaced by a shorter list: indexed anew
     assert past.last_run("a").run_number == 1 and past.last_run("b") is None

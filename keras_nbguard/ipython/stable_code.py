@@ -38,18 +38,23 @@ class CodeCache:
         self.limit = limit
         self._codes: OrderedDict[tuple[str, str, int], Any] = OrderedDict()
 
+    def get(self, source: str, context: str, flags: int) -> Any | None:
+        """The code compiled before from the same key, if kept (None: compile it)."""
+        code = self._codes.get((source, context, flags))
+        if code is not None:
+            self._codes.move_to_end((source, context, flags))
+        return code
+
     def get_or_compile(
         self, source: str, context: str, flags: int, compile_now: Callable[[], Any]
     ) -> tuple[Any, bool]:
         """(the code, whether it was reused); ``source``: ``compiled_from()``'s, ``context``:
         whatever else the code depends on."""
-        key = (source, context, flags)
-        code = self._codes.get(key)
+        code = self.get(source, context, flags)
         if code is not None:
-            self._codes.move_to_end(key)
             return code, True
         code = compile_now()
-        self._codes[key] = code
+        self._codes[(source, context, flags)] = code
         if len(self._codes) > self.limit:
             self._codes.popitem(last=False)
         return code, False

@@ -241,11 +241,9 @@ class Session:
             laps.lap("leak check")
             record = self.census.after_run(record, run.previous_record, self.live.namespace())
             laps.lap("names")
-            from keras_nbguard.diagnosis.diagnose import with_findings  # not at %load_ext
+            from keras_nbguard.diagnosis.diagnose import WINDOW, with_findings  # not at load
 
-            record = with_findings(
-                record, self.past.runs(run.label, this_kernel=True), self.warn_once
-            )
+            record = with_findings(record, self.past.latest(run.label, WINDOW - 1), self.warn_once)
             laps.lap("diagnosis")
             record = dataclasses.replace(record, own_time=record.own_time + laps.parts())
             run.record = record

@@ -29,6 +29,7 @@ class RunHistory:
         # brought up to date on use (``mine`` may be extended directly)
         self._mine_by_label: dict[str, list[RunRecord]] = {}
         self._indexed, self._indexed_list = 0, self.mine
+        self._highest: dict[str, int] = {}  # the highest run number of each label in ``mine``
         # this notebook's runs before this session (earlier kernels', and this process's before a
         # %reload_ext), read from the store on first use: see ``earlier``
         self._earlier: list[RunRecord] | None = []
@@ -79,6 +80,16 @@ class RunHistory:
         records = self.mine if this_kernel else self.earlier + self.mine
         return [r for r in records if (label is None or r.label == label) and self._shown(r)]
 
+    def latest(self, label: str, count: int) -> list[RunRecord]:
+        """This kernel's ``count`` latest visible runs of ``label``, oldest first: what a run's
+        diagnosis reads, whatever the number of runs before (a reset hides the older ones)."""
+        found: list[RunRecord] = []
+        for record in reversed(self._mine_of(label)):
+            if len(found) == count or not self._shown(record):
+                break
+            found.append(record)
+        return found[::-1]
+
     def last_run(self, label: str) -> RunRecord | None:
         """The label's latest run, hidden or not: numbers continue, and "vs previous" compares
         with the run that really came before."""
@@ -88,17 +99,19 @@ class RunHistory:
     def next_number(self, label: str) -> int:
         """One more than the label's highest number, in this kernel or stored: numbers never
         repeat, even when runs kept in memory while the file was out of reach join it."""
-        numbers = [r.run_number for r in self._mine_of(label)]
+        self._mine_of(label)  # brings the highest numbers up to date
         stored = self._last_stored(label)
-        return 1 + max(numbers + ([stored.run_number] if stored else []), default=0)
+        return 1 + max(self._highest.get(label, 0), stored.run_number if stored else 0)
 
     def _mine_of(self, label: str) -> list[RunRecord]:
         """This kernel's runs of ``label``, oldest first, hidden ones too."""
         if self.mine is not self._indexed_list or len(self.mine) < self._indexed:
             # ``mine`` was replaced or cut: index it again
             self._mine_by_label, self._indexed, self._indexed_list = {}, 0, self.mine
+            self._highest = {}
         for record in self.mine[self._indexed :]:
             self._mine_by_label.setdefault(record.label, []).append(record)
+            self._highest[record.label] = max(self._highest.get(record.label, 0), record.run_number)
         self._indexed = len(self.mine)
         return self._mine_by_label.get(label, [])
 
