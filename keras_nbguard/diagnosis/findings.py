@@ -15,6 +15,7 @@ imports, first traces), the latest ``WINDOW`` of them.
 from __future__ import annotations
 
 import html
+import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -225,10 +226,25 @@ def _grows(trend: Trend) -> bool:
 
 
 def rss_trend(runs: Sequence[RunRecord]) -> RunTrend:
-    """RSS after each run: flagged when it grows ``GROWTH_BYTES_PER_RUN`` a run at least, beyond
-    ``NOISE_FACTOR`` × its own spread, over ``MIN_RUNS`` runs at least (``state_growth``)."""
+    """What each run left behind in RSS: flagged when it grows ``GROWTH_BYTES_PER_RUN`` a run at
+    least, beyond ``NOISE_FACTOR`` × its own spread, over ``MIN_RUNS`` runs at least
+    (``state_growth``)."""
+    kernel = this_kernel(runs)
+    following = {id(run): later for run, later in itertools.pairwise(kernel)}
     measured = [r for r in after_warmup(runs) if r.status == "ok" and r.rss_after is not None]
-    return RunTrend("RSS", measured, [float(r.rss_after or 0) for r in measured], _grows)
+    values = [float(left_behind(r, following.get(id(r)))) for r in measured]
+    return RunTrend("RSS", measured, values, _grows)
+
+
+def left_behind(run: RunRecord, following: RunRecord | None) -> int:
+    """RSS after ``run``, or the RSS its label's next run started from when lower (same
+    process): what stayed once the next run had collected and given the free heap back. RSS
+    after alone swings ±15 MiB with TensorFlow's thread arenas, and such a swing must not read
+    as growth; memory really kept is in both."""
+    after = run.rss_after or 0
+    if following is None or following.rss_before is None or following.pid != run.pid:
+        return after
+    return min(after, following.rss_before)
 
 
 def fit_trend(runs: Sequence[RunRecord]) -> RunTrend:
