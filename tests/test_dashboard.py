@@ -36,13 +36,15 @@ MB = 2**20
 NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "dashboard_demo.ipynb"
 
 
-def runs(n: int, label: str = "mlp", grow_mb: int = 4, **changes):
+def runs(n: int, label: str = "mlp", grow_mb: int = 4, rss_before=None, **changes):
+    """``n`` runs of ``label``, RSS growing ``grow_mb`` a run; each starts where the last ended."""
     return [
         make_record(
             label=label,
             run_number=i + 1,
             started_at=1000.0 + i,
             fit_seconds=1.0 + 0.01 * i,
+            rss_before=rss_before or (500 + grow_mb * max(i - 1, 0)) * MB,
             rss_after=(500 + grow_mb * i) * MB,
             **changes,
         )

@@ -246,14 +246,17 @@ def grown(
     first: int = 1,
     warmup_mib: float = 50,
 ):
-    """Runs of ``mlp`` in one kernel: the first jumps by ``warmup_mib``, then RSS grows steadily."""
+    """Runs of ``mlp`` in one kernel: the first jumps by ``warmup_mib``, then RSS grows steadily;
+    each run starts where the one before ended."""
+    after = [int((500 + (warmup_mib if i else 0) + i * mib_a_run) * MiB) for i in range(count)]
     return [
         make_record(
             run_number=first + i,
             kernel_id=kernel,
             pid=pid,
             fit_seconds=1.0,
-            rss_after=int((500 + (warmup_mib if i else 0) + i * mib_a_run) * MiB),
+            rss_before=after[i - 1] if i else 500 * MiB,
+            rss_after=after[i],
         )
         for i in range(count)
     ]
