@@ -131,10 +131,10 @@ def test_a_kernel_restart_breaks_each_labels_line_at_its_run_numbers():
 
 def test_trend_in_words_over_the_labels_last_runs():
     assert trend_text(runs(8, grow_mb=4), "mlp") == (  # flagged: the diagnosis names it
-        "mlp: ⚠ RSS +4.0 MiB per run over runs 2–8; fit time +10 ms per run over runs 2–8"
+        "mlp: ⚠ RSS left +4.0 MiB per run over runs 2–8; fit time +10 ms per run over runs 2–8"
     )
-    assert trend_text(runs(8, grow_mb=1), "mlp").startswith("mlp: RSS +1.0 MiB per run")
-    assert trend_text(runs(3, grow_mb=4), "mlp").startswith("mlp: RSS +4.0")  # too few runs
+    assert trend_text(runs(8, grow_mb=1), "mlp").startswith("mlp: RSS left +1.0 MiB per run")
+    assert trend_text(runs(3, grow_mb=4), "mlp").startswith("mlp: RSS left +4.0")  # too few runs
     assert trend_text(runs(1), "mlp") == (
         "mlp: a trend needs 3 runs in this kernel, the first a warm-up (1 so far)"
     )
@@ -159,7 +159,7 @@ def test_trend_is_this_kernels_never_mixed_with_an_earlier_one():
         for r in runs(4, grow_mb=8)
     ]
     text = trend_text(earlier + now, "mlp")
-    assert text.startswith("mlp: ⚠ RSS +8.0 MiB per run over runs 5–10")  # not mixed: -300
+    assert text.startswith("mlp: ⚠ RSS left +8.0 MiB per run over runs 5–10")  # not mixed: -300
 
 
 def test_static_view_has_charts_table_and_failures_in_red():
@@ -609,7 +609,7 @@ def test_trend_is_the_current_kernels_over_two_real_processes(tmp_path):
     assert [(m["label"], m["x"]) for m in second["restarts"]] == [("mlp", 3.5)]
     words = second["trend"]
     assert "per run over runs 5–9" in words, words  # the first kernel is not mixed in
-    per_run = float(words.split("RSS ")[1].split(" MiB")[0])
+    per_run = float(words.split("RSS left ")[1].split(" MiB")[0])
     assert 6 <= per_run <= 10, words  # mixed in, the restart's drop would make it negative
 
 

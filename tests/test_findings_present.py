@@ -269,7 +269,7 @@ def test_the_trend_leaves_out_the_warm_up_and_says_its_span():
     assert rss.slope == 2.5 * MiB  # not the 50 MiB jump of run 1
     assert not rss.flagged  # 4 runs after the warm-up: too few to judge
     assert trends_text("mlp", runs) == (
-        "mlp: RSS +2.5 MiB per run over runs 2–5; fit time +0 ms per run over runs 2–5"
+        "mlp: RSS left +2.5 MiB per run over runs 2–5; fit time +0 ms per run over runs 2–5"
     )
 
 
@@ -278,7 +278,7 @@ def test_the_flag_beside_the_number_is_the_diagnosis_finding():
 
     runs = grown(MIN_RUNS + 2, 4.0)
     rss, _ = label_trends(runs)
-    assert rss.flagged and rss.text() == "⚠ RSS +4.0 MiB per run over runs 2–7"
+    assert rss.flagged and rss.text() == "⚠ RSS left +4.0 MiB per run over runs 2–7"
     (finding,) = diagnose(runs)
     assert finding.kind == "state_growth" and "over mlp #2–#7" in finding.message
     assert "grows 4.0 MiB a run" in finding.message

@@ -78,7 +78,7 @@ def state_growth(runs: list[RunRecord]) -> Finding | None:
     evidence += [("grows", fmt_growth(g)) for g in grown]
     return Finding(
         "state_growth",
-        f"RSS after each run grows {fmt_bytes(int(line.slope))} a run over "
+        f"the RSS each run leaves grows {fmt_bytes(int(line.slope))} a run over "
         f"{span(measured)} ({fmt_bytes(int(line.rise))} in all){what}",
         f"stop keeping every run's objects: clear or bound `{grown[0].name}`"
         if grown

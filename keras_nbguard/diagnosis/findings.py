@@ -29,7 +29,7 @@ MIN_EPOCHS = 5  # epochs of a fit (after its first, which traces) before a trend
 RISE_SHARE = 0.20  # a trend's rise over its window, as a share of the series' median
 NOISE_FACTOR = 3.0  # ...and as a multiple of the series' own spread
 TREND_P = 0.01  # ...and rising run after run: a Mann–Kendall test's one-sided p-value at most
-GROWTH_BYTES_PER_RUN = 2 * 2**20  # RSS after each run, growing this much a run at least
+GROWTH_BYTES_PER_RUN = 2 * 2**20  # the RSS each run leaves, growing this much a run at least
 CALLBACK_SHARE = 0.10  # the user's callbacks' share of the fit time
 WRITER_BYTES = 64 * 2**10  # a callback method writing this much over a fit is checkpointing
 CHECKPOINT_SHARE = 0.10  # ...and named when its share of the fit time is this at least
@@ -173,7 +173,7 @@ class RunTrend:
         values: Sequence[float],
         test: Callable[[Trend], bool],
     ) -> None:
-        self.series = series  # "RSS" or "fit time"
+        self.series = series  # "RSS left" (what each run leaves) or "fit time"
         self.runs = tuple(runs)  # the runs it is computed over, oldest first
         self._values = values
         self._test = test
@@ -215,7 +215,7 @@ class RunTrend:
         slope = self.trend.slope
         rate = (
             fmt_bytes(round(slope), signed=True)
-            if self.series == "RSS"
+            if self.series == "RSS left"
             else fmt_seconds(slope, signed=True)
         )
         return f"{'⚠ ' if self.flagged else ''}{self.series} {rate} per run over {self.span}"
@@ -233,7 +233,7 @@ def rss_trend(runs: Sequence[RunRecord]) -> RunTrend:
     following = {id(run): later for run, later in itertools.pairwise(kernel)}
     measured = [r for r in after_warmup(runs) if r.status == "ok" and r.rss_after is not None]
     values = [float(left_behind(r, following.get(id(r)))) for r in measured]
-    return RunTrend("RSS", measured, values, _grows)
+    return RunTrend("RSS left", measured, values, _grows)
 
 
 def left_behind(run: RunRecord, following: RunRecord | None) -> int:
