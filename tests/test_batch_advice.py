@@ -176,3 +176,30 @@ def test_an_accumulated_fit_at_the_advised_batch_stays_under_the_host_limit(shel
     record = keras_nbguard.runs("accumulated", this_kernel=True)[-1]
     assert record.status == "ok", (advice.text(), record.error)
     assert record.rss_peak - record.rss_before <= limit * 2**20
+
+
+@pytest.mark.slow
+def test_an_out_of_memory_run_of_the_advised_model_quotes_the_advice(shell):
+    """batch_advice() for a model, then a fit of the same model at a batch over the limit: the
+    run's first advice line, and so the oom_batch finding, quotes what that batch needs and what
+    fits, with the accumulation that keeps it."""
+    limit = 160
+    assert run(shell, CONV).success
+    conv = shell.user_ns["conv"]
+    advice = batch_advice(conv(), shell.user_ns["images"], shell.user_ns["labels"], limit_mib=limit)
+    assert advice.batch_size is not None and advice.predict(1024) > limit, advice.text()
+    cell = (
+        f"%%kerasrun --host-limit {limit} --label big --quiet\n"
+        "m = conv()\n"
+        "m.fit(images, labels, batch_size=1024, steps_per_epoch=1, verbose=0)"
+    )
+    run(shell, cell)
+    record = keras_nbguard.runs("big", this_kernel=True)[-1]
+    assert record.status == "oom", record.error
+    quote = record.advice[0]
+    assert quote.startswith("batch_advice: batch 1,024 needs ~"), record.advice
+    assert f"{advice.batch_size:,} fits under {limit} MiB" in quote
+    assert "gradient_accumulation_steps=" in quote
+    (finding,) = [f for f in keras_nbguard.diagnose("big") if f.kind == "oom_batch"]
+    assert finding.advice == quote
+    shell.run_cell("del m")

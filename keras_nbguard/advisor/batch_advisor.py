@@ -46,6 +46,7 @@ class BatchAdvice:
     user_batch: int | None = None  # the batch the caller wants (batch_size=...)
     accumulation: tuple[int, int] | None = None  # (batch, k): k x batch keeps user_batch
     reason: str | None = None
+    model_params: int | None = None  # the model's weight count: an OOM of the same model quotes it
 
     def predict(self, batch: int) -> float | None:
         """The peak, in MiB over the memory in use before, that a fit at ``batch`` should reach."""
@@ -84,6 +85,20 @@ class BatchAdvice:
         if self.reason:
             line += f" ({self.reason})"
         return line
+
+    def quote(self, batch: int) -> str | None:
+        """One line for a fit that ran out of memory at ``batch``: what that batch needs and
+        what fits (None: no advice to quote)."""
+        need = self.predict(batch)
+        if self.batch_size is None or need is None or self.limit_mib is None:
+            return None
+        k = math.ceil(batch / self.batch_size)
+        return (
+            f"batch_advice: batch {batch:,} needs ~{need:,.0f} MiB; {self.batch_size:,} fits "
+            f"under {self.limit_mib:,.0f} MiB ({self.limit_source}): fit with "
+            f"batch_size={self.batch_size:,}, or keep {batch:,} as {k} x {self.batch_size:,} "
+            f"with the optimizer's gradient_accumulation_steps={k} (Keras 3)"
+        )
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(self.text())
@@ -252,6 +267,10 @@ def batch_advice(
             batch_size=most,
             reason=f"the whole dataset ({most:,} samples) fits in one batch",
         )
+    advice = _replace(advice, model_params=batch_probe.params_of(model))
+    from keras_nbguard.session.core import get_session
+
+    get_session().remember_batch_advice(advice)  # an OOM of this model quotes it
     return advice
 
 

@@ -230,3 +230,11 @@ def schedule(
             break
         batch = nxt
     return probes
+
+
+def params_of(model: Any) -> int | None:
+    """The model's weight count (None: not built, or not a Keras model)."""
+    try:
+        return int(model.count_params())
+    except Exception:
+        return None

@@ -67,6 +67,7 @@ class Session:
             else store
         )
         self._run_feeds: dict[str, RunFeed] = {}  # the store's feed of each run going
+        self._batch_advice: dict[int, Any] = {}  # batch_advice() by the model's weight count
         self.died: list[DiedRun] = []
         # Created at load, so gradient entries from before the extension are never touched.
         self.deep_clean = DeepClean(warn=self.warn_once)
@@ -237,6 +238,7 @@ class Session:
             queued, self._queued = self._queued, []
         if record is not None:
             laps = Laps()
+            record = self._with_batch_advice(run, record)
             record = self.live.run_ended(run, record)
             laps.lap("leak check")
             record = self.census.after_run(record, run.previous_record, self.live.namespace())
@@ -272,6 +274,31 @@ class Session:
             return self.live.free(
                 include_current=include_current, containers=containers, deep_clean=deep_clean
             )
+
+    # -- batch advice ----------------------------------------------------------------------------
+    def remember_batch_advice(self, advice: Any) -> None:
+        """What ``batch_advice()`` found for a model, quoted by its runs that run out of memory
+        (the model's weight count tells it, the name changes with every new instance)."""
+        if advice.model_params is not None and advice.batch_size is not None:
+            self._batch_advice[advice.model_params] = advice
+
+    def _with_batch_advice(self, run: Run, record: RunRecord) -> RunRecord:
+        """An out-of-memory run of a model ``batch_advice()`` measured: its advice comes first."""
+        if record.status != "oom" or not record.fits or not self._batch_advice:
+            return record
+        batch = record.fits[-1].batch_size
+        model = run.fit_timer.models[-1]() if run.fit_timer.models else None
+        if batch is None or model is None:
+            return record
+        try:
+            params = int(model.count_params())
+        except Exception:
+            return record
+        advice = self._batch_advice.get(params)
+        quote = advice.quote(batch) if advice is not None else None
+        if quote is None:
+            return record
+        return dataclasses.replace(record, advice=(quote, *record.advice))
 
     # -- the store: written as the run goes (feed.py) ------------------------------------------
     def _feed(self, run: Run) -> None:
