@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from helpers import run
 from IPython.core.error import UsageError
+from IPython.utils.capture import capture_output
 
 import keras_nbguard
 from keras_nbguard.advisor.batch_advisor import BatchAdvice, advise, batch_advice, batch_line_magic
@@ -203,3 +204,31 @@ def test_an_out_of_memory_run_of_the_advised_model_quotes_the_advice(shell):
     (finding,) = [f for f in keras_nbguard.diagnose("big") if f.kind == "oom_batch"]
     assert finding.advice == quote
     shell.run_cell("del m")
+
+
+@pytest.mark.slow
+def test_kerasrun_batch_advice_probes_what_the_labels_last_run_fit(keras_shell):
+    cell = (
+        "%%kerasrun --label advised --quiet --host-limit 200 {flag}\n"
+        "model = make_model()\n"
+        "model.fit(x, y, batch_size=32, epochs=1, verbose=0);"
+    )
+    with capture_output() as first:
+        assert run(keras_shell, cell.format(flag="--batch-advice")).success
+    assert "batch advice: n/a (no earlier run of 'advised' in this kernel fit a model)" in (
+        first.stdout
+    )
+    with capture_output() as second:
+        assert run(keras_shell, cell.format(flag="--batch-advice")).success
+    line = second.stdout.strip().splitlines()[0]
+    assert line.startswith("batch advice: batch_size="), second.stdout
+    assert "fits under 200 MiB (--host-limit" in line  # the cell's own limit
+    # the run itself is measured after the probes, and still recorded as usual
+    assert [r.run_number for r in keras_nbguard.runs("advised", this_kernel=True)] == [1, 2]
+    keras_shell.run_cell("del model")
+    with capture_output() as gone:
+        run(keras_shell, "%%kerasrun --label advised --quiet --batch-advice\nz = 1")
+    assert "batch advice: n/a (the model or the data 'advised' last fit is gone)" in gone.stdout
+    with capture_output() as isolated:
+        assert not run(keras_shell, "%%kerasrun --isolate --batch-advice\nz = 1").success
+    assert "--batch-advice probes in this kernel" in isolated.stdout + isolated.stderr

@@ -16,11 +16,15 @@ import math
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keras_nbguard.advisor import batch_probe
 from keras_nbguard.advisor.batch_probe import MIB, Probe
 from keras_nbguard.records.notices import warn
+
+if TYPE_CHECKING:
+    from keras_nbguard.records.options import RunOptions
+    from keras_nbguard.session.core import Session
 
 MARGIN = 0.05  # of the limit, kept free on a GPU: the allocator's rounding
 HOST_MARGIN = 0.10  # on the host: a fresh fit's peak RSS varies by ~6% run to run (the bench)
@@ -194,13 +198,15 @@ def batch_advice(
     steps: int = 2,
     batch_size: int | None = None,
     margin: float | None = None,
+    options: RunOptions | None = None,
 ) -> BatchAdvice:
     """The largest batch predicted to fit, from a few short steps on a copy of ``model``.
 
     ``limit_mib``: what a fit may add (default: free GPU memory, or ``--host-limit`` /
     available memory on the host); ``batch_sizes``: the probes (default: chosen, rising, each
     under half the limit); ``batch_size``: the batch you want, for the accumulation advice;
-    ``margin``: the share of the limit kept free (5% on a GPU, 10% on the host).
+    ``margin``: the share of the limit kept free (5% on a GPU, 10% on the host); ``options``: a
+    run's own (its --host-limit, --gpu-limit), else the kernel's.
     """
     started = time.perf_counter()
     source = batch_probe.peak_source()
@@ -208,7 +214,7 @@ def batch_advice(
         margin = HOST_MARGIN if isinstance(source, batch_probe.HostPeaks) else MARGIN
     source_of_limit = "given"
     if limit_mib is None:
-        limit_mib, source_of_limit = batch_probe.default_limit(source)
+        limit_mib, source_of_limit = batch_probe.default_limit(source, options)
     why = source.unavailable()
     if why or limit_mib is None or limit_mib <= 0:
         return BatchAdvice(
@@ -272,6 +278,25 @@ def batch_advice(
 
     get_session().remember_batch_advice(advice)  # an OOM of this model quotes it
     return advice
+
+
+def advice_for_label(session: Session, label: str, options: RunOptions) -> str:
+    """``%%kerasrun --batch-advice``: the advice, in one line, for the model that ``label``'s
+    latest run fit, on the data it fit, at its batch size (for the accumulation advice)."""
+    last = session.last_fit(label)
+    if last is None:
+        return f"batch advice: n/a (no earlier run of {label!r} in this kernel fit a model)"
+    if not last.referable:
+        return (
+            f"batch advice: n/a ({label!r} fit on data that can't be held weakly, such as a "
+            f"list: keras_nbguard.batch_advice(model, x, y) takes it directly)"
+        )
+    gc.collect()  # a model let go of may still sit in a cycle (model <-> History)
+    found = last.get()
+    if found is None:
+        return f"batch advice: n/a (the model or the data {label!r} last fit is gone)"
+    model, x, y = found
+    return batch_advice(model, x, y, batch_size=last.batch_size, options=options).text()
 
 
 def advise(

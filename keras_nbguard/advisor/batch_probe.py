@@ -15,12 +15,15 @@ import importlib
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keras_nbguard import backends
 from keras_nbguard.collectors.allocators import Allocator, allocator_for
 from keras_nbguard.collectors.gpu import NvmlReader, TfGpu
 from keras_nbguard.collectors.process import PeakRss, default_rss_reader
+
+if TYPE_CHECKING:
+    from keras_nbguard.records.options import RunOptions
 
 MIB = 2**20
 
@@ -87,11 +90,14 @@ def peak_source() -> HostPeaks | AllocatorPeaks:
     return HostPeaks()
 
 
-def default_limit(source: HostPeaks | AllocatorPeaks) -> tuple[float | None, str]:
-    """The memory a fit may add, in MiB, and where that figure comes from."""
+def default_limit(
+    source: HostPeaks | AllocatorPeaks, options: RunOptions | None = None
+) -> tuple[float | None, str]:
+    """The memory a fit may add, in MiB, and where that figure comes from (``options``: a run's
+    own, else the kernel's)."""
     from keras_nbguard.session.core import get_session
 
-    options = get_session().options
+    options = options or get_session().options
     if isinstance(source, HostPeaks):
         if options.host_limit_mb is not None:
             return float(options.host_limit_mb), "--host-limit"

@@ -49,6 +49,36 @@ class _Call:
     completed: bool = False  # False: it raised (or was interrupted)
 
 
+@dataclass(frozen=True)
+class LastFit:
+    """A fit's model, ``x`` and ``y`` (None: not given), weakly, and its batch size: what
+    ``%%kerasrun --batch-advice`` probes before the label's next run."""
+
+    model: weakref.ref[Any]
+    x: weakref.ref[Any] | None
+    y: weakref.ref[Any] | None
+    batch_size: int | None
+    referable: bool = True  # False: x or y can't be held weakly (a list, a tuple)
+
+    @classmethod
+    def of(cls, model: Any, arguments: dict[str, Any], batch: int | None) -> LastFit:
+        x, y = arguments.get("x"), arguments.get("y")
+        try:
+            weak = [None if v is None else weakref.ref(v) for v in (x, y)]
+        except TypeError:
+            return cls(weakref.ref(model), None, None, batch, referable=False)
+        return cls(weakref.ref(model), weak[0], weak[1], batch)
+
+    def get(self) -> tuple[Any, Any, Any] | None:
+        """(model, x, y) while all of them live; None once one is gone."""
+        model = self.model()
+        x = self.x() if self.x is not None else None
+        y = self.y() if self.y is not None else None
+        if model is None or x is None or (self.y is not None and y is None):
+            return None
+        return model, x, y
+
+
 class FitTimer:
     """While installed, every fit is timed and appended to ``fits``, every evaluate and predict
     to ``inference`` (also calls that raise). ``reasons`` says why a Keras could not be patched."""
@@ -61,6 +91,7 @@ class FitTimer:
         self.fits: list[FitRecord] = []
         self.inference: list[InferenceRecord] = []
         self.models: list[weakref.ref[Any]] = []  # every model fit in this run, weakly
+        self.last_fit: LastFit | None = None  # the latest fit's model and data, weakly
         self.epoch_listeners: list[EpochListener] = []
         self._scope = PatchEveryKeras()
         self._depth = 0  # inside one of our calls: fit's validation runs evaluate, not the user
@@ -168,6 +199,7 @@ class FitTimer:
         progress = _FitInProgress(_batch_size(bound.arguments), getattr(model, "name", None))
         if not any(ref() is model for ref in self.models):
             self.models.append(weakref.ref(model))
+        self.last_fit = LastFit.of(model, bound.arguments, progress.batch_size)
         user_callbacks = bound.arguments.get("callbacks")
         callbacks = CallbackClock(user_callbacks, self.clock)
         bound.arguments["callbacks"] = self._with_our_callback(user_callbacks, progress, base)

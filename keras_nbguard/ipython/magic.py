@@ -182,6 +182,12 @@ class KerasMagics(Magics):
         help="Name runs of this cell are compared under (default: the cell's first line, "
         "kept across re-runs and edits of the same cell).",
     )
+    @argument(
+        "--batch-advice",
+        action="store_true",
+        help="Before the run: the largest batch predicted to fit, for the model and data the "
+        "label's last run fit (keras_nbguard.batch_advice).",
+    )
     @isolation_arguments
     @run_option_arguments
     @cell_magic
@@ -212,6 +218,11 @@ class KerasMagics(Magics):
         from keras_nbguard.isolation import Isolation, run_isolated
 
         args = _parse_kerasrun(line)
+        if args.batch_advice:
+            raise UsageError(
+                "--batch-advice probes in this kernel, before an in-kernel run; with --isolate, "
+                "call keras_nbguard.batch_advice(model, x, y) in the cell"
+            )
         label = args.label or self.labels.label_for(cell, self._cell_id)
         try:
             how = Isolation(
@@ -235,6 +246,10 @@ class KerasMagics(Magics):
         args = _parse_kerasrun(line)
         options = _run_options(line, self.session.options)
         label = args.label or self.labels.label_for(cell, self._cell_id)
+        if args.batch_advice:  # before the run: its probes are not the run's
+            from keras_nbguard.advisor.batch_advisor import advice_for_label
+
+            print(advice_for_label(self.session, label, options))
         run = None
         try:
             with self.session.track(label, cell_id=self._cell_id, run_options=options) as run:

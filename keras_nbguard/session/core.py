@@ -30,6 +30,7 @@ from keras_nbguard.store.history_db import MEMORY, Store
 from keras_nbguard.store.identity import kernel_id, notebook_key, process_started
 
 if TYPE_CHECKING:
+    from keras_nbguard.collectors.fit import LastFit
     from keras_nbguard.diagnosis.diagnose import Findings
     from keras_nbguard.models import LeakReport
     from keras_nbguard.models.freeing import FreeReport
@@ -68,6 +69,7 @@ class Session:
         )
         self._run_feeds: dict[str, RunFeed] = {}  # the store's feed of each run going
         self._batch_advice: dict[int, Any] = {}  # batch_advice() by the model's weight count
+        self._last_fits: dict[str, LastFit] = {}  # each label's latest fit, weakly
         self.died: list[DiedRun] = []
         # Created at load, so gradient entries from before the extension are never touched.
         self.deep_clean = DeepClean(warn=self.warn_once)
@@ -238,6 +240,8 @@ class Session:
             queued, self._queued = self._queued, []
         if record is not None:
             laps = Laps()
+            if run.fit_timer.last_fit is not None:
+                self._last_fits[run.label] = run.fit_timer.last_fit
             record = self._with_batch_advice(run, record)
             record = self.live.run_ended(run, record)
             laps.lap("leak check")
@@ -281,6 +285,10 @@ class Session:
         (the model's weight count tells it, the name changes with every new instance)."""
         if advice.model_params is not None and advice.batch_size is not None:
             self._batch_advice[advice.model_params] = advice
+
+    def last_fit(self, label: str) -> LastFit | None:
+        """The model and data of ``label``'s latest fit in this kernel (weakly held)."""
+        return self._last_fits.get(label)
 
     def _with_batch_advice(self, run: Run, record: RunRecord) -> RunRecord:
         """An out-of-memory run of a model ``batch_advice()`` measured: its advice comes first."""
