@@ -60,12 +60,20 @@ def header_html(data: dict[str, Any], runs: int, live: str) -> str:
     )
 
 
-def lists_html(reports: Sequence[str], models: Sequence[str]) -> str:
-    """What the last resets did (``reports``: HTML lines) and the models still referenced."""
+def lists_html(reports: Sequence[str], models: Sequence[str], advice: str | None = None) -> str:
+    """What the last resets did (``reports``: HTML lines), the models still referenced and the
+    batch advice for the last run's model (``advice``: its line, when ``batch_advice()`` was
+    asked for that model)."""
     items = "".join(f"<li>{html.escape(m)}</li>" for m in models) or "<li>none</li>"
+    said = (
+        f"<div class='nbguard-advice'><b>Batch advice for the last run's model</b>: "
+        f"{html.escape(advice)}</div>"
+        if advice
+        else ""
+    )
     return (
-        f"<div class='nbguard-reports'>{''.join(reports)}</div><div class='nbguard-models'>"
-        f"<b>Models still referenced</b><ul>{items}</ul></div>"
+        f"<div class='nbguard-reports'>{''.join(reports)}</div>{said}"
+        f"<div class='nbguard-models'><b>Models still referenced</b><ul>{items}</ul></div>"
     )
 
 
@@ -77,6 +85,7 @@ def static_view(
     live: str,
     note: str,
     findings: Sequence[Finding] = (),
+    advice: str | None = None,
 ) -> dict[str, str]:
     """The dashboard without a widget frontend: trends, two SVG charts, the last runs; a bundle."""
     charts = static_charts(data)
@@ -86,7 +95,7 @@ def static_view(
     body = (
         f"<div class='keras-nbguard-static'>{head}{charts}{gpu}"
         f"{findings_html(findings, len(records))}{table._repr_html_()}"
-        f"{lists_html(reports, models)}"
+        f"{lists_html(reports, models, advice)}"
         f"<div style='color:#777;font-size:80%'>{html.escape(note)}</div></div>"
     )
     text = [
@@ -94,6 +103,7 @@ def static_view(
         *([data["gpu_note"]] if data["gpu_note"] else []),
         *findings_text(findings),
         table.text(),
+        *([advice] if advice else []),
         "models still referenced: " + ("; ".join(models) or "none"),
     ]
     return {"text/html": body, "text/plain": "\n".join(text)}

@@ -228,6 +228,11 @@ class Dashboard:
                 data = figure_data(runs, self._memo)
                 update_display(self._bundle(data), raw=True, display_id=self._display_id)
 
+    def _advice(self) -> str | None:
+        """The batch advice for the last run's model, in one line (None: none was asked for)."""
+        advice = self.session.last_run_batch_advice
+        return None if advice is None else advice.text()
+
     def _bundle(self, data: dict[str, Any] | None = None) -> dict[str, str]:
         return static_view(
             self.session.runs(),
@@ -237,6 +242,7 @@ class Dashboard:
             self._live_title,
             f"static view: {self.reason}",
             self._findings,
+            self._advice(),
         )
 
     def _ipython_display_(self) -> None:
@@ -289,7 +295,7 @@ class Dashboard:
         if self.picker is not None:
             self.picker.update(runs)
         self._bottom.value = findings_html(self._findings, len(runs)) + lists_html(
-            self._reports, self._models
+            self._reports, self._models, self._advice()
         )
 
     def _push_live(self) -> None:

@@ -70,6 +70,7 @@ class Session:
         self._run_feeds: dict[str, RunFeed] = {}  # the store's feed of each run going
         self._batch_advice: dict[int, Any] = {}  # batch_advice() by the model's weight count
         self._last_fits: dict[str, LastFit] = {}  # each label's latest fit, weakly
+        self.last_run_batch_advice: Any = None  # batch_advice() of the last run's model
         self.died: list[DiedRun] = []
         # Created at load, so gradient entries from before the extension are never touched.
         self.deep_clean = DeepClean(warn=self.warn_once)
@@ -291,22 +292,26 @@ class Session:
         return self._last_fits.get(label)
 
     def _with_batch_advice(self, run: Run, record: RunRecord) -> RunRecord:
-        """An out-of-memory run of a model ``batch_advice()`` measured: its advice comes first."""
-        if record.status != "oom" or not record.fits or not self._batch_advice:
+        """The advice ``batch_advice()`` gave for the model this run fit last, kept for the
+        dashboard; a run that ran out of memory quotes it first in its own advice."""
+        self.last_run_batch_advice = advice = self._advice_for(run)
+        batch = record.fits[-1].batch_size if record.fits else None
+        if record.status != "oom" or advice is None or batch is None:
             return record
-        batch = record.fits[-1].batch_size
-        model = run.fit_timer.models[-1]() if run.fit_timer.models else None
-        if batch is None or model is None:
-            return record
+        quote = advice.quote(batch)
+        return (
+            record if quote is None else dataclasses.replace(record, advice=(quote, *record.advice))
+        )
+
+    def _advice_for(self, run: Run) -> Any:
+        last = run.fit_timer.last_fit
+        model = last.model() if last is not None else None
+        if model is None or not self._batch_advice:
+            return None
         try:
-            params = int(model.count_params())
-        except Exception:
-            return record
-        advice = self._batch_advice.get(params)
-        quote = advice.quote(batch) if advice is not None else None
-        if quote is None:
-            return record
-        return dataclasses.replace(record, advice=(quote, *record.advice))
+            return self._batch_advice.get(int(model.count_params()))
+        except Exception:  # not built, or not a Keras model after all
+            return None
 
     # -- the store: written as the run goes (feed.py) ------------------------------------------
     def _feed(self, run: Run) -> None:
