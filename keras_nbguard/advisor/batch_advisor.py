@@ -292,9 +292,12 @@ def advice_for_label(session: Session, label: str, options: RunOptions) -> str:
             f"list: keras_nbguard.batch_advice(model, x, y) takes it directly)"
         )
     gc.collect()  # a model let go of may still sit in a cycle (model <-> History)
-    found = last.get()
+    found = last.get(session.live.namespace())
     if found is None:
-        return f"batch advice: n/a (the model or the data {label!r} last fit is gone)"
+        return (
+            f"batch advice: n/a (the model or the data {label!r} last fit is gone, and no name "
+            f"of yours holds it now)"
+        )
     model, x, y = found
     return batch_advice(model, x, y, batch_size=last.batch_size, options=options).text()
 

@@ -231,7 +231,7 @@ class Dashboard:
     def _advice(self) -> str | None:
         """The batch advice for the last run's model, in one line (None: none was asked for)."""
         advice = self.session.last_run_batch_advice
-        return None if advice is None else advice.text()
+        return None if advice is None else advice.text().removeprefix("batch advice: ")
 
     def _bundle(self, data: dict[str, Any] | None = None) -> dict[str, str]:
         return static_view(

@@ -10,6 +10,7 @@ timed method by method (``callback_clock.py``), and a Python input's batches as 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import time
@@ -51,14 +52,16 @@ class _Call:
 
 @dataclass(frozen=True)
 class LastFit:
-    """A fit's model, ``x`` and ``y`` (None: not given), weakly, and its batch size: what
-    ``%%kerasrun --batch-advice`` probes before the label's next run."""
+    """A fit's model, ``x`` and ``y`` (None: not given), weakly, the names that held them when
+    its run ended, and its batch size: what ``%%kerasrun --batch-advice`` probes before the
+    label's next run. A name bound anew since (a re-run setup cell makes new arrays) is used."""
 
     model: weakref.ref[Any]
     x: weakref.ref[Any] | None
     y: weakref.ref[Any] | None
     batch_size: int | None
     referable: bool = True  # False: x or y can't be held weakly (a list, a tuple)
+    names: tuple[str | None, str | None, str | None] = (None, None, None)
 
     @classmethod
     def of(cls, model: Any, arguments: dict[str, Any], batch: int | None) -> LastFit:
@@ -69,14 +72,32 @@ class LastFit:
             return cls(weakref.ref(model), None, None, batch, referable=False)
         return cls(weakref.ref(model), weak[0], weak[1], batch)
 
-    def get(self) -> tuple[Any, Any, Any] | None:
-        """(model, x, y) while all of them live; None once one is gone."""
-        model = self.model()
-        x = self.x() if self.x is not None else None
-        y = self.y() if self.y is not None else None
-        if model is None or x is None or (self.y is not None and y is None):
-            return None
-        return model, x, y
+    def named_in(self, namespace: dict[str, Any]) -> LastFit:
+        """This fit with the names that hold its model, x and y in ``namespace`` now."""
+        held = [ref() if ref is not None else None for ref in (self.model, self.x, self.y)]
+        names = [
+            next((k for k, v in namespace.items() if v is obj and not k.startswith("_")), None)
+            if obj is not None
+            else None
+            for obj in held
+        ]
+        return dataclasses.replace(self, names=(names[0], names[1], names[2]))
+
+    def get(self, namespace: dict[str, Any]) -> tuple[Any, Any, Any] | None:
+        """(model, x, y): each the object itself while it lives, else what its name holds in
+        ``namespace`` now; None when one of them is neither."""
+        found: list[Any] = []
+        for ref, name in zip((self.model, self.x, self.y), self.names, strict=True):
+            if ref is None:  # not given (y with a dataset)
+                found.append(None)
+                continue
+            value = ref()
+            if value is None and name is not None:
+                value = namespace.get(name)
+            if value is None:
+                return None
+            found.append(value)
+        return found[0], found[1], found[2]
 
 
 class FitTimer:

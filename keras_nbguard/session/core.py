@@ -242,7 +242,7 @@ class Session:
         if record is not None:
             laps = Laps()
             if run.fit_timer.last_fit is not None:
-                self._last_fits[run.label] = run.fit_timer.last_fit
+                self._last_fits[run.label] = run.fit_timer.last_fit.named_in(self.live.namespace())
             record = self._with_batch_advice(run, record)
             record = self.live.run_ended(run, record)
             laps.lap("leak check")
