@@ -99,17 +99,20 @@ class Slow(keras.utils.PyDataset):
     def __len__(self):
         return 4
     def __getitem__(self, i):
-        time.sleep(0.3)  # far longer than a step, even under load (a step took 30-200 ms at a
-        return x[i * 32:(i + 1) * 32], y[i * 32:(i + 1) * 32]  # load of 18 on 2 CPUs)
+        time.sleep(0.6)  # far longer than a step, even under load (a step took 30-200 ms at a
+        return x[i * 32:(i + 1) * 32], y[i * 32:(i + 1) * 32]  # load of 18 on 2 CPUs; CI once
+        # saw no finding with 0.3 s: a step's share of an epoch under its load is not known)
 model = make_model()
 model.fit(Slow(), epochs=3, verbose=0)  # the step time: the median of the epochs after the first
 """
     assert run(keras_shell, cell).success
     fit = keras_nbguard.runs("pyds")[-1].fits[0]
     assert fit.input_kind == "PyDataset" and fit.input_batches == 12
-    assert 0.3 * 12 <= fit.input_seconds < fit.seconds
+    assert 0.6 * 12 <= fit.input_seconds < fit.seconds
     per_batch = fit.input_seconds / fit.input_batches
-    assert only("input_pipeline", "pyds").message.startswith(
+    found = [f for f in keras_nbguard.diagnose("pyds") if f.kind == "input_pipeline"]
+    assert len(found) == 1, (fit.epoch_seconds, fit.steps, fit.input_seconds)
+    assert found[0].message.startswith(
         f"your PyDataset took {fmt_seconds(per_batch)} to make each of its 12 batches"
     )
     fast = (
