@@ -13,14 +13,12 @@ never touched: it is reported, with its paths, as still alive.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from keras_nbguard.models import Chain, Probe, sizes
+from keras_nbguard.models import Chain, Probe, sizes, tentative
 from keras_nbguard.models.caches import (
     CACHE_NAMES,
     TRACEBACK_ATTRS,
@@ -28,7 +26,7 @@ from keras_nbguard.models.caches import (
     pop_entry,
     reset_cache_name,
 )
-from keras_nbguard.models.frameworks import callback_class, instance_dict, worth_following
+from keras_nbguard.models.frameworks import callback_class, instance_dict
 from keras_nbguard.models.naming import awkwardness
 from keras_nbguard.models.registry import ModelRegistry, RunRef
 from keras_nbguard.models.stale_nodes import (
@@ -45,8 +43,6 @@ from keras_nbguard.records.run import HeldModels
 
 _OUTPUT_NAME = re.compile(r"_\d+")
 _NODE = "node"
-_MODEL_LINKS = ("_model", "model")  # where Keras' Callback.set_model keeps the model
-WIDE = 5_000  # containers with more items than this are not looked into by the cheap walk
 WALK_SECONDS = 1.0  # the heap walk's limit: past it, nothing is released (the walk is partial)
 Release = Callable[[], None]
 Found = tuple[str, int, str, Release]  # (kind, holder id, text, action)
@@ -61,6 +57,7 @@ class Settled:
     stale: list[tuple[RunRef, int | None, list[str], bool]] = field(default_factory=list)
     nodes: NodesCut | None = None
     weights: FreedWeights | None = None  # the released models' weights, to count those freed
+    cuts: list[tentative.Cut] = field(default_factory=list)  # released if the next gc frees them
 
     def released_note(self, rss_freed: int | None = None) -> HeldModels | None:
         """The released models; their weights count only variables freed: none that a layer of
@@ -105,12 +102,20 @@ def settle(
         [m for m in registry.of_label(label) if registry.last_run(m) != exclude]
     )
     nodes = release and listed(registry, label)  # a layer of yours keeps an earlier run's call
-    if not nodes and (
-        not candidates
-        or (not report and _all_named(candidates, user_ns))
-        or not _any_nearby(candidates, user_ns, shell)
-    ):
+    if not nodes and (not candidates or (not report and _all_named(candidates, user_ns))):
         return settled  # the usual cases, and cheap ones: no heap walk
+    found = None if nodes else tentative.reach(candidates, user_ns, shell)
+    if found is not None:
+        met = [m for m in candidates if id(m) in found.met]
+        if not report:  # the models your names bind: yours, and current; nothing to say of them
+            met = [m for m in met if not found.named(m, user_ns)]
+        if not met:
+            return settled  # none within reach (a rebound model is garbage until the next gc)
+        if release and all(
+            found.through_callbacks_only(m) and not registry.held_unseen(m) for m in met
+        ):
+            settled.cuts = tentative.cut(met, found, registry, label, user_ns)
+            return settled  # the next collection tells which went (tentative.py)
     probe = Probe(user_ns, registry, shell=shell, time_limit=WALK_SECONDS).run()
     try:
         _settle_walked(settled, probe, candidates, registry, label, shell, user_ns, release)
@@ -203,7 +208,7 @@ def _cached(chain: Chain, shell: Any, user_ns: Any) -> tuple[int, str, Release] 
         isinstance(holder, callback)
         and last is not None
         and last.kind == "attr"
-        and last.key in _MODEL_LINKS
+        and last.key in tentative.MODEL_LINKS
     ):
         text = chain.text()
         text = text[: -len(last.text)] if text.endswith(last.text) else text
@@ -246,47 +251,6 @@ def _outermost(models: list[Any]) -> list[Any]:
     return [m for m in models if id(m) not in inner]
 
 
-def _any_nearby(
-    models: list[Any], user_ns: Any, shell: Any, depth: int = 5, budget: int = 50_000
-) -> bool:
-    """Whether a cheap walk *down* from your names and IPython's caches meets one of ``models``
-    within ``depth`` links (``histories[3].model`` is four); True when it can't tell. A model a
-    cell has just rebound is cyclic garbage until the next gc: this spares the heap walk for it
-    (~0.1 s). A model held deeper is still found by ``%nbguard leaks`` and the dashboard."""
-    if any(getattr(sys, name, None) is not None for name in TRACEBACK_ATTRS):
-        return True  # a traceback's frames: let the walk look
-    wanted = {id(m) for m in models}
-    callback = callback_class()
-    level = [
-        x
-        for x in (
-            user_ns,
-            getattr(shell, "displayhook", None),
-            getattr(shell, "last_execution_result", None),
-        )
-        if x is not None
-    ]
-    seen = {id(x) for x in level}
-    for _ in range(depth):
-        below = []
-        for parent in level:
-            children = gc.get_referents(parent)
-            if len(children) > WIDE and parent is not user_ns:
-                continue  # a list of a million numbers holds no model worth a second here
-            for child in children:
-                if id(child) in wanted:
-                    return True
-                if id(child) in seen or not gc.is_tracked(child) or isinstance(child, type):
-                    continue
-                seen.add(id(child))
-                if len(seen) > budget:
-                    return True
-                if worth_following(child, callback):
-                    below.append(child)
-        level = [x for x in below if x is not None]
-    return False
-
-
 def _all_named(models: list[Any], user_ns: Any) -> bool:
     """Whether a name of the user's binds each model itself: then none can be released (the
     model a re-run cell is about to rebind), and the heap walk can be skipped."""
@@ -297,6 +261,27 @@ def _all_named(models: list[Any], user_ns: Any) -> bool:
 def _size(model: Any) -> int | None:
     """Bytes of its weights, as the leak finder and the dashboard count them."""
     return sizes(model)[1]
+
+
+def went(cuts: list[tentative.Cut], registry: ModelRegistry) -> HeldModels | None:
+    """After a collection: the models of ``cuts`` it freed, as a note (their weights counted once
+    freed). Those it did not free get their links back, and the heap walk from now on."""
+    gone = []
+    for cut in cuts:
+        if cut.went():
+            gone.append(cut)
+        else:
+            registry.mark_held_unseen(cut.model())
+    if not gone:
+        return None
+    holders = [h for c in gone for h in c.holders[:1]]
+    note = _note([(c.run, c.size) for c in gone], sorted(dict.fromkeys(holders), key=_path_order))
+    if note.weight_bytes is None:
+        return note
+    freed = [w.freed_bytes() for w in {id(c.weights): c.weights for c in gone}.values()]
+    return dataclasses.replace(
+        note, weight_bytes=None if None in freed else sum(f for f in freed if f is not None)
+    )
 
 
 def merged(before: HeldModels | None, after: HeldModels | None) -> HeldModels | None:

@@ -26,10 +26,11 @@ class RunRef(NamedTuple):
 class _Ref(weakref.ref):  # type: ignore[type-arg]
     """A weak reference that also carries its model's runs (slots: no dict per model)."""
 
-    __slots__ = ("created", "key", "last")
+    __slots__ = ("created", "held_unseen", "key", "last")
     created: RunRef
     key: int
     last: RunRef
+    held_unseen: bool  # a cut of its callbacks' links did not free it (tentative.py)
 
 
 class _NodeRef(weakref.ref):  # type: ignore[type-arg]
@@ -84,7 +85,7 @@ class ModelRegistry:
             ref = self._ref(model)
             if ref is None:
                 ref = _Ref(model, self._forget)
-                ref.key, ref.created = id(model), run
+                ref.key, ref.created, ref.held_unseen = id(model), run, False
                 self._refs[ref.key] = ref
                 created += 1
             ref.last = run
@@ -132,6 +133,16 @@ class ModelRegistry:
         """Whether a later run of the label that last used ``model`` has been noted."""
         used = self.last_run(model)
         return used is not None and self.latest.get(used.label, used) != used
+
+    def held_unseen(self, model: Any) -> bool:
+        """Whether something the cheap walk does not see kept ``model`` alive (tentative.py)."""
+        ref = self._ref(model)
+        return ref is not None and ref.held_unseen
+
+    def mark_held_unseen(self, model: Any) -> None:
+        ref = self._ref(model) if model is not None else None
+        if ref is not None:
+            ref.held_unseen = True
 
     def of_label(self, label: str) -> list[Any]:
         """The live models that a run of ``label`` used last (strong references: drop soon)."""

@@ -58,6 +58,8 @@ class RunServices:
     warn: Callable[[str], object]  # once per message
     models_tracked: Callable[[], bool]  # whether any run's models were ever noted
     release_earlier: Callable[[str], Any]  # autorelease.settle for a label: what it released
+    cuts_pending: Callable[[], bool]  # whether models wait for a collection (tentative.py)
+    released_by_collection: Callable[[], HeldModels | None]  # after it: the cut models it freed
 
 
 class Run:
@@ -144,21 +146,22 @@ class Run:
             self._rss_before_release = self._attempt("reading RSS", self.sampler.read_now)
         self._attempt("preparing the run", self._prepare)
         self._lap("clear")
-        # The frameworks' objects are frozen out of gc's scans (gcfreeze.py): a collection costs
-        # milliseconds, not the 160 ms of a whole heap. The first frees what the last cell let go
-        # (a rebound model is then gone, and no heap walk is made to release it); the second,
-        # only when the release or the purge let something go, frees that.
-        if self.options.clear:
-            self._attempt("collecting garbage", gc.collect)
-        self._lap("gc")
-        self._attempt("releasing earlier runs' models", self._release_earlier)
+        # One collection a run, after everything that lets go: the release (a model held only
+        # by Keras' callbacks has their links cut; the collection tells whether it went) and the
+        # deep clean's purge. The frameworks' objects are frozen out of gc's scans (gcfreeze.py),
+        # so it costs what the user's objects cost, not the whole heap's 160 ms.
+        settled = self._attempt("releasing earlier runs' models", self._release_earlier)
         self._lap("release")
         purge = None
         if self.options.deep_clean and self._cleared:
             purge = self._attempt("deep clean", self.services.deep_clean.purge)
-        if (purge is not None and purge.entries) or self.released is not None:
+        self._lap("deep clean")
+        let_go = (purge is not None and purge.entries) or (settled is not None and settled.released)
+        if self.options.clear or let_go or self.services.cuts_pending():
             self._attempt("collecting garbage", gc.collect)
-            self._lap("gc after release")
+            self._lap("gc")
+        self._attempt("releasing earlier runs' models", lambda: self._released(settled))
+        self._lap("release")
         if self.options.clear:
             # What the last cell freed (a rebound model) is free heap that RSS still counts:
             # given back, the run's RSS figures are what is in use (~2-10 ms on 1 GiB).
@@ -194,16 +197,25 @@ class Run:
         """Our own time, part by part (the summary's ``ours``); parts under 0.5 ms are left out."""
         now = time.perf_counter()
         if now - self._last_lap >= 0.0005:
-            self.own_time.append((part, now - self._last_lap))
+            seconds = now - self._last_lap + dict(self.own_time).get(part, 0.0)  # once per part
+            self.own_time = [(p, s) for p, s in self.own_time if p != part] + [(part, seconds)]
         self._last_lap = now
 
-    def _release_earlier(self) -> None:
-        """After the first gc (what the last cell let go is gone, so there is less to look at);
-        what is released here sits in cycles, freed by the collection after the purge."""
+    def _release_earlier(self) -> Any:
+        """Before the run's collection: what is released here sits in cycles, freed by it."""
         if self.options.keep_stale or not self.services.models_tracked():
-            return  # nothing to release, or no model was ever tracked (no leak finder import)
-        settled = self.services.release_earlier(self.label)
-        self.released = settled.released_note()
+            return None  # nothing to release, or no model was ever tracked (no leak finder)
+        return self.services.release_earlier(self.label)
+
+    def _released(self, settled: Any) -> None:
+        """After the collection: what it freed of the models released or cut, here or after the
+        last run (their weights are counted once freed)."""
+        if not self.services.models_tracked():
+            return
+        from keras_nbguard.models.autorelease import merged
+
+        walked = settled.released_note() if settled is not None else None
+        self.released = merged(walked, self.services.released_by_collection())
 
     def _prepare(self) -> None:
         prepared = prepare(self.options, self.services.tf_gpu(), self.services.nvml)

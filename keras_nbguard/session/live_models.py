@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from keras_nbguard.models import LeakReport, ModelRegistry
     from keras_nbguard.models.freeing import FreeReport
-    from keras_nbguard.records.run import RunRecord
+    from keras_nbguard.records.run import HeldModels, RunRecord
     from keras_nbguard.run.tracking import Run
 
 
@@ -22,6 +22,7 @@ class LiveModels:
         self.shell = shell  # the IPython shell, or None: then ``__main__`` is the namespace
         self._warn = warn
         self._registry: ModelRegistry | None = None
+        self._cuts: list[Any] = []  # models released if the next collection frees them
 
     @property
     def tracked(self) -> bool:
@@ -79,10 +80,11 @@ class LiveModels:
 
     def settle(self, label: str, *, release: bool, exclude: Any = None, report: bool = True) -> Any:
         """Release ``label``'s earlier models held only by caches and Keras' bookkeeping; list
-        the rest (``autorelease.settle``)."""
+        the rest (``autorelease.settle``). The models whose callbacks' links it cut are released
+        once a collection frees them: ``collected()`` says which."""
         from keras_nbguard.models.autorelease import settle
 
-        return settle(
+        settled = settle(
             self.registry,
             label,
             self.shell,
@@ -91,6 +93,22 @@ class LiveModels:
             exclude=exclude,
             report=report,
         )
+        self._cuts += settled.cuts
+        return settled
+
+    @property
+    def cuts_pending(self) -> bool:
+        """Whether models wait for a collection to tell if they went (tentative.py)."""
+        return bool(self._cuts)
+
+    def collected(self) -> HeldModels | None:
+        """After a collection: the cut models it freed; the others get their links back."""
+        if not self._cuts:
+            return None
+        from keras_nbguard.models.autorelease import went
+
+        cuts, self._cuts = self._cuts, []
+        return went(cuts, self.registry)
 
     def leaks(self) -> LeakReport:
         """Every live Keras model, with the paths that hold it; stale ones flagged."""
