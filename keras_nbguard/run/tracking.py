@@ -146,20 +146,26 @@ class Run:
             self._rss_before_release = self._attempt("reading RSS", self.sampler.read_now)
         self._attempt("preparing the run", self._prepare)
         self._lap("clear")
-        # One collection a run, after everything that lets go: the release (a model held only
-        # by Keras' callbacks has their links cut; the collection tells whether it went) and the
-        # deep clean's purge. The frameworks' objects are frozen out of gc's scans (gcfreeze.py),
-        # so it costs what the user's objects cost, not the whole heap's 160 ms.
+        # The frameworks' objects are frozen out of gc's scans (gcfreeze.py): a collection costs
+        # what the user's objects cost, not the whole heap's 160 ms. The first frees what the
+        # last cell let go, and the models whose callbacks' links the last run cut (tentative.py:
+        # it tells which went); then the deep clean purges the runs whose models are all gone,
+        # so their graphs go now, not a run later. A second collection only when the release or
+        # the purge let something go.
+        if self.options.clear or self.services.cuts_pending():
+            self._attempt("collecting garbage", gc.collect)
+            self._lap("gc")
+        self._attempt("releasing earlier runs' models", self._collected)
         settled = self._attempt("releasing earlier runs' models", self._release_earlier)
         self._lap("release")
         purge = None
         if self.options.deep_clean and self._cleared:
             purge = self._attempt("deep clean", self.services.deep_clean.purge)
         self._lap("deep clean")
-        let_go = (purge is not None and purge.entries) or (settled is not None and settled.released)
-        if self.options.clear or let_go or self.services.cuts_pending():
+        released = settled is not None and (settled.released or settled.cuts)
+        if (purge is not None and purge.entries) or released:
             self._attempt("collecting garbage", gc.collect)
-            self._lap("gc")
+            self._lap("gc after release")
         self._attempt("releasing earlier runs' models", lambda: self._released(settled))
         self._lap("release")
         if self.options.clear:
@@ -207,15 +213,22 @@ class Run:
             return None  # nothing to release, or no model was ever tracked (no leak finder)
         return self.services.release_earlier(self.label)
 
+    def _collected(self) -> None:
+        """After the first collection: the models cut after the last run that it freed."""
+        if self.services.models_tracked():
+            self.released = self.services.released_by_collection()
+
     def _released(self, settled: Any) -> None:
-        """After the collection: what it freed of the models released or cut, here or after the
-        last run (their weights are counted once freed)."""
-        if not self.services.models_tracked():
+        """After the last collection: the models released or cut before the run that went
+        (their weights are counted once freed)."""
+        if settled is None:
             return
         from keras_nbguard.models.autorelease import merged
 
-        walked = settled.released_note() if settled is not None else None
-        self.released = merged(walked, self.services.released_by_collection())
+        walked = settled.released_note()
+        self.released = merged(
+            merged(self.released, walked), self.services.released_by_collection()
+        )
 
     def _prepare(self) -> None:
         prepared = prepare(self.options, self.services.tf_gpu(), self.services.nvml)
