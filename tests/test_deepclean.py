@@ -148,6 +148,26 @@ def test_a_kept_model_keeps_its_entries_and_still_trains():
     assert not kept_entries & custom_names()
 
 
+@pytest.mark.slow
+def test_a_model_expected_to_go_that_survives_still_trains():
+    """A run purges the entries of models its collection is expected to free (a History's link
+    cut, tentative.py). One that survives it (held where the short walk did not look) has lost
+    them: it must still train, on the functions it traced and on new traces."""
+    deep = DeepClean()
+    survivor, entries = tracked_fit(deep)
+    assert entries
+    clear()
+    purge = deep.purge(frozenset({id(survivor)}))
+    gc.collect()
+    deep.report(purge)
+    assert purge.entries == len(entries) and not entries & custom_names()
+    for batch_size in (32, 16):  # its traced train function, then a retrace
+        loss = survivor.fit(X, Y, batch_size=batch_size, verbose=0).history["loss"][-1]
+        assert np.isfinite(loss)
+    survivor.compile("adam", "mse")
+    assert np.isfinite(survivor.fit(X, Y, verbose=0).history["loss"][-1])
+
+
 def test_entries_made_outside_tracked_runs_or_without_a_model_are_kept():
     deep = DeepClean()
     before = custom_names()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,8 @@ class Settled:
     nodes: NodesCut | None = None
     weights: FreedWeights | None = None  # the released models' weights, to count those freed
     cuts: list[tentative.Cut] = field(default_factory=list)  # released if the next gc frees them
+    # the models the next collection is expected to free: released here, or met by no walk
+    going: list[weakref.ref[Any]] = field(default_factory=list)
 
     def released_note(self, rss_freed: int | None = None) -> HeldModels | None:
         """The released models; their weights count only variables freed: none that a layer of
@@ -106,6 +109,7 @@ def settle(
         return settled  # the usual cases, and cheap ones: no heap walk
     found = None if nodes else tentative.reach(candidates, user_ns, shell)
     if found is not None:
+        settled.going = [weakref.ref(m) for m in candidates if id(m) not in found.met]
         met = [m for m in candidates if id(m) in found.met]
         if not report:  # the models your names bind: yours, and current; nothing to say of them
             met = [m for m in met if not found.named(m, user_ns)]
@@ -141,6 +145,7 @@ def _settle_walked(
     for model in candidates:
         every = probe.chains.get(id(model), [])
         if not every:
+            settled.going.append(weakref.ref(model))
             continue  # unreachable: garbage that the next gc collects
         chains = [c for c in every if c.via is None]  # not those inside another model
         plans.append((model, every, [_bookkeeping(c, shell, user_ns, registry) for c in chains]))
@@ -167,6 +172,7 @@ def _settle_walked(
                 releases.setdefault(text, action)
                 holders.setdefault(holder, text)
             settled.released.append((run, size, list(holders.values())))
+            settled.going.append(weakref.ref(model))
             weights.add(model)
         else:
             paths = [p for p, _ in probe.paths(model)]

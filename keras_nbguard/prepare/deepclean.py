@@ -52,10 +52,16 @@ class _RunEntries:
     names: frozenset[str]
     owners: tuple[weakref.ref[Any], ...]
 
-    def dead(self) -> bool:
-        # A run that fit no model has no owner we can watch: keep its entries (a tf.function the
-        # user still holds may need them to build its gradient later).
-        return bool(self.owners) and all(ref() is None for ref in self.owners)
+    def dead(self, going: frozenset[int] = frozenset()) -> bool:
+        """Whether every model of the run is gone, or in ``going`` (ids of models the collection
+        about to run frees: tentative.py). A run that fit no model has no owner we can watch:
+        its entries stay (a tf.function the user still holds may need them later)."""
+        return bool(self.owners) and all(_gone(ref, going) for ref in self.owners)
+
+
+def _gone(ref: weakref.ref[Any], going: frozenset[int]) -> bool:
+    model = ref()
+    return model is None or id(model) in going
 
 
 @dataclass
@@ -136,8 +142,10 @@ class DeepClean:
             self.trim_heap()
         return self.report(purge)
 
-    def purge(self) -> Purge:
-        """The purge alone: what the next gc can free. ``report`` then says what it did."""
+    def purge(self, going: frozenset[int] = frozenset()) -> Purge:
+        """The purge alone: what the next gc can free. ``report`` then says what it did.
+        ``going``: ids of models that gc is to free, whose runs' entries go with them (a model
+        that outlives it keeps its traced functions, which no longer need these entries)."""
         purge = Purge(start=time.perf_counter(), rss_before=self._read_rss())
         if not self.available:
             purge.reason = self.reason
@@ -151,10 +159,10 @@ class DeepClean:
             if registry is None:
                 purge.reason = "TensorFlow is not imported"
                 return purge
-            if not any(run.dead() for run in self._runs):  # the usual case: nothing to purge
+            if not any(run.dead(going) for run in self._runs):  # the usual case: nothing to purge
                 return purge  # and nothing released by us: no census of the eager functions
             purge.functions_before = _function_names()
-            purge.entries, purge.runs = self._purge(registry)
+            purge.entries, purge.runs = self._purge(registry, going)
         except Exception as exc:
             self._disable(exc)
             purge.reason = self.reason
@@ -189,11 +197,11 @@ class DeepClean:
             _malloc_trim()
 
     # -- internals -------------------------------------------------------------------------------
-    def _purge(self, registry: dict[str, Any]) -> tuple[int, int]:
+    def _purge(self, registry: dict[str, Any], going: frozenset[int]) -> tuple[int, int]:
         entries = runs = 0
         alive: list[_RunEntries] = []
         for run in self._runs:
-            if not run.dead():
+            if not run.dead(going):
                 alive.append(run)
                 continue
             runs += 1

@@ -58,7 +58,7 @@ class RunServices:
     warn: Callable[[str], object]  # once per message
     models_tracked: Callable[[], bool]  # whether any run's models were ever noted
     release_earlier: Callable[[str], Any]  # autorelease.settle for a label: what it released
-    cuts_pending: Callable[[], bool]  # whether models wait for a collection (tentative.py)
+    cut_models: Callable[[], frozenset[int]]  # ids of models a collection is to free (tentative)
     released_by_collection: Callable[[], HeldModels | None]  # after it: the cut models it freed
 
 
@@ -146,26 +146,23 @@ class Run:
             self._rss_before_release = self._attempt("reading RSS", self.sampler.read_now)
         self._attempt("preparing the run", self._prepare)
         self._lap("clear")
-        # The frameworks' objects are frozen out of gc's scans (gcfreeze.py): a collection costs
-        # what the user's objects cost, not the whole heap's 160 ms. The first frees what the
-        # last cell let go, and the models whose callbacks' links the last run cut (tentative.py:
-        # it tells which went); then the deep clean purges the runs whose models are all gone,
-        # so their graphs go now, not a run later. A second collection only when the release or
-        # the purge let something go.
-        if self.options.clear or self.services.cuts_pending():
-            self._attempt("collecting garbage", gc.collect)
-            self._lap("gc")
-        self._attempt("releasing earlier runs' models", self._collected)
+        # One collection a run, after everything that lets go: the release (a model held only
+        # by Keras' callbacks has their links cut; the collection tells whether it went) and the
+        # deep clean's purge, which takes the runs of the cut models along. The frameworks'
+        # objects are frozen out of gc's scans (gcfreeze.py): it costs what the user's objects
+        # cost, not the whole heap's 160 ms.
         settled = self._attempt("releasing earlier runs' models", self._release_earlier)
         self._lap("release")
+        cut = self._attempt("releasing earlier runs' models", self.services.cut_models)
         purge = None
         if self.options.deep_clean and self._cleared:
-            purge = self._attempt("deep clean", self.services.deep_clean.purge)
+            going = cut or frozenset()
+            purge = self._attempt("deep clean", lambda: self.services.deep_clean.purge(going))
         self._lap("deep clean")
-        released = settled is not None and (settled.released or settled.cuts)
-        if (purge is not None and purge.entries) or released:
+        released = settled is not None and settled.released
+        if self.options.clear or released or cut or (purge is not None and purge.entries):
             self._attempt("collecting garbage", gc.collect)
-            self._lap("gc after release")
+            self._lap("gc")
         self._attempt("releasing earlier runs' models", lambda: self._released(settled))
         self._lap("release")
         if self.options.clear:
@@ -213,22 +210,15 @@ class Run:
             return None  # nothing to release, or no model was ever tracked (no leak finder)
         return self.services.release_earlier(self.label)
 
-    def _collected(self) -> None:
-        """After the first collection: the models cut after the last run that it freed."""
-        if self.services.models_tracked():
-            self.released = self.services.released_by_collection()
-
     def _released(self, settled: Any) -> None:
-        """After the last collection: the models released or cut before the run that went
-        (their weights are counted once freed)."""
-        if settled is None:
+        """After the collection: the models it freed, released here or cut after the last run
+        or here (their weights are counted once freed)."""
+        if not self.services.models_tracked():
             return
         from keras_nbguard.models.autorelease import merged
 
-        walked = settled.released_note()
-        self.released = merged(
-            merged(self.released, walked), self.services.released_by_collection()
-        )
+        walked = settled.released_note() if settled is not None else None
+        self.released = merged(walked, self.services.released_by_collection())
 
     def _prepare(self) -> None:
         prepared = prepare(self.options, self.services.tf_gpu(), self.services.nvml)

@@ -193,7 +193,7 @@ class Session:
             warn=self.warn_once,
             models_tracked=lambda: self.live.tracked,
             release_earlier=lambda label: self.live.settle(label, release=True, report=False),
-            cuts_pending=lambda: self.live.cuts_pending,
+            cut_models=self.live.cut_models,
             released_by_collection=self.live.collected,
         )
 

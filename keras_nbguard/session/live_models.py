@@ -23,6 +23,7 @@ class LiveModels:
         self._warn = warn
         self._registry: ModelRegistry | None = None
         self._cuts: list[Any] = []  # models released if the next collection frees them
+        self._going: list[weakref.ref[Any]] = []  # released, or met by no walk: garbage
 
     @property
     def tracked(self) -> bool:
@@ -94,20 +95,24 @@ class LiveModels:
             report=report,
         )
         self._cuts += settled.cuts
+        self._going += settled.going
         return settled
 
-    @property
-    def cuts_pending(self) -> bool:
-        """Whether models wait for a collection to tell if they went (tentative.py)."""
-        return bool(self._cuts)
+    def cut_models(self) -> frozenset[int]:
+        """Ids of the models the next collection is expected to free: those whose callbacks'
+        links were cut (tentative.py), those released, and those no walk from your names met (a
+        model the cell rebound)."""
+        refs = [*(c.model for c in self._cuts), *self._going]
+        return frozenset(id(m) for m in (ref() for ref in refs) if m is not None)
 
     def collected(self) -> HeldModels | None:
         """After a collection: the cut models it freed; the others get their links back."""
         if not self._cuts:
+            self._going = []
             return None
         from keras_nbguard.models.autorelease import went
 
-        cuts, self._cuts = self._cuts, []
+        cuts, self._cuts, self._going = self._cuts, [], []
         return went(cuts, self.registry)
 
     def leaks(self) -> LeakReport:
