@@ -58,7 +58,7 @@ class RunServices:
     warn: Callable[[str], object]  # once per message
     models_tracked: Callable[[], bool]  # whether any run's models were ever noted
     release_earlier: Callable[[str], Any]  # autorelease.settle for a label: what it released
-    cut_models: Callable[[], frozenset[int]]  # ids of models a collection is to free (tentative)
+    models_going: Callable[[], frozenset[int]]  # ids of models the collection is to free
     released_by_collection: Callable[[], HeldModels | None]  # after it: the cut models it freed
 
 
@@ -153,14 +153,14 @@ class Run:
         # cost, not the whole heap's 160 ms.
         settled = self._attempt("releasing earlier runs' models", self._release_earlier)
         self._lap("release")
-        cut = self._attempt("releasing earlier runs' models", self.services.cut_models)
+        going = self._attempt("releasing earlier runs' models", self.services.models_going)
+        going = going or frozenset()
         purge = None
         if self.options.deep_clean and self._cleared:
-            going = cut or frozenset()
             purge = self._attempt("deep clean", lambda: self.services.deep_clean.purge(going))
         self._lap("deep clean")
-        released = settled is not None and settled.released
-        if self.options.clear or released or cut or (purge is not None and purge.entries):
+        let_go = going or (settled is not None and settled.released)
+        if self.options.clear or let_go or (purge is not None and purge.entries):
             self._attempt("collecting garbage", gc.collect)
             self._lap("gc")
         self._attempt("releasing earlier runs' models", lambda: self._released(settled))

@@ -193,7 +193,7 @@ class Session:
             warn=self.warn_once,
             models_tracked=lambda: self.live.tracked,
             release_earlier=lambda label: self.live.settle(label, release=True, report=False),
-            cut_models=self.live.cut_models,
+            models_going=self.live.models_going,
             released_by_collection=self.live.collected,
         )
 

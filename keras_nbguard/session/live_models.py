@@ -98,7 +98,7 @@ class LiveModels:
         self._going += settled.going
         return settled
 
-    def cut_models(self) -> frozenset[int]:
+    def models_going(self) -> frozenset[int]:
         """Ids of the models the next collection is expected to free: those whose callbacks'
         links were cut (tentative.py), those released, and those no walk from your names met (a
         model the cell rebound)."""
