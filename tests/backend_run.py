@@ -58,6 +58,7 @@ keep, names, policies = [], [], []
     import keras_nbguard
 
     runs = keras_nbguard.runs("mlp")
+    advice = advise(shell.user_ns)
     report = keras_nbguard.leaks()
     freed = keras_nbguard.free(containers=True)
     print(
@@ -78,11 +79,38 @@ keep, names, policies = [], [], []
                     if k in sys.modules
                 ),
                 "after_load": after_load,
+                "advice": advice,
                 "warnings": [str(w.message) for w in caught],
                 "status": shell.run_line_magic("nbguard", "status").text(),
             }
         )
     )
+
+
+def advise(ns: dict) -> dict:
+    """batch_advice on this Keras, under a host limit: the probes, the advice, and whether the
+    user's model came out unchanged (weights and optimizer steps)."""
+    import numpy as np
+
+    import keras_nbguard
+
+    model = ns["keep"][-1]
+    weights = [w.copy() for w in model.get_weights()]
+    steps = int(np.asarray(model.optimizer.iterations))
+    advice = keras_nbguard.batch_advice(model, ns["x"], ns["y"], limit_mib=1024)
+    line = shell.run_line_magic("nbguard", "batch m x y --limit 1024 --steps 1")
+    return {
+        "batch_size": advice.batch_size,
+        "reason": advice.reason,
+        "probes": [[p.batch, p.peak_mib] for p in advice.probes],
+        "where": advice.where,
+        "unchanged": all(
+            np.array_equal(a, b) for a, b in zip(weights, model.get_weights(), strict=True)
+        )
+        and int(np.asarray(model.optimizer.iterations)) == steps,
+        "text": advice.text(),
+        "magic": line.text(),
+    }
 
 
 main()

@@ -22,6 +22,7 @@ PRIVATE_MODULE_READERS = {
     "prepare/gcfreeze.py": "Keras' base classes: freezing framework objects out of gc",
     "models/nodes.py": "Keras' node graph: which runs a layer still links to",
     "models/registry.py": "Keras' node class: telling a model's own nodes from others'",
+    "advisor/batch_probe.py": "Keras' lazy TensorFlow: cloning on JAX or torch without loading TF",
 }
 PRIVATE = re.compile(r"^(tensorflow\.python|keras\.src|tf_keras\.src|jax\._src|torch\._)(\.|$)")
 

@@ -154,3 +154,18 @@ def test_a_dtype_policy_survives_the_clear_and_free_lets_go(flavour):
     # free --containers lets go of the stale models in ``keep`` (keep[i] = None), not the current
     assert seen["kept_after_free"] == [False, False, True], seen["freed"]
     assert seen["stale_after_free"] == 0
+
+
+def test_batch_advice_probes_a_copy_on_every_keras(flavour):
+    """batch_advice and ``%nbguard batch`` on Keras 2 and on Keras 3 over JAX and torch, on the
+    host (VmHWM) under a given limit: probes at two batch sizes or more, an advice or its
+    reason, and the user's model unchanged."""
+    _, out = flavour
+    advice = out["advice"]
+    assert advice["where"] == "host (VmHWM)", advice
+    assert len(advice["probes"]) >= 2, advice
+    assert all(batch > 0 and peak >= 0 for batch, peak in advice["probes"]), advice
+    assert advice["batch_size"] or advice["reason"], advice
+    assert advice["unchanged"], advice  # weights and optimizer steps as they were
+    assert advice["text"].startswith("batch advice: ") and "MiB" in advice["text"], advice
+    assert advice["magic"].startswith("batch advice: "), advice  # %nbguard batch m x y

@@ -11,9 +11,12 @@ over what was in use before the copy was made, so the copy's own weights count a
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -131,18 +134,37 @@ def copy_of(model: Any) -> Any:
             "a copy with the same optimizer and loss"
         )
     keras = keras_of(model)
-    try:
-        copy = keras.models.clone_model(model)
-    except Exception:  # a subclassed model: clone_model can't walk it
-        copy = type(model).from_config(model.get_config())
-        copy.build(getattr(model, "input_shape", None))
-    copy.set_weights(model.get_weights())
-    try:
-        copy.compile_from_config(model.get_compile_config())
-    except Exception:  # a loss or metric that doesn't serialize: the objects, the optimizer anew
-        optimizer = type(model.optimizer).from_config(model.optimizer.get_config())
-        copy.compile(optimizer=optimizer, loss=model.loss)
+    with _tensorflow_left_alone():
+        try:
+            copy = keras.models.clone_model(model)
+        except Exception:  # a subclassed model: clone_model can't walk it
+            copy = type(model).from_config(model.get_config())
+            copy.build(getattr(model, "input_shape", None))
+        copy.set_weights(model.get_weights())
+        try:
+            copy.compile_from_config(model.get_compile_config())
+        except Exception:  # a loss or metric that doesn't serialize: the objects, optimizer anew
+            optimizer = type(model.optimizer).from_config(model.optimizer.get_config())
+            copy.compile(optimizer=optimizer, loss=model.loss)
     return copy
+
+
+@contextlib.contextmanager
+def _tensorflow_left_alone() -> Iterator[None]:
+    """Keras' serializer asks whether TensorFlow is installed by importing it (a ``TensorShape``
+    check in ``serialize_keras_object``): on JAX or torch, cloning the model loaded all of
+    TensorFlow (~400 MiB and seconds), and the first probe measured it. While TensorFlow is not
+    imported no object can be one of its shapes, so Keras is told, meanwhile, that it is absent."""
+    lazy: Any = getattr(sys.modules.get("keras.src.utils.module_utils"), "tensorflow", None)
+    if "tensorflow" in sys.modules or getattr(lazy, "_available", True) is not None:
+        yield  # TensorFlow is there, or Keras already knows (or this Keras works otherwise)
+        return
+    lazy._available = False
+    try:
+        yield
+    finally:
+        if lazy._available is False:
+            lazy._available = None  # undecided again: Keras imports it when it really needs it
 
 
 def rows(data: Any) -> int | None:
