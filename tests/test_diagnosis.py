@@ -80,6 +80,16 @@ def test_rss_after_swinging_up_while_each_next_run_starts_flat_is_no_growth():
     assert kinds(diagnose(runs_of([1.0] * 8, after))) == ["state_growth"]  # when it does stay
 
 
+def test_arena_swings_with_nothing_of_yours_growing_are_no_native_growth():
+    # What keras.io's examples left, runs 2-6 (heap in use flat): up 13 MiB a run, not run after
+    # run; five runs can't show a steady rise, seven that swing don't either
+    for left in ([500, 522, 514, 541, 552], [500, 518, 509, 533, 521, 548, 537]):
+        rss = [mib * MiB for mib in [left[0], *left]]
+        assert diagnose(runs_of([1.0] * len(rss), rss)) == [], left
+    steady = [500 * MiB + i * 3 * MiB for i in range(7)]  # six after the warm-up, each higher
+    assert kinds(diagnose(runs_of([1.0] * 7, steady))) == ["state_growth"]
+
+
 def test_growth_no_name_or_model_explains_is_told_as_native_with_isolate_as_the_way_out():
     rss = [500 * MiB + i * 3 * MiB for i in range(8)]
     (finding,) = diagnose(runs_of([1.0] * 8, rss))  # no name grew, no stale model alive
