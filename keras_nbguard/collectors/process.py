@@ -8,6 +8,7 @@ drains the helper's samples a few times a second; it samples by itself where the
 from __future__ import annotations
 
 import _thread
+import contextlib
 import functools
 import os
 import threading
@@ -73,15 +74,27 @@ class PeakRss:
             return False
 
     def read(self) -> int | None:
+        return self.read_with_rss()[0]
+
+    def read_with_rss(self) -> tuple[int | None, int | None]:
+        """(the peak, the RSS now) from one read of ``/proc/self/status`` (VmRSS counts what
+        statm's second field does): a run's end needs both, and each read costs 10-50 µs."""
         fd = _proc_fd(os.getpid(), "status", os.O_RDONLY)
         if fd is None:
-            return None
+            return None, None
         try:
             status = os.pread(fd, 4096, 0)
-            start = status.index(b"VmHWM:") + 6
-            return int(status[start : status.index(b"kB", start)]) * 1024
-        except (OSError, ValueError):
-            return None
+        except OSError:
+            return None, None
+        return _kib_field(status, b"VmHWM:"), _kib_field(status, b"VmRSS:")
+
+
+def _kib_field(status: bytes, name: bytes) -> int | None:
+    try:
+        start = status.index(name) + len(name)
+        return int(status[start : status.index(b"kB", start)]) * 1024
+    except ValueError:
+        return None
 
 
 @functools.cache
@@ -154,15 +167,16 @@ class RssSampler:
         if not _shared_thread().take_on(self):  # it is sampling another run: a thread of our own
             _thread.start_new_thread(self._loop, ())
 
-    def stop(self) -> None:
-        """End sampling (the thread wakes and ends by itself); safe to call twice or unstarted."""
+    def stop(self, last: int | None = None) -> None:
+        """End sampling (the thread wakes and ends by itself); safe to call twice or unstarted.
+        ``last``: an RSS just read, to end the series with (else it is read here)."""
         with self._lock:
             already, self._stopped = self._stopped, True
             if not already and self._watch is not None:
                 self._drain()
                 self._watch.end()
         if not already and self.error is None:
-            self._take(flush=True)  # the series always ends with the state at stop
+            self._take(last, flush=True)  # the series always ends with the state at stop
         self._stop.set()  # last: the woken thread would take the interpreter lock from the read
 
     def _loop(self) -> None:
@@ -226,12 +240,17 @@ class RssSampler:
 class _SamplingThread:
     """One daemon thread per process that samples whichever RssSampler it was handed, and
     sleeps in between runs: starting a thread for every run cost more than the rest of a run's
-    bookkeeping."""
+    bookkeeping.
+
+    It sleeps on a pipe, not an Event, so that the helper process can wake it: a run the helper
+    samples wakes it only once it has gone on ``DRAIN_SECONDS`` (a byte from the helper), and a
+    shorter run never hands the interpreter lock to it. A run sampled here wakes it at once."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.native_id: int | None = None  # the OS thread id, for accounting its CPU time
-        self._wake = threading.Event()
+        self._wake_read, self.wake_fd = os.pipe()
+        os.set_blocking(self.wake_fd, False)  # a wake-up never waits: one pending is enough
         self._sampler: RssSampler | None = None
         _thread.start_new_thread(self._loop, ())
 
@@ -241,19 +260,25 @@ class _SamplingThread:
         if current is not None and current.running:
             return False
         self._sampler = sampler
-        self._wake.set()
+        if sampler._watch is None:  # nobody else will wake the thread: now
+            self.wake()
         return True
+
+    def wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # wake-ups pile up unread: it is awake
+            os.write(self.wake_fd, b"k")
 
     def _loop(self) -> None:
         self.native_id = threading.get_native_id()
         while True:
+            os.read(self._wake_read, 4096)  # every wake-up so far: one look suffices
+            # (self._sampler is left as it is: clearing it here could drop one handed over
+            # meanwhile; a stopped one, or a late wake-up, sends the loop back to sleep)
             sampler = self._sampler
             if sampler is None or not sampler.running:
-                self._wake.wait()  # a take_on() after this clear() sets it again
-                self._wake.clear()
                 continue
-            # (self._sampler is left as it is: clearing it here could drop one handed over
-            # meanwhile; a stopped one just sends the loop back to waiting)
+            if sampler._watch is not None and not sampler._sample():  # the helper woke us
+                continue  # a quarter second in: its samples so far, at once
             while not sampler._stop.wait(sampler.wait_seconds) and sampler._sample():
                 pass
 
@@ -286,7 +311,7 @@ def _helper() -> RssWatch | None:
     if _watch_failed_for == pid or not os.path.exists(f"/proc/{pid}/statm"):
         return None
     try:
-        _watch = RssWatch(pid)
+        _watch = RssWatch(pid, wake_fd=_shared_thread().wake_fd)
     except OSError:
         _watch_failed_for = pid
         return None

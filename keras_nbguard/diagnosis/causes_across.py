@@ -122,8 +122,10 @@ def _traced_more(runs: list[RunRecord]) -> Finding | None:
     cached (or traced less)."""
     for i in range(len(runs) - 1, max(0, len(runs) - RECENT) - 1, -1):
         run = runs[i]
+        if not run.traces:  # (before the list of earlier runs: most runs trace nothing)
+            continue
         earlier = [r for r in runs[:i] if r.status == "ok" and r.traces is not None]
-        if run.traces is None or len(earlier) < EARLIER_TRACED:
+        if len(earlier) < EARLIER_TRACED:
             continue
         most = max(r.traces or 0 for r in earlier)
         if run.traces > most:

@@ -54,10 +54,9 @@ def diagnose(
 def _label_findings(
     runs: list[RunRecord], stale_now: StaleNow | None, recent: int
 ) -> list[Finding]:
-    latest = name_of(runs[-1])
-    order = {name_of(r): i for i, r in enumerate(runs)}
     found = [f for run in runs[-recent:] for f in within_run(run) if f.kind != "stale_models"]
     found += across_runs(runs)
+    order = {name_of(r): i for i, r in enumerate(runs)} if found else {}
     kept: dict[str, tuple[int, Finding]] = {}
     for finding in found:
         at = max((order.get(name, -1) for name in finding.runs), default=-1)
@@ -70,6 +69,7 @@ def _label_findings(
     if stale is not None:
         findings.append(stale)
     # a cause of an earlier run that the latest one no longer shows comes after the present ones
+    latest = name_of(runs[-1])
     return [
         f if latest in f.runs else dataclasses.replace(f, weight=f.weight / 2) for f in findings
     ]
@@ -138,7 +138,8 @@ def with_findings(
     before it in this kernel; only the latest ``WINDOW`` are looked at)."""
     try:
         runs = [*earlier[-(WINDOW - 1) :], record]
-        return dataclasses.replace(record, findings=summary_lines(runs))
+        lines = summary_lines(runs)
+        return record if lines == record.findings else dataclasses.replace(record, findings=lines)
     except Exception as exc:  # a bug of ours must not lose the run
         warn(f"the run was not diagnosed: {type(exc).__name__}: {exc}")
         return record

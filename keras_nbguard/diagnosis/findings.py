@@ -172,11 +172,13 @@ class RunTrend:
         runs: Sequence[RunRecord],
         values: Sequence[float],
         test: Callable[[Trend], bool],
+        may_pass: Callable[[Sequence[float]], bool] = lambda values: True,
     ) -> None:
         self.series = series  # "RSS left" (what each run leaves) or "fit time"
         self.runs = tuple(runs)  # the runs it is computed over, oldest first
         self._values = values
         self._test = test
+        self._may_pass = may_pass  # a cheap look at the values that rules the test out
         self._trend: Trend | None = None
 
     @property
@@ -189,7 +191,12 @@ class RunTrend:
     @property
     def flagged(self) -> bool:
         """Whether the diagnosis names this trend: ``MIN_RUNS`` runs at least, and its test."""
-        return len(self.runs) >= MIN_RUNS and self.trend is not None and self._test(self.trend)
+        return (
+            len(self.runs) >= MIN_RUNS
+            and self._may_pass(self._values)
+            and self.trend is not None
+            and self._test(self.trend)
+        )
 
     @property
     def slope(self) -> float | None:
@@ -225,15 +232,21 @@ def _grows(trend: Trend) -> bool:
     return trend.slope >= GROWTH_BYTES_PER_RUN and trend.rise >= NOISE_FACTOR * trend.spread
 
 
+def _may_grow(values: Sequence[float]) -> bool:
+    """False when no two runs differ by ``GROWTH_BYTES_PER_RUN``: then no pair's slope, nor
+    their median, reaches it (every run's diagnosis asks; the line costs ~20 µs)."""
+    return max(values) - min(values) >= GROWTH_BYTES_PER_RUN
+
+
 def rss_trend(runs: Sequence[RunRecord]) -> RunTrend:
     """What each run left behind in RSS: flagged when it grows ``GROWTH_BYTES_PER_RUN`` a run at
     least, beyond ``NOISE_FACTOR`` × its own spread, over ``MIN_RUNS`` runs at least
     (``state_growth``)."""
     kernel = this_kernel(runs)
     following = {id(run): later for run, later in itertools.pairwise(kernel)}
-    measured = [r for r in after_warmup(runs) if r.status == "ok" and r.rss_after is not None]
+    measured = [r for r in kernel[1:][-WINDOW:] if r.status == "ok" and r.rss_after is not None]
     values = [float(left_behind(r, following.get(id(r)))) for r in measured]
-    return RunTrend("RSS left", measured, values, _grows)
+    return RunTrend("RSS left", measured, values, _grows, _may_grow)
 
 
 def left_behind(run: RunRecord, following: RunRecord | None) -> int:

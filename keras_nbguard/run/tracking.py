@@ -243,10 +243,15 @@ class Run:
             passed = self._attempt("lifting --host-limit", self.host_limit.disarm)
             if passed:
                 self._warn(passed)
-        # the kernel's peak first, while our threads still sleep (see start)
-        hwm = self._attempt("reading the peak RSS", self._peak.read) if self._peak_reset else None
+        # the kernel's peak first, while our threads still sleep (see start); the RSS now comes
+        # with it, for the sampler's last sample
+        hwm, rss_now = (
+            self._attempt("reading the peak RSS", self._peak.read_with_rss) or (None, None)
+            if self._peak_reset
+            else (None, None)
+        )
         for step, action in (
-            ("stopping the RSS sampler", self.sampler.stop),
+            ("stopping the RSS sampler", lambda: self.sampler.stop(rss_now)),
             ("restoring fit, evaluate and predict", self.fit_timer.uninstall),
             ("restoring the trace hook", self.traces.uninstall),
             ("restoring Model.__new__", self.creations.uninstall),

@@ -254,7 +254,8 @@ class Session:
 
             record = with_findings(record, self.past.latest(run.label, WINDOW - 1), self.warn_once)
             laps.lap("diagnosis")
-            record = dataclasses.replace(record, own_time=record.own_time + laps.parts())
+            if laps.parts():
+                record = dataclasses.replace(record, own_time=record.own_time + laps.parts())
             run.record = record
             self.past.add(record)
             self._record_end(run, record)

@@ -54,13 +54,15 @@ class LiveModels:
                 for m in (r() if isinstance(r, weakref.ref) else r for r in run.models)
                 if m is not None
             ]
+            nodes = getattr(getattr(run, "creations", None), "nodes", ())
+            if not models and not nodes and run.released is None and not self._label_has(run):
+                return record  # no model now or before, no layer built: nothing to note
             ids = {id(m) for m in models}
             names = {
                 id(v): k
                 for k, v in list(self._user_ns().items())
                 if id(v) in ids and not k.startswith("_")
             }
-            nodes = getattr(getattr(run, "creations", None), "nodes", ())
             self.registry.note_run(run.label, run.run_number, models, run.id, nodes, names)
             del models
         except Exception as exc:
@@ -78,6 +80,10 @@ class LiveModels:
         except Exception as exc:
             self._warn(f"earlier runs' models were not looked at: {type(exc).__name__}: {exc}")
             return record
+
+    def _label_has(self, run: Run) -> bool:
+        """Whether a model of ``run``'s label is alive (without loading the leak finder)."""
+        return self._registry is not None and bool(self._registry.of_label(run.label))
 
     def settle(self, label: str, *, release: bool, exclude: Any = None, report: bool = True) -> Any:
         """Release ``label``'s earlier models held only by caches and Keras' bookkeeping; list
