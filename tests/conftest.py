@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
+import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Where TensorFlow turns oneDNN on by itself (recent x86 CPUs), oneDNN keeps freed tensors' memory
@@ -23,6 +26,20 @@ def history_database(tmp_path, monkeypatch):
     path = tmp_path / "runs.sqlite"
     monkeypatch.setenv("KERAS_NBGUARD_DB", str(path))
     return path
+
+
+@pytest.fixture(autouse=True)
+def python_sigint_handler():
+    """Every test starts under Python's own SIGINT handler, as a kernel runs a cell. A library
+    an earlier test loaded in this worker may have replaced it (ipykernel's app ignores SIGINT,
+    a Jupyter server asks for confirmation, Ray defers it), and then ``_thread.interrupt_main()``
+    — the stop button in the interrupt tests — does nothing: CI saw three of them run to their
+    end that way, each time after other tests in the same xdist worker."""
+    if threading.current_thread() is threading.main_thread():
+        found = signal.signal(signal.SIGINT, signal.default_int_handler)
+        if found is not signal.default_int_handler:  # who did it shows in the warnings summary
+            warnings.warn(f"SIGINT was handled by {found!r} before this test", stacklevel=1)
+    yield
 
 
 @pytest.fixture(autouse=True)
