@@ -4,8 +4,9 @@
     python bench/bench_core.py --quick    # a smoke run
 
 Figures: %load_ext time (fresh processes), per-cell overhead of ``%%kerasrun --no-clear`` against a
-plain cell (in-process, and in a real kernel from request to reply), fit throughput under the magic against bare fit, the RSS sampler's CPU cost, and the
-seed scenario (20 × build-compile-fit) bare against ``%%kerasrun``.
+plain cell (in-process, and in a real kernel from request to reply), fit throughput under the
+magic against bare fit, the RSS sampler's CPU cost, and the seed scenario (20 ×
+build-compile-fit) bare against ``%%kerasrun``.
 """
 
 from __future__ import annotations
@@ -144,10 +145,14 @@ def bench_kernel_cell_overhead() -> None:
             return seconds
 
         execute("%load_ext keras_nbguard\nimport keras")
+        execute("%%kerasrun --no-clear --quiet --label bundle\nx1 = 1")
+        execute("import keras_nbguard; bundle = keras_nbguard.runs('bundle')[-1].summary_bundle()")
         variants = {
             "plain cell": "x1 = 1",
             "%%kerasrun --no-clear --quiet": "%%kerasrun --no-clear --quiet --label t\nx1 = 1",
             "%%kerasrun --no-clear (summary shown)": "%%kerasrun --no-clear --label t2\nx1 = 1",
+            # what the kernel charges any cell for one display message of the summary's size
+            "plain cell showing a summary": "x1 = 1\ndisplay(bundle, raw=True)",
         }
         for cell in variants.values():  # first runs: imports, the RSS helper
             execute(cell)
