@@ -2,6 +2,7 @@
 
     python bench/bench_overhead.py                   # every example in bench/examples, 6 pairs
     python bench/bench_overhead.py --only mnist_convnet,dense512 --pairs 10
+    python bench/bench_overhead.py --apart 2        # also each way in kernels of its own
 
 One fresh process per example, in a real ``InteractiveShell``: the setup cell once, one warm-up of
 each way, then the train cell bare and under ``%%kerasrun --quiet`` alternately (ABAB, so the
@@ -9,6 +10,10 @@ machine's load falls on both alike). A run's time is ``shell.run_cell``'s whole 
 return: our preparation, the cell, and everything we do after it before the kernel is free again.
 Also printed: our own parts as the run's record has them (``own_time``: clear, gc, leak check,
 ...) and the gen-2 collections a run saw (ours, and the interpreter's own during the fit).
+With ``--apart ROUNDS``, also each way in kernels of its own, as a user re-runs a cell in one
+notebook: in the interleaved kernel, a ``%%kerasrun`` run's collection also frees what the bare
+run before it left, and the bare run finds the heap the magic cleaned; apart, neither pays for
+the other (the bare kernel loads no extension: nothing of ours is frozen there either).
 Goal (issue 23): the magic adds <= max(50 ms, 5%).
 ``dense512`` is the issue's own cell: a Dense(512) model built, compiled and fit for one epoch.
 Prints; asserts nothing.
@@ -71,11 +76,52 @@ print(json.dumps({"bare": bare, "magic": ours, "collections": collections,
 """
 
 
+# One way only, in a kernel of its own: the cell re-run ``runs`` times after a warm-up, as a user
+# re-runs it. Bare is a kernel without the extension (no freeze either).
+SEQUENCE = """
+import json, os, sys, time
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+os.environ["KERAS_NBGUARD_DB"] = ":memory:"
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+setup, train, runs, magic = json.loads(sys.stdin.read())
+if magic:
+    shell.run_cell("%load_ext keras_nbguard")
+    train = "%%kerasrun --quiet --label bench\\n" + train
+assert shell.run_cell(setup).success
+times = []
+for _ in range(runs + 1):  # the first warms up: TensorFlow's first traces
+    start = time.perf_counter()
+    result = shell.run_cell(train, store_history=True)
+    times.append(time.perf_counter() - start)
+    if not result.success:
+        raise SystemExit(f"the cell failed: {result.error_in_exec!r}")
+print(json.dumps({"times": times[1:]}))
+"""
+
+
+def measure_apart(setup: str, train: str, runs: int, rounds: int) -> dict:
+    """Bare and ``%%kerasrun`` each in kernels of their own, ``rounds`` of each, the order
+    swapped every round (so the machine's drift falls on both alike)."""
+    times: dict[str, list[float]] = {"bare": [], "magic": []}
+    for i in range(rounds):
+        for way in ("bare", "magic") if i % 2 == 0 else ("magic", "bare"):
+            got = _child(SEQUENCE, [setup, train, runs, way == "magic"])
+            if "error" in got:
+                return got
+            times[way] += got["times"]
+    return times
+
+
 def measure(setup: str, train: str, pairs: int) -> dict:
+    return _child(CHILD, [setup, train, pairs])
+
+
+def _child(code: str, arguments: list) -> dict:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     out = subprocess.run(
-        [sys.executable, "-c", CHILD],
-        input=json.dumps([setup, train, pairs]),
+        [sys.executable, "-c", code],
+        input=json.dumps(arguments),
         capture_output=True,
         text=True,
         env=env,
@@ -90,6 +136,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", help="comma-separated names (dense512 and the examples')")
     parser.add_argument("--pairs", type=int, default=6)
+    parser.add_argument(
+        "--apart",
+        type=int,
+        metavar="ROUNDS",
+        default=0,
+        help="also: each way in kernels of its own, ROUNDS of each, --pairs runs a kernel",
+    )
     args = parser.parse_args()
     cases = {"dense512": (DENSE512_SETUP, DENSE512_TRAIN)}
     cases.update({e.name: (e.setup, e.train) for e in examples().values()})
@@ -117,6 +170,24 @@ def main() -> None:
             f"{max(got['collections'])}"
         )
     print(f"  gc: {got.get('frozen', 'n/a')}" if chosen else "")
+    if args.apart:
+        print(
+            f"each way in kernels of its own (bare: no extension loaded), {args.apart} kernels "
+            f"each, {args.pairs} re-runs a kernel after a warm-up; medians over all re-runs:"
+        )
+        for name in chosen:
+            apart = measure_apart(*cases[name], args.pairs, args.apart)
+            if "error" in apart:
+                print(f"  {name:<20} failed: {apart['error']}")
+                continue
+            bare, magic = statistics.median(apart["bare"]), statistics.median(apart["magic"])
+            added = magic - bare
+            goal = max(0.050, 0.05 * bare)
+            print(
+                f"  {name:<20} bare {bare:6.3f} s  %%kerasrun {magic:6.3f} s  added "
+                f"{added * 1000:+6.0f} ms ({added / bare:+.1%})  "
+                f"{'meets' if added <= goal else 'misses'} the goal"
+            )
 
 
 if __name__ == "__main__":
