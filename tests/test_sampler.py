@@ -101,6 +101,41 @@ def test_the_thread_only_drains_a_few_times_a_second(monkeypatch):
     assert len(visits) <= 6  # 4 a second, and the one at stop
 
 
+def thread_wakeups(native_id: int) -> int:
+    """How often the thread has gone to sleep and been woken (its voluntary context switches)."""
+    with open(f"/proc/self/task/{native_id}/status") as status:
+        line = next(line for line in status if line.startswith("voluntary_ctxt_switches"))
+    return int(line.split()[1])
+
+
+def test_a_short_run_wakes_no_thread_and_a_long_one_is_drained_as_it_goes():
+    sampler = RssSampler(interval=0.005)  # the shared thread and the helper exist after this
+    sampler.start()
+    time.sleep(0.4)
+    sampler.stop()
+    thread = process._shared
+    assert thread is not None and thread.native_id is not None
+    time.sleep(0.1)  # the thread back asleep
+    before = thread_wakeups(thread.native_id)
+    for _ in range(30):  # runs shorter than DRAIN_SECONDS: the helper never wakes the thread
+        short = RssSampler(interval=0.005)
+        short.start()
+        short.stop()
+        assert short._watch is not None and short.samples  # sampled, at its start and stop
+        time.sleep(0.01)  # between cells: a woken thread would have gone back to sleep
+    time.sleep(0.1)
+    assert thread_wakeups(thread.native_id) - before <= 1  # (a late byte of the run before)
+    drained = []
+    long = RssSampler(interval=0.005)
+    long.listeners.append(lambda t, rss: drained.append(t))
+    long.start()
+    time.sleep(0.8)
+    during = list(drained)  # what the thread handed over while the run went
+    long.stop()
+    assert thread_wakeups(thread.native_id) > before + 1
+    assert during and max(during) > 0.3  # drained as it went, not only at stop
+
+
 def test_the_helper_ends_with_its_kernel():
     code = (
         "import time, sys; from keras_nbguard.collectors.process import RssSampler, _helper\n"

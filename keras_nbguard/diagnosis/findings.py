@@ -244,7 +244,8 @@ def rss_trend(runs: Sequence[RunRecord]) -> RunTrend:
     (``state_growth``)."""
     kernel = this_kernel(runs)
     following = {id(run): later for run, later in itertools.pairwise(kernel)}
-    measured = [r for r in kernel[1:][-WINDOW:] if r.status == "ok" and r.rss_after is not None]
+    after_first = kernel[1:][-WINDOW:]  # after_warmup(), without a second look for the kernel
+    measured = [r for r in after_first if r.status == "ok" and r.rss_after is not None]
     values = [float(left_behind(r, following.get(id(r)))) for r in measured]
     return RunTrend("RSS left", measured, values, _grows, _may_grow)
 
