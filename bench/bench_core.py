@@ -176,7 +176,7 @@ def bench_fit_throughput(shell) -> None:
     import keras_nbguard
 
     ns = shell.user_ns
-    shell.run_cell("model = make_model(); model.fit(x, y, epochs=1, verbose=0)")
+    shell.run_cell("model = make_model(); model.fit(x, y, epochs=1, verbose=0);")  # (no Out line)
     model, x, y = ns["model"], ns["x"], ns["y"]
     epochs, rounds = (2, 4) if QUICK else (2, 40)
 
