@@ -117,13 +117,18 @@ def bench_cell_overhead(shell) -> None:
                 t = time.perf_counter()
                 shell.run_cell(cell, store_history=False)
                 times[name].append(time.perf_counter() - t)
-    base = statistics.median(times["plain cell"])
     print(f"per-cell time, median of {n} interleaved runs (trivial cell):")
+    print_cell_times(times)
+    print("  goal: overhead of --no-clear --quiet <= 0.5 ms median")
+
+
+def print_cell_times(times: dict[str, list[float]]) -> None:
+    """Each variant's median, and what it adds to the plain cell's."""
+    base = statistics.median(times["plain cell"])
     for name, ts in times.items():
         med = statistics.median(ts)
         extra = "" if name == "plain cell" else f"  overhead {(med - base) * 1000:+.3f} ms"
         print(f"  {name:<40} {med * 1000:7.3f} ms{extra}")
-    print("  goal: overhead of --no-clear --quiet <= 0.5 ms median")
 
 
 def bench_kernel_cell_overhead() -> None:
@@ -163,12 +168,8 @@ def bench_kernel_cell_overhead() -> None:
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)
-    base = statistics.median(times["plain cell"])
     print(f"per-cell time in a real kernel, request to reply, median of {n} interleaved runs:")
-    for name, ts in times.items():
-        med = statistics.median(ts)
-        extra = "" if name == "plain cell" else f"  overhead {(med - base) * 1000:+.3f} ms"
-        print(f"  {name:<40} {med * 1000:7.3f} ms{extra}")
+    print_cell_times(times)
     print("  goal: <= 0.5 ms --quiet in-process (above), <= 1 ms with the summary here")
 
 

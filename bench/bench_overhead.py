@@ -132,6 +132,18 @@ def _child(code: str, arguments: list) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def verdict(name: str, times: dict) -> str:
+    """The medians of both ways, what the magic adds, and whether that meets the goal."""
+    bare, magic = statistics.median(times["bare"]), statistics.median(times["magic"])
+    added = magic - bare
+    goal = max(0.050, 0.05 * bare)
+    return (
+        f"  {name:<20} bare {bare:6.3f} s  %%kerasrun {magic:6.3f} s  added "
+        f"{added * 1000:+6.0f} ms ({added / bare:+.1%})  "
+        f"{'meets' if added <= goal else 'misses'} the goal"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", help="comma-separated names (dense512 and the examples')")
@@ -156,18 +168,12 @@ def main() -> None:
         if "error" in got:
             print(f"  {name:<20} failed: {got['error']}")
             continue
-        bare, magic = statistics.median(got["bare"]), statistics.median(got["magic"])
-        added = magic - bare
-        goal = max(0.050, 0.05 * bare)
         parts = ", ".join(
             f"{k} {v * 1000:.0f}" for k, v in sorted(got["parts"].items(), key=lambda kv: -kv[1])
         )
         print(
-            f"  {name:<20} bare {bare:6.3f} s  %%kerasrun {magic:6.3f} s  added "
-            f"{added * 1000:+6.0f} ms ({added / bare:+.1%})  "
-            f"{'meets' if added <= goal else 'misses'} the goal; ours [ms]: {parts}; "
-            f"gen-2 collections a run (ours and Python's own): {min(got['collections'])}-"
-            f"{max(got['collections'])}"
+            f"{verdict(name, got)}; ours [ms]: {parts}; gen-2 collections a run (ours and "
+            f"Python's own): {min(got['collections'])}-{max(got['collections'])}"
         )
     print(f"  gc: {got.get('frozen', 'n/a')}" if chosen else "")
     if args.apart:
@@ -180,14 +186,7 @@ def main() -> None:
             if "error" in apart:
                 print(f"  {name:<20} failed: {apart['error']}")
                 continue
-            bare, magic = statistics.median(apart["bare"]), statistics.median(apart["magic"])
-            added = magic - bare
-            goal = max(0.050, 0.05 * bare)
-            print(
-                f"  {name:<20} bare {bare:6.3f} s  %%kerasrun {magic:6.3f} s  added "
-                f"{added * 1000:+6.0f} ms ({added / bare:+.1%})  "
-                f"{'meets' if added <= goal else 'misses'} the goal"
-            )
+            print(verdict(name, apart))
 
 
 if __name__ == "__main__":
