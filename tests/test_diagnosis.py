@@ -90,6 +90,21 @@ def test_arena_swings_with_nothing_of_yours_growing_are_no_native_growth():
     assert kinds(diagnose(runs_of([1.0] * 7, steady))) == ["state_growth"]
 
 
+def test_growth_between_a_labels_runs_is_not_that_labels():
+    # Run All over two cells: "leaky" keeps 4 MiB a run, "tiny" adds nothing; the RSS left after
+    # each tiny run rises as fast, but none of it came in a tiny run
+    level, leaky, tiny = 500 * MiB, [], []
+    for n in range(1, 9):
+        kept = level + 4 * MiB
+        leaky.append(make_record(label="leaky", run_number=n, rss_before=level, rss_after=kept))
+        level = kept
+        tiny.append(make_record(label="tiny", run_number=n, rss_before=level, rss_after=level))
+    assert kinds(diagnose(tiny)) == []
+    assert kinds(diagnose(leaky)) == ["state_growth"]
+    together = diagnose([r for pair in zip(leaky, tiny, strict=True) for r in pair])
+    assert [f.runs[-1] for f in together] == ["leaky #8"]
+
+
 def test_growth_no_name_or_model_explains_is_told_as_native_with_isolate_as_the_way_out():
     rss = [500 * MiB + i * 3 * MiB for i in range(8)]
     (finding,) = diagnose(runs_of([1.0] * 8, rss))  # no name grew, no stale model alive

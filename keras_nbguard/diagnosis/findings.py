@@ -30,6 +30,7 @@ RISE_SHARE = 0.20  # a trend's rise over its window, as a share of the series' m
 NOISE_FACTOR = 3.0  # ...and as a multiple of the series' own spread
 TREND_P = 0.01  # ...and rising run after run: a Mann–Kendall test's one-sided p-value at most
 GROWTH_BYTES_PER_RUN = 2 * 2**20  # the RSS each run leaves, growing this much a run at least
+OWN_SHARE = 0.5  # ...of which a label's runs themselves add this share (their median RSS change)
 CALLBACK_SHARE = 0.10  # the user's callbacks' share of the fit time
 WRITER_BYTES = 64 * 2**10  # a callback method writing this much over a fit is checkpointing
 CHECKPOINT_SHARE = 0.10  # ...and named when its share of the fit time is this at least
@@ -232,6 +233,19 @@ def _grows(trend: Trend) -> bool:
     return trend.slope >= GROWTH_BYTES_PER_RUN and trend.rise >= NOISE_FACTOR * trend.spread
 
 
+def _grows_in_its_runs(runs: Sequence[RunRecord]) -> Callable[[Trend], bool]:
+    """``_grows``, and the runs' own RSS change (after less before, the median) makes at least
+    ``OWN_SHARE`` of the slope: the RSS left after a trivial label's runs rises with another
+    label's growth in between, and that is not the trivial label's to fix."""
+    own = sorted(
+        r.rss_after - r.rss_before
+        for r in runs
+        if r.rss_after is not None and r.rss_before is not None
+    )
+    median = own[len(own) // 2] if own else None
+    return lambda trend: _grows(trend) and (median is None or median >= OWN_SHARE * trend.slope)
+
+
 def _may_grow(values: Sequence[float]) -> bool:
     """False when no two runs differ by ``GROWTH_BYTES_PER_RUN``: then no pair's slope, nor
     their median, reaches it (every run's diagnosis asks; the line costs ~20 µs)."""
@@ -247,7 +261,7 @@ def rss_trend(runs: Sequence[RunRecord]) -> RunTrend:
     after_first = kernel[1:][-WINDOW:]  # after_warmup(), without a second look for the kernel
     measured = [r for r in after_first if r.status == "ok" and r.rss_after is not None]
     values = [float(left_behind(r, following.get(id(r)))) for r in measured]
-    return RunTrend("RSS left", measured, values, _grows, _may_grow)
+    return RunTrend("RSS left", measured, values, _grows_in_its_runs(measured), _may_grow)
 
 
 def left_behind(run: RunRecord, following: RunRecord | None) -> int:
