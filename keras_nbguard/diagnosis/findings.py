@@ -237,13 +237,18 @@ def _grows_in_its_runs(runs: Sequence[RunRecord]) -> Callable[[Trend], bool]:
     """``_grows``, and the runs' own RSS change (after less before, the median) makes at least
     ``OWN_SHARE`` of the slope: the RSS left after a trivial label's runs rises with another
     label's growth in between, and that is not the trivial label's to fix."""
-    own = sorted(
-        r.rss_after - r.rss_before
-        for r in runs
-        if r.rss_after is not None and r.rss_before is not None
-    )
-    median = own[len(own) // 2] if own else None
-    return lambda trend: _grows(trend) and (median is None or median >= OWN_SHARE * trend.slope)
+
+    def test(trend: Trend) -> bool:
+        if not _grows(trend):
+            return False  # (first: the runs' changes are looked at only for a growing line)
+        own = sorted(
+            r.rss_after - r.rss_before
+            for r in runs
+            if r.rss_after is not None and r.rss_before is not None
+        )
+        return not own or own[len(own) // 2] >= OWN_SHARE * trend.slope
+
+    return test
 
 
 def _may_grow(values: Sequence[float]) -> bool:
