@@ -28,8 +28,11 @@ def history_database(tmp_path, monkeypatch):
     return path
 
 
+_previous_test: list[str] = []  # the test this worker ran last, for the warning below
+
+
 @pytest.fixture(autouse=True)
-def python_sigint_handler():
+def python_sigint_handler(request):
     """Every test starts under Python's own SIGINT handler, as a kernel runs a cell. A library
     an earlier test loaded in this worker may have replaced it (ipykernel's app ignores SIGINT,
     a Jupyter server asks for confirmation, Ray defers it), and then ``_thread.interrupt_main()``
@@ -38,8 +41,10 @@ def python_sigint_handler():
     if threading.current_thread() is threading.main_thread():
         found = signal.signal(signal.SIGINT, signal.default_int_handler)
         if found is not signal.default_int_handler:  # who did it shows in the warnings summary
-            warnings.warn(f"SIGINT was handled by {found!r} before this test", stacklevel=1)
+            after = _previous_test[-1] if _previous_test else "none"
+            warnings.warn(f"SIGINT was handled by {found!r} (test before: {after})", stacklevel=1)
     yield
+    _previous_test[:] = [request.node.nodeid]
 
 
 @pytest.fixture(autouse=True)
