@@ -122,6 +122,12 @@ def test_epoch_time_rising_within_a_fit_is_told_apart_from_runs():
     assert kinds(diagnose([record])) == ["epoch_slowdown"]
 
 
+def test_a_rise_of_a_few_milliseconds_within_a_fit_is_no_epoch_slowdown():
+    epochs = (0.9, 0.056, 0.058, 0.061, 0.064, 0.067, 0.071)  # 15 ms: a busier machine
+    record = make_record(fits=(FitRecord(seconds=sum(epochs), epochs=7, epoch_seconds=epochs),))
+    assert kinds(diagnose([record])) == []
+
+
 def test_the_trend_is_robust_to_one_outlier():
     trend = Trend([1.0, 1.0, 1.0, 5.0, 1.0, 1.0])
     assert trend.slope == 0.0 and not trend.rises()

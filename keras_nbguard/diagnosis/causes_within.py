@@ -8,6 +8,7 @@ import statistics
 from keras_nbguard.diagnosis.findings import (
     CALLBACK_SHARE,
     CHECKPOINT_SHARE,
+    EPOCH_RISE_SECONDS,
     GPU_HELD_SHARE,
     GPU_USED_SHARE,
     INPUT_SHARE,
@@ -223,7 +224,7 @@ def _epoch_slowdown(run: RunRecord) -> Finding | None:
         if len(epochs) < MIN_EPOCHS:
             continue
         trend = Trend(epochs)
-        if trend.rises():
+        if trend.rise >= EPOCH_RISE_SECONDS and trend.rises():
             return Finding(
                 "epoch_slowdown",
                 f"epoch time rose {fmt_seconds(trend.rise)} within a fit of {name_of(run)} "

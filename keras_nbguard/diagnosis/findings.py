@@ -26,6 +26,8 @@ from keras_nbguard.records.run import RunRecord
 # -- every threshold, in one place ------------------------------------------------------------
 MIN_RUNS = 5  # runs of a label (after its first, a warm-up) before a trend across runs is judged
 MIN_EPOCHS = 5  # epochs of a fit (after its first, which traces) before a trend within it
+EPOCH_RISE_SECONDS = 0.05  # ...and a rise over the fit of this much at least: CI saw epochs of
+# 56 ms rise 15 ms (24%) run after run while the machine's load grew, in a fit with no cause
 RISE_SHARE = 0.20  # a trend's rise over its window, as a share of the series' median
 NOISE_FACTOR = 3.0  # ...and as a multiple of the series' own spread
 TREND_P = 0.01  # ...and rising run after run: a Mann–Kendall test's one-sided p-value at most
