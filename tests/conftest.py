@@ -33,11 +33,11 @@ _previous_test: list[str] = []  # the test this worker ran last, for the warning
 
 @pytest.fixture(autouse=True)
 def python_sigint_handler(request):
-    """Every test starts under Python's own SIGINT handler, as a kernel runs a cell. A library
-    an earlier test loaded in this worker may have replaced it (ipykernel's app ignores SIGINT,
-    a Jupyter server asks for confirmation, Ray defers it), and then ``_thread.interrupt_main()``
-    — the stop button in the interrupt tests — does nothing: CI saw three of them run to their
-    end that way, each time after other tests in the same xdist worker."""
+    """Every test starts under Python's own SIGINT handler, as a kernel runs a cell. pytest-xdist's
+    workers start with SIGINT ignored (CI's warning: "SIG_IGN (test before: none)"), and then
+    ``_thread.interrupt_main()`` — the stop button in the interrupt tests — does nothing: they
+    passed only where an earlier test in the worker had put Python's handler back. A warning
+    names any other handler found, and the test run before it."""
     if threading.current_thread() is threading.main_thread():
         found = signal.signal(signal.SIGINT, signal.default_int_handler)
         if found is not signal.default_int_handler:  # who did it shows in the warnings summary
