@@ -263,6 +263,49 @@ def test_jupyters_restart_keeps_the_kernel_id_and_the_history(start_kernel: Star
     ) == [0, 1]  # a new one at #2
 
 
+def test_a_cells_run_is_stored_after_the_reply_and_its_summary_overtakes_no_output(
+    start_kernel: StartKernel, history_database: Path
+) -> None:
+    """Off the cell's path (bench_core.py): the store's writer is woken once the reply is out,
+    and the summary skips ipykernel's stream flushes only when no text waits to be sent."""
+    kernel = start_kernel()
+    kernel.ok("%load_ext keras_nbguard")
+    kernel.ok(
+        "import time, keras_nbguard\n"
+        "_pub, _flushes, _written = type(get_ipython().display_pub), [], []\n"
+        "_flush = _pub._flush_streams\n"
+        "_pub._flush_streams = lambda self: (_flushes.append(1), _flush(self))[1]\n"
+        "_store = keras_nbguard.get_session().store\n"
+        "_write = _store.write_held\n"
+        "_store.write_held = lambda: (_written.append(time.time()), _write())[1]\n"
+    )
+
+    def run(cell: str) -> tuple[float, list[str]]:
+        """The reply's time, and what the cell sent, in order."""
+        sent: list[str] = []
+
+        def keep(msg: dict[str, Any]) -> None:
+            if msg["msg_type"] == "stream":
+                sent.append(msg["content"]["text"].strip())
+            elif msg["msg_type"] == "display_data":
+                sent.append(msg["content"]["data"]["text/plain"].split("\n")[0])
+
+        reply = kernel.kc.execute_interactive(cell, timeout=CELL_TIMEOUT, output_hook=keep)
+        assert reply["content"]["status"] == "ok", sent
+        return reply["header"]["date"].timestamp(), sent
+
+    replied, sent = run("%%kerasrun --no-clear --label quiet\nx1 = 1")
+    assert sent == ["kerasrun 'quiet' #1"], sent
+    assert kernel.value("len(_flushes)") == 0  # nothing waited: no round trips
+    assert kernel.value("_written")[-1] > replied  # the run was written after the reply
+    with read_only(history_database) as db:
+        assert db.execute("SELECT status FROM runs WHERE label = 'quiet'").fetchall() == [("ok",)]
+
+    _, sent = run('%%kerasrun --no-clear --label talks\nprint("first")')
+    assert sent == ["first", "kerasrun 'talks' #1"], sent  # the text before the summary
+    assert kernel.value("len(_flushes)") == 1
+
+
 def test_a_killed_kernels_run_is_reported_by_the_next_kernel(
     start_kernel: StartKernel, history_database: Path
 ) -> None:

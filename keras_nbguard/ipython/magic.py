@@ -20,6 +20,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from keras_nbguard.collectors.gpu import TfGpu
+from keras_nbguard.ipython.after_cell import after_the_cell
 from keras_nbguard.ipython.cell import (
     KerasrunCells,
     inside_a_cell,
@@ -34,6 +35,7 @@ from keras_nbguard.ipython.magic_options import (
     run_changes,
     run_option_arguments,
 )
+from keras_nbguard.ipython.show import show_bundle
 from keras_nbguard.ipython.stable_code import CodeCache, StableCellCode
 from keras_nbguard.ipython.status import history_db_row, option_rows, status_rows
 from keras_nbguard.prepare import gpu_setup
@@ -252,12 +254,14 @@ class KerasMagics(Magics):
             print(advice_for_label(self.session, label, options))
         run = None
         try:
-            with self.session.track(label, cell_id=self._cell_id, run_options=options) as run:
+            with self.session.track(
+                label, cell_id=self._cell_id, run_options=options, ends_the_cell=True
+            ) as run:
                 yield
         finally:
             if run is not None and run.record is not None and not options.quiet:
                 # a ready bundle: IPython needn't ask the record for each of its formats
-                display(run.record.summary_bundle(), raw=True)
+                show_bundle(self.shell, run.record.summary_bundle())
 
     @magic_arguments()
     @argument("command", choices=SUBCOMMANDS, help=" | ".join(SUBCOMMANDS))
@@ -441,6 +445,7 @@ class KerasMagics(Magics):
 def load(shell: Any) -> KerasMagics:
     unload(shell)  # a second %load_ext must not double anything
     session = Session(shell=shell)
+    session.after_the_cell = after_the_cell
     for problem in gpu_setup.configure_at_load(TfGpu.if_imported()):
         session.warn_once(problem)
     magics = KerasMagics(shell, session)

@@ -59,6 +59,9 @@ class Session:
         self.events = Events(self.warn_once)
         self.current: Run | None = None
         self.shell = shell  # the IPython shell when loaded as an extension
+        # The IPython layer's "once the cell is over" (the kernel's reply sent): a run that
+        # ends with its cell is written to the store then. None: at once.
+        self.after_the_cell: Callable[[Callable[[], None]], None] | None = None
         self.notebook = notebook_key(shell)
         self.past = RunHistory(self.notebook, self.warn_once)
         self.kernel_id = kernel_id()
@@ -163,12 +166,14 @@ class Session:
         *,
         cell_id: str | None = None,
         run_options: RunOptions | None = None,
+        ends_the_cell: bool = False,
         **options: Any,
     ) -> Iterator[Run]:
         """Prepare and measure a block like ``%%kerasrun`` does a cell (``options``: the
         ``RunOptions`` fields that differ from the session's, checked; ``run_options``: all of
         them, checked already, as the magic has them); the record is kept however the block
-        ends."""
+        ends. ``ends_the_cell``: nothing of the cell comes after the block (the magic's), so
+        its record is written to the store once the cell is over."""
         __tracebackhide__ = True
         if run_options is None:
             run_options = checked_options(self.options, **options)
@@ -180,7 +185,7 @@ class Session:
             error = exc
             raise
         finally:
-            self.finish(run, error)
+            self.finish(run, error, ends_the_cell=ends_the_cell)
 
     def services(self) -> RunServices:
         """What a run needs of the kernel, and nothing more."""
@@ -230,7 +235,9 @@ class Session:
         self._record_start(run)
         return run
 
-    def finish(self, run: Run, error: BaseException | None) -> RunRecord | None:
+    def finish(
+        self, run: Run, error: BaseException | None, *, ends_the_cell: bool = False
+    ) -> RunRecord | None:
         """Stop the run's collectors and keep its record; never raises (it runs in a finally)."""
         try:
             # the previous run as found at begin(): runs don't nest, so it is still the last one
@@ -258,10 +265,10 @@ class Session:
                 record = dataclasses.replace(record, own_time=record.own_time + laps.parts())
             run.record = record
             self.past.add(record)
-            self._record_end(run, record)
+            self._record_end(run, record, ends_the_cell)
             self.events.emit("record", record)
         else:
-            self._record_end(run, None)
+            self._record_end(run, None, ends_the_cell)
         for name, arguments in queued:
             self.perform(name, **arguments)
         return record
@@ -325,10 +332,21 @@ class Session:
         if self.store is not None:
             feed.record_start(self.store, run, self.warn_once)
 
-    def _record_end(self, run: Run, record: RunRecord | None) -> None:
+    def _record_end(self, run: Run, record: RunRecord | None, ends_the_cell: bool) -> None:
         run_feed = self._run_feeds.pop(run.id, None)
-        if self.store is not None and run_feed is not None:
-            feed.record_end(self.store, self.events, run_feed, record, self.warn_once)
+        if self.store is None or run_feed is None:
+            return
+        # Written after the cell: the store's thread, woken now, would take the interpreter
+        # lock while the kernel finishes the cell and replies (~0.3 ms a cell, bench_core.py).
+        later = self.after_the_cell if ends_the_cell else None
+        feed.record_end(
+            self.store, self.events, run_feed, record, self.warn_once, held=later is not None
+        )
+        if later is not None:
+            try:
+                later(self.store.write_held)
+            except Exception:  # never left unwritten
+                self.store.write_held()
 
     # -- resets ----------------------------------------------------------------------------------
     def perform(self, name: str, **arguments: Any) -> ActionReport:

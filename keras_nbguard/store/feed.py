@@ -62,16 +62,18 @@ def record_end(
     feed: RunFeed,
     record: RunRecord | None,
     warn: Callable[[str], object],
+    *,
+    held: bool = False,
 ) -> None:
     """Stop following the run and store its record (None: none could be made; the stored run
-    keeps its start and samples)."""
+    keeps its start and samples); ``held``: once ``store.write_held()`` is called."""
     events.unsubscribe("sample", feed.on_sample)
     events.unsubscribe("sampled", feed.on_batch_end)
     events.unsubscribe("epoch", feed.on_epoch)
     try:
-        feed.close()
+        feed.close(held)
         if record is not None:
-            store.run_finished(feed.run_id, record)
+            store.run_finished(feed.run_id, record, held=held)
     except Exception as exc:
         warn(f"run history: the run's result was not stored ({exc})")
 
@@ -113,13 +115,13 @@ class RunFeed:
     def on_epoch(self, epoch: int, seconds: float) -> None:
         self._store.add_epoch(self.run_id, epoch, seconds)
 
-    def close(self) -> None:
+    def close(self, held: bool = False) -> None:
         if self._window is not None:
             self._pending.append(self._window)
             self._window = None
-        self._hand_over()
+        self._hand_over(held)
 
-    def _hand_over(self) -> None:
+    def _hand_over(self, held: bool = False) -> None:
         pending, self._pending = self._pending, []
         self._last_flush = time.monotonic()
-        self._store.add_samples(self.run_id, pending)
+        self._store.add_samples(self.run_id, pending, held=held)

@@ -195,7 +195,8 @@ class Store:
         started_at: float,
         rss: int | None,
     ) -> None:
-        self._submit(
+        # held (writer.hold): written with the run's first samples (~0.25 s in) or its end
+        self.writer.hold(
             "INSERT INTO runs (id, notebook, cell_id, label, run_number, kernel_id, pid, "
             "pid_started, started_at, updated_at, status, last_rss) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
@@ -214,16 +215,22 @@ class Store:
             ),
         )
 
-    def add_samples(self, run_id: str, samples: list[tuple[float, int]]) -> None:
+    def add_samples(
+        self, run_id: str, samples: list[tuple[float, int]], *, held: bool = False
+    ) -> None:
         if samples:
-            self._submit("samples", (run_id, samples))
+            (self.writer.hold if held else self._submit)("samples", (run_id, samples))
 
     def add_epoch(self, run_id: str, epoch: int, seconds: float) -> None:
         self._submit("INSERT INTO epochs VALUES (?, ?, ?)", (run_id, epoch, seconds))
 
-    def run_finished(self, run_id: str, record: RunRecord) -> None:
+    def run_finished(self, run_id: str, record: RunRecord, *, held: bool = False) -> None:
+        """``held``: written at ``write_held()`` (the cell's end) rather than now."""
         # serialized on the writer thread: the cell does not wait for the JSON either
-        self._submit("finish", (run_id, record))
+        (self.writer.hold if held else self._submit)("finish", (run_id, record))
+
+    def write_held(self) -> None:
+        self.writer.release()
 
     def flush(self, timeout: float = 5.0) -> None:
         """Wait until everything submitted so far is committed (``timeout`` at most)."""
