@@ -33,7 +33,7 @@ from keras_nbguard.models.nodes import node_lists, node_types
 from keras_nbguard.models.own_parts import mark_own_parts
 from keras_nbguard.models.registry import ModelRegistry
 from keras_nbguard.models.roots import Roots, find_roots, is_own_frame, module_root, name_map
-from keras_nbguard.prepare.gcfreeze import frozen_holders
+from keras_nbguard.prepare.gcfreeze import frozen_boxes, frozen_holders
 
 
 class Probe:
@@ -98,18 +98,16 @@ class Probe:
         # The first scan also discovers the models we did not know: an instance refers to its class.
         frontier: list[Any] = [*classes, *(m for m in models if id(m) not in self.internal)]
         discovered: list[Any] = []
+        # frozen namespaces and modules (gcfreeze.py) are out of the scans' sight
+        boxes = frozen_boxes((obj, isinstance(name, str)) for obj, name in roots.values())
+        own.add(id(boxes))
         for depth in range(self.max_depth + 1):
             if not frontier or (depth and time.perf_counter() - t0 > self.time_limit):
                 break
             args = tuple(frontier)
             found = gc.get_referrers(*args)
-            # frozen namespaces and modules (gcfreeze.py) are out of the scan's sight
             targets = {id(o) for o in args} - (class_ids if depth == 0 else set())
-            found.extend(
-                frozen_holders(
-                    targets, ((obj, isinstance(name, str)) for obj, name in roots.values())
-                )
-            )
+            found.extend(frozen_holders(targets, boxes))
             self.scans += 1
             skip = own | {id(args), id(found), id(frontier), id(discovered)}
             if depth == 0:

@@ -179,16 +179,16 @@ def _subclasses(base: type) -> list[type]:
     return seen
 
 
-def frozen_holders(targets: Iterable[int], containers: Iterable[tuple[Any, bool]]) -> list[Any]:
-    """The ``containers`` ((object, whether it is a module's namespace)) that refer directly to an
-    object whose id is in ``targets``, for those
-    a heap scan cannot see once frozen: namespaces, IPython's caches and the user's own modules.
+def frozen_boxes(containers: Iterable[tuple[Any, bool]]) -> list[Any]:
+    """Of ``containers`` ((object, whether it is a module's namespace)), those a heap scan cannot
+    see once frozen: namespaces, IPython's caches and the user's own modules, with the
+    attributes of the instances among them. Asked once per walk: ``frozen_holders`` looks in
+    them at each of its levels.
 
-    Installed packages' and the standard library's modules are not looked at (thousands of dicts,
+    Installed packages' and the standard library's modules are left out (thousands of dicts,
     twice a heap scan's cost per level of a walk): a model they hold is held by a framework's
     container anyway, which the leak finder does not follow."""
-    wanted = set(targets)
-    if not wanted or not _frozen_here():
+    if not _frozen_here():
         return []
     boxes: list[Any] = []
     for box, module in containers:
@@ -200,17 +200,32 @@ def frozen_holders(targets: Iterable[int], containers: Iterable[tuple[Any, bool]
         inner = getattr(box, "__dict__", None)  # an instance's attributes live in its own dict
         if isinstance(inner, dict):
             boxes.append(inner)
+    return boxes
+
+
+def frozen_holders(targets: Iterable[int], boxes: list[Any]) -> list[Any]:
+    """The ``boxes`` (``frozen_boxes``) that refer directly to an object whose id is in
+    ``targets``."""
+    wanted = set(targets)
+    if not wanted:
+        return []
     return [box for box in boxes if wanted.intersection(map(id, gc.get_referents(box)))]
 
 
 def _users_module(namespace: dict[str, Any]) -> bool:
-    """A module of the user's own: not installed, not the standard library's, not built in."""
+    """A module of the user's own: not installed, not the standard library's, not built in.
+    Remembered per namespace (thousands of them, the same at every run), as long as its
+    ``__file__`` is the same string."""
     path = namespace.get("__file__")
-    if not isinstance(path, str):
-        return False
-    return not path.startswith(_INSTALLED)
+    known = _MODULE_KINDS.get(id(namespace))
+    if known is not None and known[0] is path:
+        return known[1]
+    users = isinstance(path, str) and not path.startswith(_INSTALLED)
+    _MODULE_KINDS[id(namespace)] = (path, users)
+    return users
 
 
+_MODULE_KINDS: dict[int, tuple[Any, bool]] = {}  # id(namespace) -> (its __file__, users?)
 _INSTALLED = tuple(
     dict.fromkeys(
         os.path.join(os.path.realpath(p), "")
