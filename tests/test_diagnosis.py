@@ -14,6 +14,7 @@ from helpers import make_record, run
 import keras_nbguard
 from keras_nbguard.diagnosis.compare import Comparison, find_run
 from keras_nbguard.diagnosis.diagnose import MIN_RUNS, Trend, diagnose
+from keras_nbguard.diagnosis.findings import trends_text
 from keras_nbguard.records.formatting import fmt_seconds
 from keras_nbguard.records.run import FitRecord, GpuReading, HeldModels
 
@@ -103,6 +104,12 @@ def test_growth_between_a_labels_runs_is_not_that_labels():
     assert kinds(diagnose(leaky)) == ["state_growth"]
     together = diagnose([r for pair in zip(leaky, tiny, strict=True) for r in pair])
     assert [f.runs[-1] for f in together] == ["leaky #8"]
+    # the dashboard's line for tiny still shows the rise, without ⚠ and saying where it came
+    assert trends_text("tiny", tiny).startswith(
+        "tiny: RSS left +4.0 MiB per run over runs 2–8 (grown between its runs: each run itself "
+        "+0.0 MiB)"
+    )
+    assert trends_text("leaky", leaky).startswith("leaky: ⚠ RSS left +4.0 MiB per run")
 
 
 def test_growth_no_name_or_model_explains_is_told_as_native_with_isolate_as_the_way_out():

@@ -176,12 +176,14 @@ class RunTrend:
         values: Sequence[float],
         test: Callable[[Trend], bool],
         may_pass: Callable[[Sequence[float]], bool] = lambda values: True,
+        unflagged_because: Callable[[Trend], str | None] = lambda trend: None,
     ) -> None:
         self.series = series  # "RSS left" (what each run leaves) or "fit time"
         self.runs = tuple(runs)  # the runs it is computed over, oldest first
         self._values = values
         self._test = test
         self._may_pass = may_pass  # a cheap look at the values that rules the test out
+        self._unflagged_because = unflagged_because  # why a line that looks it is no finding
         self._trend: Trend | None = None
 
     @property
@@ -228,7 +230,12 @@ class RunTrend:
             if self.series == "RSS left"
             else fmt_seconds(slope, signed=True)
         )
-        return f"{'⚠ ' if self.flagged else ''}{self.series} {rate} per run over {self.span}"
+        flagged = self.flagged
+        why = "" if flagged else self._unflagged_because(self.trend)
+        return (
+            f"{'⚠ ' if flagged else ''}{self.series} {rate} per run over {self.span}"
+            f"{f' ({why})' if why else ''}"
+        )
 
 
 def _grows(trend: Trend) -> bool:
@@ -243,14 +250,34 @@ def _grows_in_its_runs(runs: Sequence[RunRecord]) -> Callable[[Trend], bool]:
     def test(trend: Trend) -> bool:
         if not _grows(trend):
             return False  # (first: the runs' changes are looked at only for a growing line)
-        own = sorted(
-            r.rss_after - r.rss_before
-            for r in runs
-            if r.rss_after is not None and r.rss_before is not None
-        )
-        return not own or own[len(own) // 2] >= OWN_SHARE * trend.slope
+        own = _own_change(runs)
+        return own is None or own >= OWN_SHARE * trend.slope
 
     return test
+
+
+def _own_change(runs: Sequence[RunRecord]) -> int | None:
+    """The median RSS change within the runs (after less before)."""
+    own = sorted(
+        r.rss_after - r.rss_before
+        for r in runs
+        if r.rss_after is not None and r.rss_before is not None
+    )
+    return own[len(own) // 2] if own else None
+
+
+def _grown_between(runs: Sequence[RunRecord]) -> Callable[[Trend], str | None]:
+    """Why a growing RSS line is not the label's (the dashboard shows the line with it)."""
+
+    def why(trend: Trend) -> str | None:
+        own = _own_change(runs)
+        if not _grows(trend) or own is None or own >= OWN_SHARE * trend.slope:
+            return None
+        from keras_nbguard.records.formatting import fmt_bytes  # formatting imports records
+
+        return f"grown between its runs: each run itself {fmt_bytes(own, signed=True)}"
+
+    return why
 
 
 def _may_grow(values: Sequence[float]) -> bool:
@@ -268,7 +295,14 @@ def rss_trend(runs: Sequence[RunRecord]) -> RunTrend:
     after_first = kernel[1:][-WINDOW:]  # after_warmup(), without a second look for the kernel
     measured = [r for r in after_first if r.status == "ok" and r.rss_after is not None]
     values = [float(left_behind(r, following.get(id(r)))) for r in measured]
-    return RunTrend("RSS left", measured, values, _grows_in_its_runs(measured), _may_grow)
+    return RunTrend(
+        "RSS left",
+        measured,
+        values,
+        _grows_in_its_runs(measured),
+        _may_grow,
+        _grown_between(measured),
+    )
 
 
 def left_behind(run: RunRecord, following: RunRecord | None) -> int:
