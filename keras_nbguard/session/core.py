@@ -231,7 +231,7 @@ class Session:
             self.current = None
             run.stop(None)
             raise
-        # after start(): the store's writer thread, woken now, can't slow the run's own set-up
+        # held, not written yet (writer.hold): its first samples or its end wake the writer
         self._record_start(run)
         return run
 
