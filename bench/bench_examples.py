@@ -13,7 +13,8 @@ IPython shell, the setup cell once, the train cell N times. Per example it print
   in brackets: it ignores a single jump), bare / kerasrun / isolate (isolate: the kernel's RSS;
   the runs happen in child processes); and ``h``, the least-squares slope of glibc's heap in use
   (``mallinfo2``), which the allocator's slack (RSS swings +-15 MiB from run to run here, so a
-  9-run RSS slope is +-2-5 MiB/run of noise) does not blur;
+  9-run RSS slope is +-2-5 MiB/run of noise) does not blur; with 20 runs or more, also the slope
+  over runs 13..N (least squares): a growth that levels off is the framework warming up;
 - fit time of run 1 and run N (bare: ``Model.fit`` timed by a wrapper; n/a where the example
   has no ``fit``);
 - the cell's time, kerasrun / bare: median of runs 2..N each, their ratio and difference; the
@@ -45,6 +46,7 @@ from bench.examples.runner import MODES, measure
 
 MIB = 2**20
 FIRST = 4  # runs 1-3 hold TensorFlow's and the example's one-time warm-up
+LATER = 13  # with 20 runs or more, the slope from here on too: does the growth go on?
 GOAL_KERASRUN_MIB = 1.0
 GOAL_ISOLATE_MIB = 0.3
 GOAL_TIME_S, GOAL_TIME_SHARE = 0.050, 0.05
@@ -77,9 +79,12 @@ def figures(seen: dict[str, Any]) -> dict[str, Any]:
         for line in r.get("findings", []):
             findings.setdefault(line.split(":")[0], f"run {r['n']}: {line}")
     last = runs[-1] if runs else {}
+    later = [r["rss"] / MIB for r in runs[LATER - 1 :]]
     return {
         "lsq": lsq(tail),
         "ts": theil_sen(tail),
+        # a growth that levels off (the framework warming up) from one that goes on: 20+ runs
+        "later": lsq(later) if len(runs) >= LATER + 7 else None,
         "heap": lsq(heap) if len(heap) == len(tail) else None,
         "fit1": runs[0].get("fit_s") if runs else None,
         "fitN": last.get("fit_s"),
@@ -174,7 +179,13 @@ def main() -> None:
             got = table.setdefault(name, {})[mode] = figures(seen)
             print(
                 f"  {name:>20} {mode:>8}: {_f(got['lsq'])} [{_f(got['ts'])}] MiB/run "
-                f"(heap in use {_f(got['heap'])}), fit "
+                f"(heap in use {_f(got['heap'])}"
+                + (
+                    f"; runs {LATER}-{args.runs} {_f(got['later'])}"
+                    if got["later"] is not None
+                    else ""
+                )
+                + "), fit "
                 f"#1 {_f(got['fit1'], '{:.2f}')} s #{args.runs} {_f(got['fitN'], '{:.2f}')} s, "
                 f"cell {_f(got['cell'], '{:.2f}')} s (cpu {_f(got['cpu'], '{:.2f}')} s), "
                 f"ok {got['ok']} "
