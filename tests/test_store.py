@@ -425,10 +425,14 @@ def test_held_writes_wait_for_their_release_and_land_before_later_ones(tmp_path)
     store.add_samples("second", [(0.1, 5)])
     store.run_finished("second", make_record(label="a"))
     wait_until(lambda: stored() == [("first", "ok"), ("second", "ok")])
-    # and closing writes what is still held
+    # an end still held when the next run starts (its release never came) is written then
     store.run_started("third", key, "a", 3, 3.0, None)
+    store.run_finished("third", make_record(label="a"), held=True)
+    store.run_started("fourth", key, "a", 4, 4.0, None)
+    wait_until(lambda: stored()[-1] == ("third", "ok"))
+    # and closing writes what is still held
     store.close()
-    assert stored()[-1] == ("third", "running")
+    assert stored()[-1] == ("fourth", "running")
 
 
 def test_a_closed_store_writes_nothing_and_reads_nothing(tmp_path):

@@ -195,6 +195,8 @@ class Store:
         started_at: float,
         rss: int | None,
     ) -> None:
+        if self.writer.holding:  # an earlier run's end whose "after the cell" never came (a
+            self.writer.release()  # loop closed first: asyncio.run in a cell): written now
         # held (writer.hold): written with the run's first samples (~0.25 s in) or its end
         self.writer.hold(
             "INSERT INTO runs (id, notebook, cell_id, label, run_number, kernel_id, pid, "

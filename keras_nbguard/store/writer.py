@@ -66,6 +66,10 @@ class Writer:
         with self._order:
             self._queue_held()
 
+    @property
+    def holding(self) -> bool:
+        return bool(self._held)
+
     def _queue_held(self) -> None:
         held, self._held = self._held, []
         for entry in held:
