@@ -312,9 +312,7 @@ def test_a_six_hour_run_keeps_a_few_thousand_sample_rows_and_its_peak():
         def __init__(self) -> None:
             self.rows: list[tuple[float, int]] = []
 
-        def add_samples(
-            self, run_id: str, samples: list[tuple[float, int]], *, held: bool = False
-        ) -> None:
+        def add_samples(self, run_id: str, samples: list[tuple[float, int]]) -> None:
             self.rows.extend(samples)
 
     store = Rows()
@@ -400,39 +398,6 @@ def test_a_failed_write_is_rolled_back_and_the_next_batch_still_lands(tmp_path):
     assert ids == ["good-1", "good-2", "next-batch"]
     assert len(warnings) == 1 and "1 write(s) failed" in warnings[0]
     store.close()
-
-
-def test_held_writes_wait_for_their_release_and_land_before_later_ones(tmp_path):
-    """A run's start (and, for a cell's run, its end) is held so that no cell wakes the writer
-    thread; held writes must still land, and in order: an end before its start would leave the
-    run "running" (then "died") for good."""
-    path = tmp_path / "runs.sqlite"
-    store = Store(str(path))
-    key = RunKey("nb", None, "k", os.getpid(), 0.0)
-
-    def stored() -> list[tuple[str, str]]:
-        with sqlite3.connect(path) as db:
-            return db.execute("SELECT id, status FROM runs ORDER BY started_at").fetchall()
-
-    store.run_started("first", key, "a", 1, 1.0, None)
-    store.run_finished("first", make_record(label="a"), held=True)
-    time.sleep(0.3)  # the writer thread is up (hold starts it), and asleep: nothing is written
-    assert store.writer._thread.is_alive() and stored() == []
-    store.write_held()
-    wait_until(lambda: stored() == [("first", "ok")])
-    # a held start goes out, first, with whatever is submitted next (a run's first samples)
-    store.run_started("second", key, "a", 2, 2.0, None)
-    store.add_samples("second", [(0.1, 5)])
-    store.run_finished("second", make_record(label="a"))
-    wait_until(lambda: stored() == [("first", "ok"), ("second", "ok")])
-    # an end still held when the next run starts (its release never came) is written then
-    store.run_started("third", key, "a", 3, 3.0, None)
-    store.run_finished("third", make_record(label="a"), held=True)
-    store.run_started("fourth", key, "a", 4, 4.0, None)
-    wait_until(lambda: stored()[-1] == ("third", "ok"))
-    # and closing writes what is still held
-    store.close()
-    assert stored()[-1] == ("fourth", "running")
 
 
 def test_a_closed_store_writes_nothing_and_reads_nothing(tmp_path):

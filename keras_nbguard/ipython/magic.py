@@ -20,7 +20,6 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from keras_nbguard.collectors.gpu import TfGpu
-from keras_nbguard.ipython.after_cell import after_the_cell
 from keras_nbguard.ipython.cell import (
     KerasrunCells,
     inside_a_cell,
@@ -254,9 +253,7 @@ class KerasMagics(Magics):
             print(advice_for_label(self.session, label, options))
         run = None
         try:
-            with self.session.track(
-                label, cell_id=self._cell_id, run_options=options, ends_the_cell=True
-            ) as run:
+            with self.session.track(label, cell_id=self._cell_id, run_options=options) as run:
                 yield
         finally:
             if run is not None and run.record is not None and not options.quiet:
@@ -445,7 +442,6 @@ class KerasMagics(Magics):
 def load(shell: Any) -> KerasMagics:
     unload(shell)  # a second %load_ext must not double anything
     session = Session(shell=shell)
-    session.after_the_cell = after_the_cell
     for problem in gpu_setup.configure_at_load(TfGpu.if_imported()):
         session.warn_once(problem)
     magics = KerasMagics(shell, session)

@@ -59,9 +59,6 @@ class Session:
         self.events = Events(self.warn_once)
         self.current: Run | None = None
         self.shell = shell  # the IPython shell when loaded as an extension
-        # The IPython layer's "once the cell is over" (the kernel's reply sent): a run that
-        # ends with its cell is written to the store then. None: at once.
-        self.after_the_cell: Callable[[Callable[[], None]], None] | None = None
         self.notebook = notebook_key(shell)
         self.past = RunHistory(self.notebook, self.warn_once)
         self.kernel_id = kernel_id()
@@ -166,14 +163,12 @@ class Session:
         *,
         cell_id: str | None = None,
         run_options: RunOptions | None = None,
-        ends_the_cell: bool = False,
         **options: Any,
     ) -> Iterator[Run]:
         """Prepare and measure a block like ``%%kerasrun`` does a cell (``options``: the
         ``RunOptions`` fields that differ from the session's, checked; ``run_options``: all of
         them, checked already, as the magic has them); the record is kept however the block
-        ends. ``ends_the_cell``: nothing of the cell comes after the block (the magic's), so
-        its record is written to the store once the cell is over."""
+        ends."""
         __tracebackhide__ = True
         if run_options is None:
             run_options = checked_options(self.options, **options)
@@ -185,7 +180,7 @@ class Session:
             error = exc
             raise
         finally:
-            self.finish(run, error, ends_the_cell=ends_the_cell)
+            self.finish(run, error)
 
     def services(self) -> RunServices:
         """What a run needs of the kernel, and nothing more."""
@@ -231,13 +226,11 @@ class Session:
             self.current = None
             run.stop(None)
             raise
-        # held, not written yet (writer.hold): its first samples or its end wake the writer
+        # after start(): the store's writer thread, woken now, can't slow the run's own set-up
         self._record_start(run)
         return run
 
-    def finish(
-        self, run: Run, error: BaseException | None, *, ends_the_cell: bool = False
-    ) -> RunRecord | None:
+    def finish(self, run: Run, error: BaseException | None) -> RunRecord | None:
         """Stop the run's collectors and keep its record; never raises (it runs in a finally)."""
         try:
             # the previous run as found at begin(): runs don't nest, so it is still the last one
@@ -265,10 +258,10 @@ class Session:
                 record = dataclasses.replace(record, own_time=record.own_time + laps.parts())
             run.record = record
             self.past.add(record)
-            self._record_end(run, record, ends_the_cell)
+            self._record_end(run, record)
             self.events.emit("record", record)
         else:
-            self._record_end(run, None, ends_the_cell)
+            self._record_end(run, None)
         for name, arguments in queued:
             self.perform(name, **arguments)
         return record
@@ -332,21 +325,10 @@ class Session:
         if self.store is not None:
             feed.record_start(self.store, run, self.warn_once)
 
-    def _record_end(self, run: Run, record: RunRecord | None, ends_the_cell: bool) -> None:
+    def _record_end(self, run: Run, record: RunRecord | None) -> None:
         run_feed = self._run_feeds.pop(run.id, None)
-        if self.store is None or run_feed is None:
-            return
-        # Written after the cell: the store's thread, woken now, would take the interpreter
-        # lock while the kernel finishes the cell and replies (~0.3 ms a cell, bench_core.py).
-        later = self.after_the_cell if ends_the_cell else None
-        feed.record_end(
-            self.store, self.events, run_feed, record, self.warn_once, held=later is not None
-        )
-        if later is not None:
-            try:
-                later(self.store.write_held)
-            except Exception:  # never left unwritten
-                self.store.write_held()
+        if self.store is not None and run_feed is not None:
+            feed.record_end(self.store, self.events, run_feed, record, self.warn_once)
 
     # -- resets ----------------------------------------------------------------------------------
     def perform(self, name: str, **arguments: Any) -> ActionReport:

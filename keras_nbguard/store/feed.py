@@ -62,18 +62,16 @@ def record_end(
     feed: RunFeed,
     record: RunRecord | None,
     warn: Callable[[str], object],
-    *,
-    held: bool = False,
 ) -> None:
     """Stop following the run and store its record (None: none could be made; the stored run
-    keeps its start and samples); ``held``: once ``store.write_held()`` is called."""
+    keeps its start and samples)."""
     events.unsubscribe("sample", feed.on_sample)
     events.unsubscribe("sampled", feed.on_batch_end)
     events.unsubscribe("epoch", feed.on_epoch)
     try:
-        feed.close(held)
+        feed.close()
         if record is not None:
-            store.run_finished(feed.run_id, record, held=held)
+            store.run_finished(feed.run_id, record)
     except Exception as exc:
         warn(f"run history: the run's result was not stored ({exc})")
 
@@ -115,13 +113,13 @@ class RunFeed:
     def on_epoch(self, epoch: int, seconds: float) -> None:
         self._store.add_epoch(self.run_id, epoch, seconds)
 
-    def close(self, held: bool = False) -> None:
+    def close(self) -> None:
         if self._window is not None:
             self._pending.append(self._window)
             self._window = None
-        self._hand_over(held)
+        self._hand_over()
 
-    def _hand_over(self, held: bool = False) -> None:
+    def _hand_over(self) -> None:
         pending, self._pending = self._pending, []
         self._last_flush = time.monotonic()
-        self._store.add_samples(self.run_id, pending, held=held)
+        self._store.add_samples(self.run_id, pending)

@@ -195,10 +195,7 @@ class Store:
         started_at: float,
         rss: int | None,
     ) -> None:
-        if self.writer.holding:  # an earlier run's end whose "after the cell" never came (a
-            self.writer.release()  # loop closed first: asyncio.run in a cell): written now
-        # held (writer.hold): written with the run's first samples (~0.25 s in) or its end
-        self.writer.hold(
+        self._submit(
             "INSERT INTO runs (id, notebook, cell_id, label, run_number, kernel_id, pid, "
             "pid_started, started_at, updated_at, status, last_rss) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
@@ -217,22 +214,16 @@ class Store:
             ),
         )
 
-    def add_samples(
-        self, run_id: str, samples: list[tuple[float, int]], *, held: bool = False
-    ) -> None:
+    def add_samples(self, run_id: str, samples: list[tuple[float, int]]) -> None:
         if samples:
-            (self.writer.hold if held else self._submit)("samples", (run_id, samples))
+            self._submit("samples", (run_id, samples))
 
     def add_epoch(self, run_id: str, epoch: int, seconds: float) -> None:
         self._submit("INSERT INTO epochs VALUES (?, ?, ?)", (run_id, epoch, seconds))
 
-    def run_finished(self, run_id: str, record: RunRecord, *, held: bool = False) -> None:
-        """``held``: written at ``write_held()`` (the cell's end) rather than now."""
+    def run_finished(self, run_id: str, record: RunRecord) -> None:
         # serialized on the writer thread: the cell does not wait for the JSON either
-        (self.writer.hold if held else self._submit)("finish", (run_id, record))
-
-    def write_held(self) -> None:
-        self.writer.release()
+        self._submit("finish", (run_id, record))
 
     def flush(self, timeout: float = 5.0) -> None:
         """Wait until everything submitted so far is committed (``timeout`` at most)."""

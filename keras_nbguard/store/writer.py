@@ -34,8 +34,6 @@ class Writer:
         self._lock = lock  # shared with the store's migrations on the same connection
         self._warn = warn
         self._queue: queue.Queue[Entry] = queue.Queue()
-        self._held: list[Entry] = []  # queued without waking the thread (see hold)
-        self._order = threading.Lock()  # held entries go to the queue before any later one
         self._thread: threading.Thread | None = None
         self._waiting = False  # waiting for a lock or disk space to clear
         self._retries = 0
@@ -44,36 +42,8 @@ class Writer:
     def submit(self, sql: str, params: tuple[Any, ...]) -> None:
         if self.closed:  # a store closed on unload: its session writes no more
             return
-        with self._order:
-            self._queue_held()
-            self._queue.put((sql, params))
+        self._queue.put((sql, params))
         self._ensure_thread()
-
-    def hold(self, sql: str, params: tuple[Any, ...]) -> None:
-        """Queue a write without waking the thread: it is written, in order, at ``release`` or
-        with the next ``submit`` (``flush``, ``close`` and the exit's flush among them). A woken
-        thread takes the interpreter lock at the cell's next system call, so a cell pays for
-        the writing it wakes (~0.3 ms in a real kernel): a run's writes wait until after the
-        cell, or until its first samples."""
-        if self.closed:
-            return
-        with self._order:
-            self._held.append((sql, params))
-        self._ensure_thread()  # started (asleep) now: the exit's flush is registered with it
-
-    def release(self) -> None:
-        """Write what is held."""
-        with self._order:
-            self._queue_held()
-
-    @property
-    def holding(self) -> bool:
-        return bool(self._held)
-
-    def _queue_held(self) -> None:
-        held, self._held = self._held, []
-        for entry in held:
-            self._queue.put(entry)
 
     def call(self, step: Callable[[], None]) -> None:
         """Run ``step`` on the writer thread once what came before it is written, outside any
@@ -94,9 +64,7 @@ class Writer:
             self.closed = True  # no thread is started after this
         if self._thread is not None:
             atexit.unregister(self.flush)
-            with self._order:
-                self._queue_held()  # what is held is written first
-                self._queue.put(None)
+            self._queue.put(None)
             self._thread.join(timeout)
             if self._thread.is_alive():
                 self._warn(
