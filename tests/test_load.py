@@ -123,5 +123,6 @@ def test_unload_and_load_ten_times_leaves_no_thread_and_no_file_open(shell):
     assert threading.active_count() <= threads
     assert process.num_fds() <= fds
     after = writers()
-    assert len(after - before) == 1 and len(after) <= len(before)  # the session's own, anew
+    # at most the session's own, anew (none when its runs were written on the cell's thread)
+    assert len(after - before) <= 1 and len(after) <= len(before)
     assert [r.run_number for r in keras_nbguard.runs("cycle")] == list(range(1, 12))

@@ -226,7 +226,7 @@ class Session:
             self.current = None
             run.stop(None)
             raise
-        # after start(): the store's writer thread, woken now, can't slow the run's own set-up
+        # held by the run's feed: written with its first samples or its end (store/feed.py)
         self._record_start(run)
         return run
 
@@ -322,8 +322,9 @@ class Session:
             self._run_feeds[run.id] = feed.follow(self.store, self.events, run.id)
 
     def _record_start(self, run: Run) -> None:
-        if self.store is not None:
-            feed.record_start(self.store, run, self.warn_once)
+        run_feed = self._run_feeds.get(run.id)
+        if self.store is not None and run_feed is not None:
+            feed.record_start(self.store, run_feed, run, self.warn_once)
 
     def _record_end(self, run: Run, record: RunRecord | None) -> None:
         run_feed = self._run_feeds.pop(run.id, None)

@@ -1,10 +1,15 @@
 """A run written to the store as it goes: its start, its RSS samples (thinned, peaks kept), its
 epochs and its record. The feed follows the Session's events for the run's length, and hands
 samples over at least every ``FLUSH_SECONDS``, so a kernel killed mid-run leaves its run with its
-last samples."""
+last samples.
+
+The run's start row waits for the first of those hand-overs, or for the run's end, written with
+it on the cell's thread before the cell is over (writer.py): a short run costs one write, and no
+wake of the writer thread. A kernel killed in a run's first ``FLUSH_SECONDS`` leaves no row."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
@@ -13,6 +18,7 @@ if TYPE_CHECKING:
     from keras_nbguard.records.events import Events
     from keras_nbguard.records.run import RunKey, RunRecord
     from keras_nbguard.store.history_db import Store
+    from keras_nbguard.store.writer import Statement
 
 FLUSH_SECONDS = 0.25  # a kernel killed 0.7 s into a run still leaves 0.5 s of its samples
 SAMPLE_STEP = 0.1  # seconds between stored RSS samples at first (the record keeps its own series)
@@ -45,12 +51,17 @@ def follow(store: Store, events: Events, run_id: str) -> RunFeed:
     return feed
 
 
-def record_start(store: Store, run: StartedRun, warn: Callable[[str], object]) -> None:
+def record_start(
+    store: Store, feed: RunFeed, run: StartedRun, warn: Callable[[str], object]
+) -> None:
+    """The run's start row, held by its feed until the feed's first write (see above)."""
     if run.key is None:
         return
     try:
-        store.run_started(
-            run.id, run.key, run.label, run.run_number, run.started_at, run.rss_at_start
+        feed.hold_start(
+            store.start_entry(
+                run.id, run.key, run.label, run.run_number, run.started_at, run.rss_at_start
+            )
         )
     except Exception as exc:
         warn(f"run history: the run start was not stored ({exc})")
@@ -69,9 +80,8 @@ def record_end(
     events.unsubscribe("sampled", feed.on_batch_end)
     events.unsubscribe("epoch", feed.on_epoch)
     try:
-        feed.close()
-        if record is not None:
-            store.run_finished(feed.run_id, record)
+        last_samples = feed.close()
+        store.run_finished(feed.run_id, record, last_samples, first=feed.unwritten_start())
     except Exception as exc:
         warn(f"run history: the run's result was not stored ({exc})")
 
@@ -89,6 +99,17 @@ class RunFeed:
         self._window: tuple[float, int] | None = None
         self._last_flush = time.monotonic()
         self._step, self._rows = SAMPLE_STEP, 0
+        self._start: list[Statement] = []  # the run's start row, until it goes with a first write
+        self._start_lock = threading.Lock()  # samples come on the sampler thread
+
+    def hold_start(self, entry: Statement) -> None:
+        self._start = [entry]
+
+    def unwritten_start(self) -> list[Statement]:
+        """The held start row, once: whoever writes first for the run writes it first."""
+        with self._start_lock:
+            start, self._start = self._start, []
+        return start
 
     def on_sample(self, t: float, rss: int) -> None:  # called on the sampler thread
         window = self._window
@@ -111,15 +132,17 @@ class RunFeed:
             self._hand_over()
 
     def on_epoch(self, epoch: int, seconds: float) -> None:
-        self._store.add_epoch(self.run_id, epoch, seconds)
+        self._store.add_epoch(self.run_id, epoch, seconds, first=self.unwritten_start())
 
-    def close(self) -> None:
+    def close(self) -> list[tuple[float, int]]:
+        """The samples not handed over yet: the caller writes them with the run's end."""
         if self._window is not None:
             self._pending.append(self._window)
             self._window = None
-        self._hand_over()
+        pending, self._pending = self._pending, []
+        return pending
 
     def _hand_over(self) -> None:
         pending, self._pending = self._pending, []
         self._last_flush = time.monotonic()
-        self._store.add_samples(self.run_id, pending)
+        self._store.add_samples(self.run_id, pending, first=self.unwritten_start())

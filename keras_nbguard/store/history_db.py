@@ -16,7 +16,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from keras_nbguard.records.run import RunKey, RunRecord
@@ -33,7 +33,7 @@ from keras_nbguard.store.schema import (
     storable,
     text,
 )
-from keras_nbguard.store.writer import Writer
+from keras_nbguard.store.writer import Statement, Writer
 
 WRITE_TIMEOUT = 2.0  # one try of the writer thread (it tries again while a lock lasts)
 READ_TIMEOUT = 0.5  # seconds a cell's read may wait (only a schema change ever blocks a WAL read)
@@ -63,7 +63,28 @@ class Store:
         self.closed = False
         self.db = self._open(self.path)
         self.writer = Writer(self.db, self._lock, self._warn)
+        self.writer.direct = self._direct_for(self.path)
         self._reader, self._read_lock = self._reader_for(self.db)
+
+    def _direct_for(self, path: str) -> sqlite3.Connection | None:
+        """The connection a run's start and end are written on from the cell's thread
+        (writer.py): it never waits for a lock (an error instead, and the writer thread takes
+        the rows) and never checkpoints (the writer thread does, now and then)."""
+        if path == MEMORY:  # one database per connection: the writer's is the only one
+            return None
+        try:
+            db = sqlite3.connect(
+                db_name(path), check_same_thread=False, timeout=0, isolation_level=None
+            )
+        except sqlite3.Error:
+            return None
+        try:
+            db.execute("PRAGMA synchronous = NORMAL")  # as the writer's: no fsync per commit
+            db.execute("PRAGMA wal_autocheckpoint = 0")
+        except sqlite3.Error:
+            db.close()
+            return None
+        return db
 
     def _reader_for(self, db: sqlite3.Connection) -> tuple[sqlite3.Connection, threading.Lock]:
         """Reads have a connection of their own: in WAL mode they never wait for a writer, so
@@ -178,6 +199,7 @@ class Store:
             memory, self.db, self.writer.db = self.db, disk, disk
             self.path, self.wanted = path, None
             self._reader, self._read_lock = self._reader_for(disk)
+        self.writer.direct = self._direct_for(path)
         memory.close()
         self._warn(
             f"run history: {path} can be written again; the {count} run(s) kept in "
@@ -185,8 +207,8 @@ class Store:
         )
         then()
 
-    # -- writing (from any thread; done by the writer thread) -------------------------------------
-    def run_started(
+    # -- writing (from any thread: a run's start and end on it, the rest on the writer thread) -----
+    def start_entry(
         self,
         run_id: str,
         key: RunKey,
@@ -194,8 +216,9 @@ class Store:
         run_number: int,
         started_at: float,
         rss: int | None,
-    ) -> None:
-        self._submit(
+    ) -> Statement:
+        """The row of a run that has started (``status`` 'running' until its end)."""
+        return (
             "INSERT INTO runs (id, notebook, cell_id, label, run_number, kernel_id, pid, "
             "pid_started, started_at, updated_at, status, last_rss) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
@@ -214,16 +237,50 @@ class Store:
             ),
         )
 
-    def add_samples(self, run_id: str, samples: list[tuple[float, int]]) -> None:
-        if samples:
-            self._submit("samples", (run_id, samples))
+    def run_started(
+        self,
+        run_id: str,
+        key: RunKey,
+        label: str,
+        run_number: int,
+        started_at: float,
+        rss: int | None,
+    ) -> None:
+        self.writer.write_now([self.start_entry(run_id, key, label, run_number, started_at, rss)])
 
-    def add_epoch(self, run_id: str, epoch: int, seconds: float) -> None:
-        self._submit("INSERT INTO epochs VALUES (?, ?, ?)", (run_id, epoch, seconds))
+    # ``first``: rows of the run to write before these (its start, held by the feed)
+    def add_samples(
+        self, run_id: str, samples: Sequence[tuple[float, int]], first: Sequence[Statement] = ()
+    ) -> None:
+        last = [("samples", (run_id, list(samples)))] if samples else []
+        for sql, params in [*first, *last]:
+            self._submit(sql, params)
 
-    def run_finished(self, run_id: str, record: RunRecord) -> None:
-        # serialized on the writer thread: the cell does not wait for the JSON either
-        self._submit("finish", (run_id, record))
+    def add_epoch(
+        self, run_id: str, epoch: int, seconds: float, first: Sequence[Statement] = ()
+    ) -> None:
+        for sql, params in [
+            *first,
+            ("INSERT INTO epochs VALUES (?, ?, ?)", (run_id, epoch, seconds)),
+        ]:
+            self._submit(sql, params)
+
+    def run_finished(
+        self,
+        run_id: str,
+        record: RunRecord | None,
+        last_samples: Sequence[tuple[float, int]] = (),
+        first: Sequence[Statement] = (),
+    ) -> None:
+        """The run's end (``record`` None: none could be made; the row keeps its start and
+        samples) with its samples not handed over yet, in one write before the cell is over."""
+        rows = [*first]
+        if last_samples:
+            rows.append(("samples", (run_id, list(last_samples))))
+        if record is not None:
+            rows.append(("finish", (run_id, record)))
+        if rows:
+            self.writer.write_now(rows)
 
     def flush(self, timeout: float = 5.0) -> None:
         """Wait until everything submitted so far is committed (``timeout`` at most)."""

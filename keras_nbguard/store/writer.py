@@ -1,5 +1,12 @@
 """The one thread that writes the run history, so that a cell never waits on the disk.
 
+A run's start and end (a few rows) are written on the cell's own thread instead, through a
+connection of their own that never waits: waking this thread costs a short cell more (it takes
+the interpreter lock at the cell's next system calls: +0.35 ms a cell in a kernel, bench_core.py)
+than the write itself. Anything that would make that connection wait (a lock another process
+holds, rows of the writer's still going, a disk slower than ``SLOW_DIRECT_SECONDS``) and the
+rows go to the thread as before.
+
 Statements are queued from any thread and written one transaction per batch. While another
 process holds a lock on the database, or the disk is full, the batch is kept (with whatever is
 queued meanwhile) and tried again after a pause: no run is dropped, and once it clears everything
@@ -12,7 +19,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import queue
 import sqlite3
 import threading
@@ -23,7 +29,10 @@ from typing import Any
 from keras_nbguard.store.schema import storable
 
 RETRY_SECONDS = (0.05, 0.2, 1.0, 2.0)  # the pauses while a lock or a full disk lasts
-Entry = tuple[str, tuple[Any, ...]] | None  # None: stop
+SLOW_DIRECT_SECONDS = 0.005  # a direct write slower than this (a network home): the thread's
+CHECKPOINT_EVERY = 100  # direct writes between two checkpoints (that connection makes none)
+Statement = tuple[str, tuple[Any, ...]]  # SQL (or one of _apply's names) and its values
+Entry = Statement | None  # None: stop
 
 
 class Writer:
@@ -38,6 +47,17 @@ class Writer:
         self._waiting = False  # waiting for a lock or disk space to clear
         self._retries = 0
         self.closed = False
+        # The cell's own connection for a run's start and end (None: in memory, or turned off)
+        self.direct: sqlite3.Connection | None = None
+        self._direct_lock = threading.Lock()
+        self._direct_writes = 0
+
+    def write_now(self, entries: list[Statement]) -> None:
+        """``entries`` in one transaction on the calling thread when nothing would make it wait
+        (see the module's docstring), else submitted to the thread."""
+        if not self._written_directly(entries):
+            for sql, params in entries:
+                self.submit(sql, params)
 
     def submit(self, sql: str, params: tuple[Any, ...]) -> None:
         if self.closed:  # a store closed on unload: its session writes no more
@@ -62,6 +82,7 @@ class Writer:
         """Write what is queued, then end the thread (``timeout`` at most while a lock lasts)."""
         with self._lock:
             self.closed = True  # no thread is started after this
+        self.close_direct()
         if self._thread is not None:
             atexit.unregister(self.flush)
             self._queue.put(None)
@@ -85,6 +106,42 @@ class Writer:
                     # call that run "died".
                     atexit.register(self.flush)
 
+    def _written_directly(self, entries: list[Statement]) -> bool:
+        db = self.direct
+        # The thread's rows first: a run's end must not land before its samples still queued.
+        if db is None or self._waiting or self._queue.unfinished_tasks:
+            return False
+        if not self._direct_lock.acquire(blocking=False):
+            return False
+        try:
+            if self.closed or self.direct is not db:
+                return False
+            started = time.perf_counter()
+            try:
+                self._write_in(db, [_serialized(e) for e in entries])
+            except Exception:  # locked, full, or a bug: the thread tries (and warns) as before
+                return False
+            if time.perf_counter() - started > SLOW_DIRECT_SECONDS:
+                self.direct = None  # the disk is slow: the cell no longer waits on it
+                db.close()
+            self._direct_writes += 1
+            if self._direct_writes % CHECKPOINT_EVERY == 0:
+                self.call(self._checkpoint)
+            return True
+        finally:
+            self._direct_lock.release()
+
+    def _checkpoint(self) -> None:
+        """Copy the log's pages into the database file (the direct connection never does)."""
+        with self._lock:
+            self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def close_direct(self) -> None:
+        with self._direct_lock:
+            db, self.direct = self.direct, None
+        if db is not None:
+            db.close()
+
     def _loop(self) -> None:
         batch: list[Entry] = []
         while True:
@@ -107,10 +164,13 @@ class Writer:
                     f"run history write failed ({type(exc).__name__}: {exc}); those "
                     f"figures stay in memory only"
                 )
+            for _ in head:  # done with: a direct write may go now (see _written_directly)
+                self._queue.task_done()
             if any(entry is None for entry in head):
                 return
             if cut < len(batch):
                 self._run(batch[cut])
+                self._queue.task_done()
             batch = batch[cut + 1 :]
 
     def _run(self, entry: Entry) -> None:
@@ -144,22 +204,25 @@ class Writer:
         return True
 
     def _transaction(self, batch: list[Entry]) -> list[threading.Event]:
+        with self._lock:
+            return self._write_in(self.db, batch)
+
+    def _write_in(self, db: sqlite3.Connection, batch: list[Entry]) -> list[threading.Event]:
         """``batch`` in one transaction, rolled back whatever goes wrong: a transaction left
         open would make every later batch fail ("cannot start a transaction within a
         transaction")."""
         waiting: list[threading.Event] = []
-        with self._lock:
-            self.db.execute("BEGIN IMMEDIATE")
-            try:
-                for entry in batch:
-                    if entry is not None:
-                        waiting.extend(self._apply(*entry))
-                self.db.execute("COMMIT")
-            except BaseException:
-                if self.db.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        self.db.execute("ROLLBACK")
-                raise
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for entry in batch:
+                if entry is not None:
+                    waiting.extend(self._apply(db, *entry))
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+            raise
         return waiting
 
     def _one_by_one(self, batch: list[Entry]) -> list[threading.Event]:
@@ -183,29 +246,31 @@ class Writer:
             )
         return waiting
 
-    def _apply(self, sql: str, params: tuple[Any, ...]) -> list[threading.Event]:
+    def _apply(
+        self, db: sqlite3.Connection, sql: str, params: tuple[Any, ...]
+    ) -> list[threading.Event]:
         if sql == "flush":
             return [params[0]]
         if sql == "finish":
             run_id, record, payload = params
             if payload is None:  # the record could not be serialized (see _serialized)
                 raise ValueError("the run's record could not be written as JSON")
-            self.db.execute(
+            db.execute(
                 "UPDATE runs SET status = ?, updated_at = ?, last_rss = ?, record = ? WHERE id = ?",
                 storable((record.status, time.time(), record.rss_after, payload, run_id)),
             )
         elif sql == "samples":
             run_id, samples = params
-            self.db.executemany(
+            db.executemany(
                 "INSERT INTO samples VALUES (?, ?, ?)", [(run_id, t, rss) for t, rss in samples]
             )
             # the time of the last sample seen, not of this write: a died run's duration
-            self.db.execute(
+            db.execute(
                 "UPDATE runs SET updated_at = started_at + ?, last_rss = ? WHERE id = ?",
                 (samples[-1][0], samples[-1][1], run_id),
             )
         else:
-            self.db.execute(sql, storable(params))
+            db.execute(sql, storable(params))
         return []
 
     def _pause(self, exc: sqlite3.Error) -> bool:
@@ -230,14 +295,15 @@ def _serialized(entry: Entry) -> Entry:
     payload: str | None = None
     for _ in range(3):
         try:
-            payload = json.dumps(record.to_dict())
+            payload = record.to_json()
             break
         except (TypeError, ValueError):
             break  # the record itself can't be JSON: trying again won't change that
         except Exception:
             # A heap scan on another thread (gc.get_objects / get_referrers: the leak finder's,
-            # or the user's) can catch asdict's tuples half-built: CPython raises SystemError
-            # here. Transient: try again, and never let it take the batch with it.
+            # or the user's) caught asdict's tuples half-built (CPython raised SystemError);
+            # to_json builds none, but whatever is transient is tried again, and never takes
+            # the batch with it.
             continue
     return ("finish", (run_id, record, payload))
 
