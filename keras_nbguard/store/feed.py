@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from keras_nbguard.records.events import Events
     from keras_nbguard.records.run import RunKey, RunRecord
     from keras_nbguard.store.history_db import Store
-    from keras_nbguard.store.writer import Statement
+    from keras_nbguard.store.writer import StartRow
 
 FLUSH_SECONDS = 0.25  # a kernel killed 0.7 s into a run still leaves 0.5 s of its samples
 SAMPLE_STEP = 0.1  # seconds between stored RSS samples at first (the record keeps its own series)
@@ -59,7 +59,7 @@ def record_start(
         return
     try:
         feed.hold_start(
-            store.start_entry(
+            store.start_row(
                 run.id, run.key, run.label, run.run_number, run.started_at, run.rss_at_start
             )
         )
@@ -81,7 +81,7 @@ def record_end(
     events.unsubscribe("epoch", feed.on_epoch)
     try:
         last_samples = feed.close()
-        store.run_finished(feed.run_id, record, last_samples, first=feed.unwritten_start())
+        store.run_finished(feed.run_id, record, last_samples, start=feed.unwritten_start())
     except Exception as exc:
         warn(f"run history: the run's result was not stored ({exc})")
 
@@ -99,16 +99,16 @@ class RunFeed:
         self._window: tuple[float, int] | None = None
         self._last_flush = time.monotonic()
         self._step, self._rows = SAMPLE_STEP, 0
-        self._start: list[Statement] = []  # the run's start row, until it goes with a first write
+        self._start: StartRow | None = None  # the run's start row, until a first write takes it
         self._start_lock = threading.Lock()  # samples come on the sampler thread
 
-    def hold_start(self, entry: Statement) -> None:
-        self._start = [entry]
+    def hold_start(self, row: StartRow) -> None:
+        self._start = row
 
-    def unwritten_start(self) -> list[Statement]:
+    def unwritten_start(self) -> StartRow | None:
         """The held start row, once: whoever writes first for the run writes it first."""
         with self._start_lock:
-            start, self._start = self._start, []
+            start, self._start = self._start, None
         return start
 
     def on_sample(self, t: float, rss: int) -> None:  # called on the sampler thread
@@ -132,7 +132,7 @@ class RunFeed:
             self._hand_over()
 
     def on_epoch(self, epoch: int, seconds: float) -> None:
-        self._store.add_epoch(self.run_id, epoch, seconds, first=self.unwritten_start())
+        self._store.add_epoch(self.run_id, epoch, seconds, start=self.unwritten_start())
 
     def close(self) -> list[tuple[float, int]]:
         """The samples not handed over yet: the caller writes them with the run's end."""
@@ -145,4 +145,4 @@ class RunFeed:
     def _hand_over(self) -> None:
         pending, self._pending = self._pending, []
         self._last_flush = time.monotonic()
-        self._store.add_samples(self.run_id, pending, first=self.unwritten_start())
+        self._store.add_samples(self.run_id, pending, start=self.unwritten_start())

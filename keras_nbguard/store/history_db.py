@@ -33,7 +33,7 @@ from keras_nbguard.store.schema import (
     storable,
     text,
 )
-from keras_nbguard.store.writer import Statement, Writer
+from keras_nbguard.store.writer import START_SQL, StartRow, Statement, Writer
 
 WRITE_TIMEOUT = 2.0  # one try of the writer thread (it tries again while a lock lasts)
 READ_TIMEOUT = 0.5  # seconds a cell's read may wait (only a schema change ever blocks a WAL read)
@@ -208,7 +208,7 @@ class Store:
         then()
 
     # -- writing (from any thread: a run's start and end on it, the rest on the writer thread) -----
-    def start_entry(
+    def start_row(
         self,
         run_id: str,
         key: RunKey,
@@ -216,25 +216,20 @@ class Store:
         run_number: int,
         started_at: float,
         rss: int | None,
-    ) -> Statement:
-        """The row of a run that has started (``status`` 'running' until its end)."""
+    ) -> StartRow:
+        """The values of a run's row as it starts (``status`` 'running' until its end)."""
         return (
-            "INSERT INTO runs (id, notebook, cell_id, label, run_number, kernel_id, pid, "
-            "pid_started, started_at, updated_at, status, last_rss) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
-            (
-                run_id,
-                key.notebook,
-                key.cell_id,
-                label,
-                run_number,
-                key.kernel_id,
-                key.pid,
-                key.pid_started,
-                started_at,
-                started_at,
-                rss,
-            ),
+            run_id,
+            key.notebook,
+            key.cell_id,
+            label,
+            run_number,
+            key.kernel_id,
+            key.pid,
+            key.pid_started,
+            started_at,
+            started_at,
+            rss,
         )
 
     def run_started(
@@ -246,21 +241,22 @@ class Store:
         started_at: float,
         rss: int | None,
     ) -> None:
-        self.writer.write_now([self.start_entry(run_id, key, label, run_number, started_at, rss)])
+        row = self.start_row(run_id, key, label, run_number, started_at, rss)
+        self.writer.write_now([(START_SQL, row)])
 
-    # ``first``: rows of the run to write before these (its start, held by the feed)
+    # ``start``: the run's start row, when still held by its feed: written first
     def add_samples(
-        self, run_id: str, samples: Sequence[tuple[float, int]], first: Sequence[Statement] = ()
+        self, run_id: str, samples: Sequence[tuple[float, int]], start: StartRow | None = None
     ) -> None:
-        last = [("samples", (run_id, list(samples)))] if samples else []
-        for sql, params in [*first, *last]:
+        rows = _started(start) + ([("samples", (run_id, list(samples)))] if samples else [])
+        for sql, params in rows:
             self._submit(sql, params)
 
     def add_epoch(
-        self, run_id: str, epoch: int, seconds: float, first: Sequence[Statement] = ()
+        self, run_id: str, epoch: int, seconds: float, start: StartRow | None = None
     ) -> None:
         for sql, params in [
-            *first,
+            *_started(start),
             ("INSERT INTO epochs VALUES (?, ?, ?)", (run_id, epoch, seconds)),
         ]:
             self._submit(sql, params)
@@ -270,15 +266,20 @@ class Store:
         run_id: str,
         record: RunRecord | None,
         last_samples: Sequence[tuple[float, int]] = (),
-        first: Sequence[Statement] = (),
+        start: StartRow | None = None,
     ) -> None:
-        """The run's end (``record`` None: none could be made; the row keeps its start and
-        samples) with its samples not handed over yet, in one write before the cell is over."""
-        rows = [*first]
-        if last_samples:
-            rows.append(("samples", (run_id, list(last_samples))))
+        """The run's end, written before the cell is over (on its thread when it can:
+        writer.py). With a record: one statement, the whole row when its start is still held;
+        ``last_samples`` are not kept then, since a finished run is read from its record
+        (schema.run_record). ``record`` None (none could be made): the row keeps its start and
+        samples."""
         if record is not None:
-            rows.append(("finish", (run_id, record)))
+            end = ("run", (start, record)) if start is not None else ("finish", (run_id, record))
+            self.writer.write_now([end])
+            return
+        rows = _started(start) + (
+            [("samples", (run_id, list(last_samples)))] if last_samples else []
+        )
         if rows:
             self.writer.write_now(rows)
 
@@ -414,3 +415,7 @@ class Store:
         if died:  # rare: wait a moment, so that reads right after see them as died
             self.flush(READ_TIMEOUT)
         return died
+
+
+def _started(start: StartRow | None) -> list[Statement]:
+    return [] if start is None else [(START_SQL, start)]

@@ -33,6 +33,18 @@ SLOW_DIRECT_SECONDS = 0.005  # a direct write slower than this (a network home):
 CHECKPOINT_EVERY = 100  # direct writes between two checkpoints (that connection makes none)
 Statement = tuple[str, tuple[Any, ...]]  # SQL (or one of _apply's names) and its values
 Entry = Statement | None  # None: stop
+StartRow = tuple[Any, ...]  # a run's START_SQL values
+
+START_SQL = (
+    "INSERT INTO runs (id, notebook, cell_id, label, run_number, kernel_id, pid, pid_started, "
+    "started_at, updated_at, last_rss, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running')"
+)
+# A run whose start was still held at its end: the whole row in one statement
+WHOLE_RUN_SQL = (
+    "INSERT INTO runs (id, notebook, cell_id, label, run_number, kernel_id, pid, pid_started, "
+    "started_at, updated_at, last_rss, status, record) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 class Writer:
@@ -118,7 +130,12 @@ class Writer:
                 return False
             started = time.perf_counter()
             try:
-                self._write_in(db, [_serialized(e) for e in entries])
+                batch = [_serialized(e) for e in entries]
+                only = batch[0] if len(batch) == 1 else None
+                if only is not None and only[0] != "samples":
+                    self._apply(db, *only)  # one statement: atomic as it is, no BEGIN/COMMIT
+                else:
+                    self._write_in(db, batch)
             except Exception:  # locked, full, or a bug: the thread tries (and warns) as before
                 return False
             if time.perf_counter() - started > SLOW_DIRECT_SECONDS:
@@ -251,10 +268,18 @@ class Writer:
     ) -> list[threading.Event]:
         if sql == "flush":
             return [params[0]]
-        if sql == "finish":
-            run_id, record, payload = params
+        if sql in ("finish", "run"):
+            what, record, payload = params
             if payload is None:  # the record could not be serialized (see _serialized)
                 raise ValueError("the run's record could not be written as JSON")
+        if sql == "run":  # (start row, record): started and finished, as one row
+            start: StartRow = what
+            db.execute(
+                WHOLE_RUN_SQL,
+                storable((*start[:-2], time.time(), record.rss_after, record.status, payload)),
+            )
+        elif sql == "finish":
+            run_id = what
             db.execute(
                 "UPDATE runs SET status = ?, updated_at = ?, last_rss = ?, record = ? WHERE id = ?",
                 storable((record.status, time.time(), record.rss_after, payload, run_id)),
@@ -287,11 +312,11 @@ class Writer:
 
 
 def _serialized(entry: Entry) -> Entry:
-    """A ``finish`` entry with its record as JSON (ASCII: any label fits); None as the JSON
-    when the record can't be serialized, so that only that entry fails."""
-    if entry is None or entry[0] != "finish" or len(entry[1]) != 2:
+    """A ``finish`` or ``run`` entry with its record as JSON (ASCII: any label fits); None as
+    the JSON when the record can't be serialized, so that only that entry fails."""
+    if entry is None or entry[0] not in ("finish", "run") or len(entry[1]) != 2:
         return entry
-    run_id, record = entry[1]
+    what, record = entry[1]
     payload: str | None = None
     for _ in range(3):
         try:
@@ -305,7 +330,7 @@ def _serialized(entry: Entry) -> Entry:
             # to_json builds none, but whatever is transient is tried again, and never takes
             # the batch with it.
             continue
-    return ("finish", (run_id, record, payload))
+    return (entry[0], (what, record, payload))
 
 
 def _passing(exc: sqlite3.Error) -> bool:
