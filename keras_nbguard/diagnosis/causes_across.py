@@ -6,11 +6,11 @@ from __future__ import annotations
 from keras_nbguard.diagnosis.findings import (
     DATASET_RUNS,
     RECENT,
-    TREND_P,
     Finding,
     fit_trend,
     name_of,
     names,
+    native_growth,
     rss_trend,
     span,
 )
@@ -62,13 +62,7 @@ def state_growth(runs: list[RunRecord]) -> Finding | None:
         return None
     measured, line = trend.runs, trend.trend
     grown = measured[-1].growth
-    stale = measured[-1].stale_models
-    native = not grown and (stale is None or not stale.count)
-    if native and line.p_value > TREND_P:
-        # Nothing of yours explains it: only a rise run after run tells native memory kept from
-        # the ±15 MiB TensorFlow's thread arenas swing by (the RSS of Keras' own examples rose
-        # 10-16 MiB a run over runs 2-6 and fell back, heap in use flat: bench_examples.py)
-        return None
+    native = native_growth(measured)  # (named only once it is clear: findings.rss_trend)
     if grown:
         what = f": {fmt_growth(grown[0])} in the last run"
     elif native:  # no name of yours grew, no model outlived its run: TensorFlow's own memory

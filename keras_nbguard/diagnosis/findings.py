@@ -47,6 +47,11 @@ DATASET_RUNS = 3  # runs in a row (after the label's first) that traced a tf.dat
 GPU_HELD_SHARE = 0.80  # the process holds this share of the GPU's memory...
 GPU_USED_SHARE = 0.50  # ...while TensorFlow's peak use is under this share of what it holds
 WINDOW = 20  # the latest runs of a label looked at
+HALF_RUNS = 3  # runs in each half of a series, at least, to tell a rise that slows
+# Runs (after the first) before a rise nothing of yours explains is named: Keras' own examples
+# warm the framework's memory up 3-10 MiB a run until run 7 or 8, then level off
+# (bench_examples.py); a leak of the framework's keeps rising and is named then.
+NATIVE_RUNS = 10
 RECENT = 5  # the latest runs of a label whose own causes (within a run) are still shown
 
 
@@ -280,6 +285,109 @@ def _grown_between(runs: Sequence[RunRecord]) -> Callable[[Trend], str | None]:
     return why
 
 
+def slowing(values: Sequence[float]) -> tuple[float, float] | None:
+    """(earlier, later) slopes when the series' later half rises at half the pace of its
+    earlier half or less: memory warming up, not a leak (which goes on at its pace). Keras' own
+    examples leave 3–9 MiB a run over runs 2–7, under 1 after, and level off by run 13
+    (bench_examples.py). The halves share their middle run; ``HALF_RUNS`` runs each at least."""
+    if len(values) < 2 * HALF_RUNS - 1:
+        return None
+    middle = len(values) // 2
+    earlier, later = Trend(values[: middle + 1]).slope, Trend(values[middle:]).slope
+    return (earlier, later) if earlier > 0 and later <= earlier / 2 else None
+
+
+def _rss_test(
+    runs: Sequence[RunRecord], values: Sequence[float], native: bool
+) -> Callable[[Trend], bool]:
+    grows = _grows_in_its_runs(runs)
+
+    def test(trend: Trend) -> bool:
+        if not grows(trend) or slowing(values) is not None:
+            return False
+        # Nothing of yours explains it: only a rise run after run, for long enough and about
+        # as much every run, tells memory kept from the ±15 MiB TensorFlow's thread arenas
+        # swing by, from a warm-up, and from the one-time steps of an allocator
+        return not native or (
+            len(values) >= NATIVE_RUNS
+            and trend.p_value <= TREND_P
+            and median_increase(values) >= GROWTH_BYTES_PER_RUN
+        )
+
+    return test
+
+
+def _why_not_rss(
+    runs: Sequence[RunRecord], values: Sequence[float], native: bool
+) -> Callable[[Trend], str | None]:
+    """Why a growing RSS line is no finding (the dashboard shows the line with it)."""
+    between = _grown_between(runs)
+
+    def why(trend: Trend) -> str | None:
+        if not _grows(trend):
+            return None
+        from keras_nbguard.records.formatting import fmt_bytes  # formatting imports records
+
+        if reason := between(trend):
+            return reason
+        if len(values) < MIN_RUNS:  # too few runs to judge: nothing to explain yet
+            return None
+        if native and median_increase(values) < GROWTH_BYTES_PER_RUN:
+            return _in_steps(runs, values)
+        if slopes := slowing(values):
+            return (
+                f"slowing: {fmt_bytes(int(slopes[0]), signed=True)} then "
+                f"{fmt_bytes(int(slopes[1]), signed=True)} a run, warming up"
+            )
+        if native and len(values) < NATIVE_RUNS:
+            return (
+                f"no name or model of yours grew: the framework's memory, named if it still "
+                f"rises after {NATIVE_RUNS} runs, when a warm-up has levelled off"
+            )
+        if native and trend.p_value > TREND_P:
+            return "not rising run after run: TensorFlow's thread arenas swing by ±15 MiB"
+        return None
+
+    return why
+
+
+def median_increase(values: Sequence[float]) -> float:
+    """The median of what each run added to the one before: a leak adds about as much every
+    run; the steps of an allocator (Keras' examples: +12 to +25 MiB at one run, flat around
+    it, glibc's heap in use flat: bench_examples.py) leave it near zero."""
+    steps = sorted(b - a for a, b in itertools.pairwise(values))
+    if not steps:
+        return 0.0
+    half = len(steps) // 2
+    return steps[half] if len(steps) % 2 else (steps[half - 1] + steps[half]) / 2
+
+
+def _in_steps(runs: Sequence[RunRecord], values: Sequence[float]) -> str:
+    from keras_nbguard.records.formatting import fmt_bytes  # formatting imports records
+
+    steps = sorted(
+        (
+            (b - a, run.run_number)
+            for (a, b), run in zip(itertools.pairwise(values), runs[1:], strict=True)
+        ),
+        reverse=True,
+    )
+    biggest = ", ".join(f"#{n} {fmt_bytes(int(step), signed=True)}" for step, n in steps[:2])
+    return (
+        f"in steps, not every run: {biggest}; the median run "
+        f"{fmt_bytes(int(median_increase(values)), signed=True)}"
+    )
+
+
+def native_growth(runs: Sequence[RunRecord]) -> bool:
+    """Nothing of the user's explains what the runs leave: no name grew in the last run, and
+    no earlier run's model is alive."""
+    if not runs:
+        return False
+    stale = runs[-1].stale_models
+    return not runs[-1].growth and (stale is None or not stale.count)
+
+
 def _may_grow(values: Sequence[float]) -> bool:
     """False when no two runs differ by ``GROWTH_BYTES_PER_RUN``: then no pair's slope, nor
     their median, reaches it (every run's diagnosis asks; the line costs ~20 µs)."""
@@ -288,20 +396,22 @@ def _may_grow(values: Sequence[float]) -> bool:
 
 def rss_trend(runs: Sequence[RunRecord]) -> RunTrend:
     """What each run left behind in RSS: flagged when it grows ``GROWTH_BYTES_PER_RUN`` a run at
-    least, beyond ``NOISE_FACTOR`` × its own spread, over ``MIN_RUNS`` runs at least
-    (``state_growth``)."""
+    least, beyond ``NOISE_FACTOR`` × its own spread, over ``MIN_RUNS`` runs at least, and does
+    not slow down by half; when nothing of the user's explains it, over ``NATIVE_RUNS`` runs
+    and rising run after run (``state_growth``)."""
     kernel = this_kernel(runs)
     following = {id(run): later for run, later in itertools.pairwise(kernel)}
     after_first = kernel[1:][-WINDOW:]  # after_warmup(), without a second look for the kernel
     measured = [r for r in after_first if r.status == "ok" and r.rss_after is not None]
     values = [float(left_behind(r, following.get(id(r)))) for r in measured]
+    native = native_growth(measured)
     return RunTrend(
         "RSS left",
         measured,
         values,
-        _grows_in_its_runs(measured),
+        _rss_test(measured, values, native),
         _may_grow,
-        _grown_between(measured),
+        _why_not_rss(measured, values, native),
     )
 
 
