@@ -298,27 +298,28 @@ def slowing(values: Sequence[float]) -> tuple[float, float] | None:
 
 
 def _rss_test(
-    runs: Sequence[RunRecord], values: Sequence[float], native: bool
+    runs: Sequence[RunRecord], settled: Sequence[float], native: bool
 ) -> Callable[[Trend], bool]:
+    """``settled``: the values of the runs a next run has followed (see rss_trend)."""
     grows = _grows_in_its_runs(runs)
 
     def test(trend: Trend) -> bool:
-        if not grows(trend) or slowing(values) is not None:
+        if not grows(trend) or slowing(settled) is not None:
             return False
         # Nothing of yours explains it: only a rise run after run, for long enough and about
         # as much every run, tells memory kept from the ±15 MiB TensorFlow's thread arenas
         # swing by, from a warm-up, and from the one-time steps of an allocator
         return not native or (
-            len(values) >= NATIVE_RUNS
+            len(runs) >= NATIVE_RUNS
             and trend.p_value <= TREND_P
-            and median_increase(values) >= GROWTH_BYTES_PER_RUN
+            and median_increase(settled) >= GROWTH_BYTES_PER_RUN
         )
 
     return test
 
 
 def _why_not_rss(
-    runs: Sequence[RunRecord], values: Sequence[float], native: bool
+    runs: Sequence[RunRecord], settled: Sequence[float], native: bool
 ) -> Callable[[Trend], str | None]:
     """Why a growing RSS line is no finding (the dashboard shows the line with it)."""
     between = _grown_between(runs)
@@ -330,16 +331,16 @@ def _why_not_rss(
 
         if reason := between(trend):
             return reason
-        if len(values) < MIN_RUNS:  # too few runs to judge: nothing to explain yet
+        if len(runs) < MIN_RUNS:  # too few runs to judge: nothing to explain yet
             return None
-        if native and median_increase(values) < GROWTH_BYTES_PER_RUN:
-            return _in_steps(runs, values)
-        if slopes := slowing(values):
+        if native and median_increase(settled) < GROWTH_BYTES_PER_RUN:
+            return _in_steps(runs, settled)
+        if slopes := slowing(settled):
             return (
                 f"slowing: {fmt_bytes(int(slopes[0]), signed=True)} then "
                 f"{fmt_bytes(int(slopes[1]), signed=True)} a run, warming up"
             )
-        if native and len(values) < NATIVE_RUNS:
+        if native and len(runs) < NATIVE_RUNS:
             return (
                 f"no name or model of yours grew: the framework's memory, named if it still "
                 f"rises after {NATIVE_RUNS} runs, when a warm-up has levelled off"
@@ -368,7 +369,8 @@ def _in_steps(runs: Sequence[RunRecord], values: Sequence[float]) -> str:
     steps = sorted(
         (
             (b - a, run.run_number)
-            for (a, b), run in zip(itertools.pairwise(values), runs[1:], strict=True)
+            # values: of runs[0], runs[1], ... (the settled ones: all but the latest, maybe)
+            for (a, b), run in zip(itertools.pairwise(values), runs[1 : len(values)], strict=True)
         ),
         reverse=True,
     )
@@ -404,14 +406,17 @@ def rss_trend(runs: Sequence[RunRecord]) -> RunTrend:
     after_first = kernel[1:][-WINDOW:]  # after_warmup(), without a second look for the kernel
     measured = [r for r in after_first if r.status == "ok" and r.rss_after is not None]
     values = [float(left_behind(r, following.get(id(r)))) for r in measured]
+    # The shape of the rise (slowing, in steps) is read on the runs a next run has settled: the
+    # latest run's value is its RSS after, with what the next run's collection would give back
+    settled = [v for r, v in zip(measured, values, strict=True) if id(r) in following]
     native = native_growth(measured)
     return RunTrend(
         "RSS left",
         measured,
         values,
-        _rss_test(measured, values, native),
+        _rss_test(measured, settled, native),
         _may_grow,
-        _why_not_rss(measured, values, native),
+        _why_not_rss(measured, settled, native),
     )
 
 
