@@ -56,6 +56,28 @@ def test_a_steady_slowdown_is_named_with_its_size():
     assert finding.runs[0] == "mlp #2"  # the first run is a warm-up, left out
 
 
+def test_a_slowdown_with_the_fits_cpu_time_flat_is_a_busier_machine_not_the_runs():
+    # As much work each run (CPU time 0.8 s), waiting longer: other processes took the cores
+    rng = random.Random(1)
+    times = [1.0 + 0.05 * i + rng.uniform(-0.03, 0.03) for i in range(10)]
+
+    def with_cpu(cpu: list[float]):
+        return [
+            dataclasses.replace(r, fits=(dataclasses.replace(r.fits[0], cpu_seconds=c),))
+            for r, c in zip(runs_of(times), cpu, strict=True)
+        ]
+
+    busier = with_cpu([0.8 + rng.uniform(-0.02, 0.02) for _ in times])
+    assert kinds(diagnose(busier)) == []
+    assert "a busier machine: the fits' CPU time" in trends_text("mlp", busier)
+    # more work every run (retracing, a growing graph): the CPU time rises with it
+    working = with_cpu([0.8 * t for t in times])
+    assert kinds(diagnose(working)) == ["run_slowdown"]
+    # a fit that waits on a GPU (CPU time a fifth of its time): judged on its time, as before
+    waiting = with_cpu([0.2] * len(times))
+    assert kinds(diagnose(waiting)) == ["run_slowdown"]
+
+
 def test_noise_alone_raises_nothing():
     rng = random.Random(7)
     for _ in range(200):  # fit times varying ±10% run to run, as on this machine

@@ -27,6 +27,26 @@ inner = time.perf_counter() - t0
         assert abs(recorded - inner) / inner <= 0.02, (recorded, inner)
 
 
+def test_a_fits_cpu_time_agrees_with_the_process_clock_around_it(keras_shell):
+    """The CPU time a fit records (what tells a busier machine from a slower run) is the
+    process's, all threads: TensorFlow's pools count, a sleep in a callback does not."""
+    cell = """%%kerasrun --label cpu --quiet
+import time
+class Nap(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        time.sleep(0.5)
+model = make_model(64)
+c0 = time.process_time()
+model.fit(x, y, epochs=2, batch_size=16, verbose=0, callbacks=[Nap()])
+inner = time.process_time() - c0
+"""
+    assert keras_shell.run_cell(cell).success
+    record = keras_nbguard.runs("cpu")[-1]
+    inner = keras_shell.user_ns["inner"]
+    assert abs(record.fit_cpu_seconds - inner) <= 0.02 + 0.05 * inner, (record.fits, inner)
+    assert record.fit_seconds - record.fit_cpu_seconds >= 0.5  # 1 s of naps: time, not CPU
+
+
 def test_sampler_catches_200_mb_held_for_50_ms():
     sampler = RssSampler(interval=0.01)
     sampler.start()

@@ -45,6 +45,7 @@ class _FitInProgress:
 @dataclass
 class _Call:
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # the process's, all threads
     rss_peak: int | None = None
     gpu_peak: int | None = None
     completed: bool = False  # False: it raised (or was interrupted)
@@ -105,9 +106,13 @@ class FitTimer:
     to ``inference`` (also calls that raise). ``reasons`` says why a Keras could not be patched."""
 
     def __init__(
-        self, clock: Callable[[], float] = time.perf_counter, peaks: CallPeaks | None = None
+        self,
+        clock: Callable[[], float] = time.perf_counter,
+        peaks: CallPeaks | None = None,
+        cpu_clock: Callable[[], float] = time.process_time,
     ) -> None:
         self.clock = clock
+        self.cpu_clock = cpu_clock
         self.peaks = peaks or CallPeaks()
         self.fits: list[FitRecord] = []
         self.inference: list[InferenceRecord] = []
@@ -248,6 +253,7 @@ class FitTimer:
                     input_batches=inputs.batches if inputs.kind else None,
                     rss_peak=call.rss_peak,
                     gpu_peak=call.gpu_peak,
+                    cpu_seconds=call.cpu_seconds,
                 )
             )
 
@@ -262,11 +268,12 @@ class FitTimer:
         __tracebackhide__ = True
         call = _Call()
         self.peaks.begin()
-        start = self.clock()
+        start, cpu = self.clock(), self.cpu_clock()
         try:
             yield call
         finally:
             call.seconds = self.clock() - start
+            call.cpu_seconds = self.cpu_clock() - cpu
             call.rss_peak, call.gpu_peak = self.peaks.end()
             record(call)
 

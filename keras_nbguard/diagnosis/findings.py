@@ -48,6 +48,8 @@ GPU_HELD_SHARE = 0.80  # the process holds this share of the GPU's memory...
 GPU_USED_SHARE = 0.50  # ...while TensorFlow's peak use is under this share of what it holds
 WINDOW = 20  # the latest runs of a label looked at
 HALF_RUNS = 3  # runs in each half of a series, at least, to tell a rise that slows
+CPU_BOUND = 0.5  # fits whose CPU time is this share of their wall time at least keep a core busy
+CPU_KEPT_PACE = 0.5  # ...and a slowdown of theirs raises their CPU time this share of the rise
 # Runs (after the first) before a rise nothing of yours explains is named: Keras' own examples
 # warm the framework's memory up 3-10 MiB a run until run 7 or 8, then level off
 # (bench_examples.py); a leak of the framework's keeps rising and is named then.
@@ -433,9 +435,47 @@ def left_behind(run: RunRecord, following: RunRecord | None) -> int:
 
 def fit_trend(runs: Sequence[RunRecord]) -> RunTrend:
     """Fit time of each run: flagged when it rises steadily and beyond the noise
-    (``Trend.rises``) over ``MIN_RUNS`` runs at least (``run_slowdown``)."""
+    (``Trend.rises``) over ``MIN_RUNS`` runs at least, and, where the fits keep a core busy,
+    their CPU time rises with it (``run_slowdown``)."""
     timed = [r for r in after_warmup(runs) if r.status == "ok" and r.fit_seconds is not None]
-    return RunTrend("fit time", timed, [r.fit_seconds or 0.0 for r in timed], Trend.rises)
+    busier = _busier_machine(timed)
+    return RunTrend(
+        "fit time",
+        timed,
+        [r.fit_seconds or 0.0 for r in timed],
+        lambda trend: trend.rises() and busier(trend) is None,
+        unflagged_because=lambda trend: busier(trend) if trend.rises() else None,
+    )
+
+
+def _busier_machine(runs: Sequence[RunRecord]) -> Callable[[Trend], str | None]:
+    """Why a rising fit time is the machine's, not the runs': the fits keep a core busy (CPU
+    time at least ``CPU_BOUND`` of their wall time), and their CPU time rose by less than
+    ``CPU_KEPT_PACE`` of what the wall time rose: as much work, waiting for a busier machine
+    (other processes, a colleague's job). Two busy loops beside a Dense(512) fit here took its
+    time from 0.8 to 1.3-2.1 s while its CPU time stayed at 0.6-1.1 s. None: judged on time
+    alone (a GPU-bound fit, or records from before CPU time was kept)."""
+    cpu = [r.fit_cpu_seconds for r in runs]
+    wall = [r.fit_seconds or 0.0 for r in runs]
+
+    def why(trend: Trend) -> str | None:
+        if not runs or any(c is None for c in cpu):
+            return None
+        known = [c or 0.0 for c in cpu]
+        shares = sorted(c / w for c, w in zip(known, wall, strict=True) if w > 0)
+        if not shares or shares[len(shares) // 2] < CPU_BOUND:
+            return None
+        cpu_rise = Trend(known).rise
+        if cpu_rise >= CPU_KEPT_PACE * trend.rise:
+            return None
+        from keras_nbguard.records.formatting import fmt_seconds  # formatting imports records
+
+        return (
+            f"a busier machine: the fits' CPU time {fmt_seconds(cpu_rise, signed=True)} over "
+            f"the same runs, as much work waiting longer"
+        )
+
+    return why
 
 
 def label_trends(runs: Sequence[RunRecord]) -> tuple[RunTrend, RunTrend]:

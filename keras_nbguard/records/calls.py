@@ -36,6 +36,9 @@ class FitRecord:
     # the kernel's peak RSS and the GPU allocator's peak during this fit (None: unknown)
     rss_peak: int | None = None
     gpu_peak: int | None = None
+    # the process's CPU time during it, all its threads: a fit that takes longer for as much
+    # work waited for a busier machine (None: recorded before it was measured)
+    cpu_seconds: float | None = None
 
     @property
     def reached_training(self) -> bool:

@@ -172,6 +172,13 @@ class RunRecord:
             return None
         return self.rss_after - self.rss_before
 
+    @property
+    def fit_cpu_seconds(self) -> float | None:
+        """The process's CPU time in the fits that ``fit_seconds`` counts; None if unknown."""
+        trained = [f for f in self.fits if f.reached_training]
+        cpu = [f.cpu_seconds for f in trained]
+        return sum(c for c in cpu if c is not None) if trained and None not in cpu else None
+
     def compared_to(self, previous: RunRecord | None) -> RunRecord:
         """This record with its deltas against ``previous`` (the last run of the same label)."""
         if previous is None:
