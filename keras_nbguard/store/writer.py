@@ -29,7 +29,10 @@ from typing import Any
 from keras_nbguard.store.schema import storable
 
 RETRY_SECONDS = (0.05, 0.2, 1.0, 2.0)  # the pauses while a lock or a full disk lasts
-SLOW_DIRECT_SECONDS = 0.005  # a direct write slower than this (a network home): the thread's
+SLOW_DIRECT_SECONDS = 0.005  # direct writes slower than this, SLOW_IN_A_ROW times in a row (a
+SLOW_IN_A_ROW = (
+    3  # network home; one alone is a hiccup: a first write here took 6 ms): the thread's
+)
 CHECKPOINT_EVERY = 100  # direct writes between two checkpoints (that connection makes none)
 Statement = tuple[str, tuple[Any, ...]]  # SQL (or one of _apply's names) and its values
 Entry = Statement | None  # None: stop
@@ -63,6 +66,7 @@ class Writer:
         self.direct: sqlite3.Connection | None = None
         self._direct_lock = threading.Lock()
         self._direct_writes = 0
+        self._slow_in_a_row = 0
 
     def write_now(self, entries: list[Statement]) -> None:
         """``entries`` in one transaction on the calling thread when nothing would make it wait
@@ -138,7 +142,9 @@ class Writer:
                     self._write_in(db, batch)
             except Exception:  # locked, full, or a bug: the thread tries (and warns) as before
                 return False
-            if time.perf_counter() - started > SLOW_DIRECT_SECONDS:
+            slow = time.perf_counter() - started > SLOW_DIRECT_SECONDS
+            self._slow_in_a_row = self._slow_in_a_row + 1 if slow else 0
+            if self._slow_in_a_row >= SLOW_IN_A_ROW:
                 self.direct = None  # the disk is slow: the cell no longer waits on it
                 db.close()
             self._direct_writes += 1
@@ -149,9 +155,11 @@ class Writer:
             self._direct_lock.release()
 
     def _checkpoint(self) -> None:
-        """Copy the log's pages into the database file (the direct connection never does)."""
-        with self._lock:
-            self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        """Copy the log's pages into the database file and empty the log (the direct connection
+        never checkpoints). TRUNCATE waits for readers to leave the log, so the next write starts
+        it anew: a PASSIVE one raced with the cell's next write, and the log grew by every run."""
+        with self._lock:  # (its row fetched: a statement left stepping would hold a snapshot)
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def close_direct(self) -> None:
         with self._direct_lock:
