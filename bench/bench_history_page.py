@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from keras_nbguard.records.run import FitRecord, GpuReading, RunRecord
 from keras_nbguard.server.history import by_notebook, read_runs
 from keras_nbguard.server.page import render
-from keras_nbguard.store.history_db import RunKey, Store
+from keras_nbguard.store.history_db import RunKey, Store, start_row
 
 NOTEBOOK = "/home/me/train.ipynb"
 MB = 2**20
@@ -65,7 +65,9 @@ def build(path: str, runs: int) -> None:
     key = RunKey(NOTEBOOK, None, "k1", 1, 1.0)
     for i in range(runs):
         r = record(i)
-        store.run_started(f"run-{i}", key, r.label, r.run_number, r.started_at, r.rss_before)
+        store.run_started(
+            start_row(f"run-{i}", key, r.label, r.run_number, r.started_at, r.rss_before)
+        )
         store.run_finished(f"run-{i}", r)
     store.flush(600)
     store.close()

@@ -8,7 +8,7 @@ from helpers import make_record
 
 from keras_nbguard.server import page
 from keras_nbguard.server.history import by_notebook, read_runs
-from keras_nbguard.store.history_db import RunKey, Store
+from keras_nbguard.store.history_db import RunKey, Store, start_row
 
 
 def stored(tmp_path, count: int) -> str:
@@ -19,7 +19,7 @@ def stored(tmp_path, count: int) -> str:
         record = dataclasses.replace(
             make_record(run_number=i + 1), started_at=10.0 + i, notebook="nb.ipynb"
         )
-        store.run_started(f"r{i}", key, "mlp", i + 1, record.started_at, 1)
+        store.run_started(start_row(f"r{i}", key, "mlp", i + 1, record.started_at, 1))
         store.run_finished(f"r{i}", record)
     store.flush(10)
     store.close()

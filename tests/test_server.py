@@ -28,7 +28,7 @@ from jupyter_lab import jupyter_server
 
 from keras_nbguard.records.run import GpuReading, RunRecord
 from keras_nbguard.server.history import read_runs
-from keras_nbguard.store.history_db import RunKey, Store
+from keras_nbguard.store.history_db import RunKey, Store, start_row
 
 pytestmark = pytest.mark.kernel
 
@@ -74,19 +74,19 @@ def fill(path: Path) -> None:
     t0 = time.time() - 100
     first = RunKey("a.ipynb", "cell-1", "kernel-a", 1111, 1.0)
     for i in range(3):
-        store.run_started(f"a{i}", first, "mlp", i + 1, t0 + i, None)
+        store.run_started(start_row(f"a{i}", first, "mlp", i + 1, t0 + i, None))
         store.add_samples(f"a{i}", [(0.1, 150 * MB), (0.2, 200 * MB)])
         store.run_finished(
             f"a{i}", record("mlp", i + 1, "a.ipynb", "kernel-a", t0 + i, fit=1.0 + i / 10)
         )
     restarted = RunKey("a.ipynb", "cell-1", "kernel-a", 2222, 2.0)  # same id, new process
-    store.run_started("a3", restarted, "mlp", 1, t0 + 10, None)
+    store.run_started(start_row("a3", restarted, "mlp", 1, t0 + 10, None))
     store.run_finished("a3", record("mlp", 1, "a.ipynb", "kernel-a", t0 + 10, fit=None))
     killed = RunKey("a.ipynb", "cell-2", "kernel-b", gone.pid, gone_started)
-    store.run_started("a4", killed, "big", 1, t0 + 20, 100 * MB)
+    store.run_started(start_row("a4", killed, "big", 1, t0 + 20, 100 * MB))
     store.add_samples("a4", [(0.5, 300 * MB), (1.0, 900 * MB)])
     failed = RunKey(NOTEBOOK_B, "cell-1", "kernel-c", 3333, 3.0)
-    store.run_started("b0", failed, "cnn", 1, t0 + 5, None)
+    store.run_started(start_row("b0", failed, "cnn", 1, t0 + 5, None))
     store.run_finished(
         "b0",
         dataclasses.replace(
@@ -95,7 +95,7 @@ def fill(path: Path) -> None:
         ),
     )
     going = RunKey("live.ipynb", "cell-1", "kernel-d", os.getpid(), psutil.Process().create_time())
-    store.run_started("c0", going, "slow", 1, t0 + 30, 50 * MB)
+    store.run_started(start_row("c0", going, "slow", 1, t0 + 30, 50 * MB))
     store.add_samples("c0", [(0.5, 60 * MB)])
     store.flush()
     store.close()

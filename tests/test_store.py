@@ -18,7 +18,7 @@ from keras_nbguard.session.core import Session, using
 from keras_nbguard.store.dbfile import APPLICATION_ID
 from keras_nbguard.store.died import process_alive
 from keras_nbguard.store.feed import RunFeed
-from keras_nbguard.store.history_db import MEMORY, RunKey, Store
+from keras_nbguard.store.history_db import MEMORY, RunKey, Store, start_row
 from keras_nbguard.store.schema import SCHEMA_VERSION
 
 
@@ -372,7 +372,9 @@ def test_labels_and_paths_with_any_python_string_are_stored_and_read_back_equal(
             with keras_nbguard.track(label):
                 pass
         key = RunKey(notebook, "\ud800cell", "kernel", os.getpid(), 0.0)
-        store.run_started("still-running", key, "\udcffgoing", 99, time.time() + 60, None)
+        store.run_started(
+            start_row("still-running", key, "\udcffgoing", 99, time.time() + 60, None)
+        )
         session.close()
     again = Store(path)
     stored = again.runs(notebook=notebook, kernel_id="kernel")
@@ -392,12 +394,12 @@ def test_a_failed_write_is_rolled_back_and_the_next_batch_still_lands(tmp_path):
     warnings: list[str] = []
     store = Store(str(tmp_path / "runs.sqlite"), warn=warnings.append)
     key = RunKey("nb", None, "k", os.getpid(), 0.0)
-    store.run_started("good-1", key, "a", 1, 1.0, None)
-    store.run_started("bad", key, object(), 2, 2.0, None)  # SQLite can't take this value
-    store.run_started("good-2", key, "a", 3, 3.0, None)
+    store.run_started(start_row("good-1", key, "a", 1, 1.0, None))
+    store.run_started(start_row("bad", key, object(), 2, 2.0, None))  # SQLite can't take this value
+    store.run_started(start_row("good-2", key, "a", 3, 3.0, None))
     store.flush()
     assert not store.db.in_transaction  # nothing left open for the next batch to trip on
-    store.run_started("next-batch", key, "a", 4, 4.0, None)
+    store.run_started(start_row("next-batch", key, "a", 4, 4.0, None))
     store.flush()
     with sqlite3.connect(tmp_path / "runs.sqlite") as db:
         ids = [row[0] for row in db.execute("SELECT id FROM runs ORDER BY started_at")]
@@ -408,11 +410,13 @@ def test_a_failed_write_is_rolled_back_and_the_next_batch_still_lands(tmp_path):
 
 def test_a_closed_store_writes_nothing_and_reads_nothing(tmp_path):
     store = Store(str(tmp_path / "runs.sqlite"))
-    store.run_started("r", RunKey("nb", None, "k", os.getpid(), 0.0), "a", 1, 1.0, None)
+    store.run_started(start_row("r", RunKey("nb", None, "k", os.getpid(), 0.0), "a", 1, 1.0, None))
     store.close()
     assert store.writer._thread is None or not store.writer._thread.is_alive()
     store.close()  # again: nothing
-    store.run_started("late", RunKey("nb", None, "k", os.getpid(), 0.0), "a", 2, 2.0, None)
+    store.run_started(
+        start_row("late", RunKey("nb", None, "k", os.getpid(), 0.0), "a", 2, 2.0, None)
+    )
     store.flush()
     assert store.runs() == [] and store.reset_mark("nb") is None
     with sqlite3.connect(tmp_path / "runs.sqlite") as db:

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from keras_nbguard.store.history_db import start_row
+
 if TYPE_CHECKING:
     from keras_nbguard.records.events import Events
     from keras_nbguard.records.run import RunKey, RunRecord
@@ -59,9 +61,7 @@ def record_start(
         return
     try:
         feed.hold_start(
-            store.start_row(
-                run.id, run.key, run.label, run.run_number, run.started_at, run.rss_at_start
-            )
+            start_row(run.id, run.key, run.label, run.run_number, run.started_at, run.rss_at_start)
         )
     except Exception as exc:
         warn(f"run history: the run start was not stored ({exc})")

@@ -208,40 +208,8 @@ class Store:
         then()
 
     # -- writing (from any thread: a run's start and end on it, the rest on the writer thread) -----
-    def start_row(
-        self,
-        run_id: str,
-        key: RunKey,
-        label: str,
-        run_number: int,
-        started_at: float,
-        rss: int | None,
-    ) -> StartRow:
-        """The values of a run's row as it starts (``status`` 'running' until its end)."""
-        return (
-            run_id,
-            key.notebook,
-            key.cell_id,
-            label,
-            run_number,
-            key.kernel_id,
-            key.pid,
-            key.pid_started,
-            started_at,
-            started_at,
-            rss,
-        )
-
-    def run_started(
-        self,
-        run_id: str,
-        key: RunKey,
-        label: str,
-        run_number: int,
-        started_at: float,
-        rss: int | None,
-    ) -> None:
-        row = self.start_row(run_id, key, label, run_number, started_at, rss)
+    def run_started(self, row: StartRow) -> None:
+        """A run's start row (``start_row``), written now: a run's feed holds it instead."""
         self.writer.write_now([(START_SQL, row)])
 
     # ``start``: the run's start row, when still held by its feed: written first
@@ -419,3 +387,22 @@ class Store:
 
 def _started(start: StartRow | None) -> list[Statement]:
     return [] if start is None else [(START_SQL, start)]
+
+
+def start_row(
+    run_id: str, key: RunKey, label: str, run_number: int, started_at: float, rss: int | None
+) -> StartRow:
+    """The values of a run's row as it starts (``status`` 'running' until its end)."""
+    return (
+        run_id,
+        key.notebook,
+        key.cell_id,
+        label,
+        run_number,
+        key.kernel_id,
+        key.pid,
+        key.pid_started,
+        started_at,
+        started_at,
+        rss,
+    )
