@@ -358,11 +358,10 @@ def median_increase(values: Sequence[float]) -> float:
     """The median of what each run added to the one before: a leak adds about as much every
     run; the steps of an allocator (Keras' examples: +12 to +25 MiB at one run, flat around
     it, glibc's heap in use flat: bench_examples.py) leave it near zero."""
-    steps = sorted(b - a for a, b in itertools.pairwise(values))
-    if not steps:
-        return 0.0
-    half = len(steps) // 2
-    return steps[half] if len(steps) % 2 else (steps[half - 1] + steps[half]) / 2
+    import statistics  # (imported already: the trend asking for this fitted a Trend first)
+
+    steps = [b - a for a, b in itertools.pairwise(values)]
+    return statistics.median(steps) if steps else 0.0
 
 
 def _in_steps(runs: Sequence[RunRecord], values: Sequence[float]) -> str:
@@ -461,9 +460,11 @@ def _busier_machine(runs: Sequence[RunRecord]) -> Callable[[Trend], str | None]:
     def why(trend: Trend) -> str | None:
         if not runs or any(c is None for c in cpu):
             return None
+        import statistics  # (imported already by the Trend being judged)
+
         known = [c or 0.0 for c in cpu]
-        shares = sorted(c / w for c, w in zip(known, wall, strict=True) if w > 0)
-        if not shares or shares[len(shares) // 2] < CPU_BOUND:
+        shares = [c / w for c, w in zip(known, wall, strict=True) if w > 0]
+        if not shares or statistics.median(shares) < CPU_BOUND:
             return None
         cpu_rise = Trend(known).rise
         if cpu_rise >= CPU_KEPT_PACE * trend.rise:
