@@ -1,6 +1,9 @@
 """batch_advice against the truth: on four models under a host limit on CPU, the advised batch
 fits, 1.25x it does not, and the true largest batch is found by bisection with real runs, each in
-a fresh process whose peak RSS over its start (VmHWM, as --host-limit counts it) is measured.
+a fresh process whose peak RSS over its start (VmHWM, as --host-limit counts it) is measured; a
+batch is never larger than the dataset (Keras fits the whole of it then). TensorFlow runs as
+installed, oneDNN on as a user's is by default (``TF_ENABLE_ONEDNN_OPTS=0`` in the environment
+turns it off for both sides: the peaks then move by ~25 MiB between fresh runs).
 Beside it, the trials PyTorch Lightning's BatchSizeFinder (doubling from 2, then bisecting) would
 need to find the same batch, and the time they would take at this machine's measured trial cost.
 
@@ -20,7 +23,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {
     **os.environ,
     "TF_CPP_MIN_LOG_LEVEL": "2",
-    "TF_ENABLE_ONEDNN_OPTS": "0",
     "KERAS_BACKEND": "tensorflow",
     "PYTHONPATH": ROOT,
 }
@@ -85,7 +87,7 @@ if mode == "trial":
 else:
     from keras_nbguard import batch_advice
     a = batch_advice(model, x, y, limit_mib=limit, batch_size=arg or None)
-    out = dict(batch=a.batch_size, seconds=a.seconds, text=a.text(),
+    out = dict(batch=a.batch_size, seconds=a.seconds, text=a.text(), rows=len(x),
                probes=[(p.batch, round(p.peak_mib, 1)) for p in a.probes],
                range=a.batch_range)
 print("RESULT " + json.dumps(out))
@@ -169,7 +171,7 @@ def bench(name: str) -> dict:
     advice = child(name, "advise", 0)
     print(f"    {advice['text']}", flush=True)
     truth = Truth(name)
-    advised = advice["batch"]
+    advised, rows = advice["batch"], advice["rows"]
     if not advised:
         return dict(name=name, advised=None, advice=advice)
     advised_fits = truth.fits(advised)
@@ -177,10 +179,12 @@ def bench(name: str) -> dict:
     above_over = not truth.fits(above)
     if advised_fits and above_over:
         largest = truth.largest(advised, above)
-    elif advised_fits:  # find a batch that does not fit, doubling
-        over = above * 2
-        while truth.fits(over) and over < 2**20:  # (a batch past the data is the data)
-            over *= 2
+    elif advised_fits and truth.fits(rows):  # the whole dataset as one batch: the largest
+        largest = rows
+    elif advised_fits:  # find a batch that does not fit, doubling (up to the dataset)
+        over = min(above * 2, rows)
+        while truth.fits(over):
+            over = min(over * 2, rows)
         largest = truth.largest(over // 2, over)
     else:
         low = max(1, advised // 2)

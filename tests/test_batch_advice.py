@@ -75,6 +75,20 @@ def test_probes_that_show_no_rise_give_an_upper_bound_and_say_so():
     assert advice.per_sample_mib > 0 and "barely grows" in advice.text()
 
 
+def test_probes_covered_by_memory_an_earlier_step_left_take_the_layers_estimate():
+    # a convnet on 64x64 images with oneDNN (its pool keeps what the first steps took): the
+    # probes rose 0.7 MiB a sample, its layers' outputs alone take 0.84, a fresh fit about 2
+    covered = probes((8, 178.0), (18, 179.0), (65, 216.0))
+    advice = advise(covered, 512.0, "given", "host", 1.0, 2.0, 1.5, 0.1, guess_mib=2.52)
+    assert advice.per_sample_mib == pytest.approx(2.52)
+    assert advice.predict(65) == pytest.approx(216.0)  # the line runs through the highest probe
+    assert advice.batch_size == int((512 * 0.9 - (216 - 2.52 * 65)) / 2.52)
+    assert "less than the layers' outputs alone (0.840)" in advice.text()
+    # a rise of at least the outputs keeps the measured line
+    measured = advise(covered, 512.0, "given", "host", 1.0, 2.0, 1.5, 0.1, guess_mib=2.0)
+    assert measured.per_sample_mib < 0.8 and "outputs alone" not in measured.text()
+
+
 def test_fewer_than_two_probes_is_no_advice_with_the_reason():
     advice = advise(probes((8, 300.0)), 500.0, "given", "host", None, None, 1.0)
     assert advice.batch_size is None and "fewer than two" in advice.text()

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from keras_nbguard.records.options import RunOptions
     from keras_nbguard.session.core import Session
 
+OUTPUTS_IN_GUESS = 3  # activations_guess counts each output thrice (itself, its gradient, a temp)
 MARGIN = 0.05  # of the limit, kept free on a GPU: the allocator's rounding
 HOST_MARGIN = 0.10  # on the host: a fresh fit's peak RSS varies by ~6% run to run (the bench)
 
@@ -232,13 +233,14 @@ def batch_advice(
         first = min(8, most or 8)
         # the first step traces (and compiles): its own peak, apart from the probes'
         warmup = batch_probe.measure(copy, x, y, first, 1, source)
+        guess = batch_probe.activations_guess(copy)
         probes = batch_probe.schedule(
             lambda b: batch_probe.measure(copy, x, y, b, steps, source),
             first=first,
             limit_mib=limit_mib,
             most=most,
             batch_sizes=batch_sizes,
-            guess_mib=batch_probe.activations_guess(copy),
+            guess_mib=guess,
         )
         weights = _size_mib(copy.weights)
         optimizer = _size_mib(copy.optimizer.variables)
@@ -266,6 +268,7 @@ def batch_advice(
         margin,
         batch_size,
         warmup,
+        guess,
     )
     if most and advice.batch_size and advice.batch_size > most:  # no batch is larger than x
         advice = _replace(
@@ -313,10 +316,12 @@ def advise(
     margin: float = MARGIN,
     user_batch: int | None = None,
     warmup: Probe | None = None,
+    guess_mib: float | None = None,
 ) -> BatchAdvice:
     """The advice from the probes: the line, its linearity, the largest batch, accumulation.
     ``warmup``: the first step alone, at the first probe's batch; a fit's first step traces
-    and compiles too, so the line starts no lower than it."""
+    and compiles too, so the line starts no lower than it. ``guess_mib``: the layers' estimate
+    of a sample's training memory (``batch_probe.activations_guess``), the floor of the slope."""
     usable = limit_mib * (1 - margin)
     common: dict[str, Any] = dict(
         limit_mib=limit_mib,
@@ -347,9 +352,21 @@ def advise(
             f"memory barely grows with the batch up to {probes[-1].batch:,}: the slope is "
             f"an upper bound"
         )
-    batch = _largest(fixed, slope, usable)
     linear, batch_range = True, None
-    if len(probes) >= 3:
+    estimate = guess_mib if guess_mib and slope < guess_mib / OUTPUTS_IN_GUESS else None
+    if estimate is not None:
+        # a training step keeps every layer's output for the backward pass: probes that rose
+        # less than that were covered by memory an earlier step left (an allocator's pool, the
+        # last fit's data), so the layers' guess stands in, through the highest probe
+        measured, slope = slope, estimate
+        fixed = probes[-1].peak_mib - slope * probes[-1].batch
+        reason = (
+            f"the probes rose {measured:.3f} MiB a sample, less than the layers' outputs alone "
+            f"({slope / OUTPUTS_IN_GUESS:.3f}): memory left by the first steps covered them; "
+            f"the layers' estimate ({slope:.3f} MiB a sample) is used"
+        )
+    batch = _largest(fixed, slope, usable)
+    if len(probes) >= 3 and estimate is None:
         # the line misses a probe by more than noise, or the first and last steps' slopes
         # (each a clear rise) differ by more than 30%: the third probe says "not linear"
         worst = max(abs(p.peak_mib - (fixed + slope * p.batch)) for p in probes)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from keras_nbguard.records.options import RunOptions
 
 MIB = 2**20
+REACH = 0.8  # of half the limit: how far the last probe should get
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,12 @@ def schedule(
             break
         # enough: three probes whose rise is clear and that reach well into the half limit
         # (the wider they spread, the truer the slope)
-        if planned is None and len(probes) >= 3 and span >= signal and last.peak_mib >= 0.6 * half:
+        if (
+            planned is None
+            and len(probes) >= 3
+            and span >= signal
+            and last.peak_mib >= REACH * half
+        ):
             break
         if len(probes) == 1:  # the layers' guess, twice over; without one, half as many again
             room = (
@@ -246,7 +252,12 @@ def schedule(
                 else batch / 2
             )
         else:  # the steepest slope the rise so far allows, noise included
-            slope = (max(span, 0.0) + noise) / (batch - probes[0].batch)
+            # (the last step too: memory an earlier probe left can flatten the first ones)
+            rise = last.peak_mib - probes[-2].peak_mib
+            slope = max(
+                (max(span, 0.0) + noise) / (batch - probes[0].batch),
+                (max(rise, 0.0) + noise) / (batch - probes[-2].batch),
+            )
             room = (0.9 * half - last.peak_mib) / slope
         if planned is not None:
             if not planned or planned[0] - batch > room:
