@@ -268,7 +268,9 @@ def batch_advice(
         margin,
         batch_size,
         warmup,
-        guess,
+        # a GPU allocator's peak counts the tensors in use, reset before each probe: nothing
+        # covers a rise there, and its outputs may be narrower (mixed precision) than guessed
+        guess if isinstance(source, batch_probe.HostPeaks) else None,
     )
     if most and advice.batch_size and advice.batch_size > most:  # no batch is larger than x
         advice = _replace(

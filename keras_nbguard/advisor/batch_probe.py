@@ -195,7 +195,8 @@ def measure(
 def activations_guess(model: Any) -> float | None:
     """A rough upper guess of training memory per sample, in MiB, from the layers' outputs
     (kept for the backward pass, their gradients and a temporary: x3; a recurrent layer keeps
-    its gates at every time step). Only to size the second probe; None where shapes are unknown.
+    its gates at every time step), at 4 bytes an element. It sizes the second probe, and on the
+    host it is the slope's floor (batch_advisor.advise); None where shapes are unknown.
     """
     elements = 0
     try:
