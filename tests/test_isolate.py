@@ -5,6 +5,7 @@ what can't be sent, a sweep run two at a time, and a kernel that imports no Tens
 from __future__ import annotations
 
 import _thread
+import gc
 import glob
 import json
 import os
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 
 import pytest
 from helpers import one_ray_at_a_time, run
@@ -58,6 +60,31 @@ def test_names_go_in_and_come_back_with_the_value_and_prints(iso_shell):
     assert fit.epochs == 2 and record.inference[0].kind == "evaluate"
     assert record.pid == os.getpid()  # the kernel's run: its history, its numbering
     assert record.rss_samples  # and the child's RSS, as it went
+
+
+ENDS_IN_FIT = """%%kerasrun --isolate --quiet --label last
+import keras
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+model.compile("adam", "mse")
+model.fit(x, y, epochs=1, verbose=0)
+"""
+
+
+def test_a_cell_ending_in_fit_brings_its_model_back_once_and_lets_the_last_one_go(iso_shell):
+    """The cell's value, a History, holds the model that came back as ``model``, not a second
+    copy that ``Out[n]`` keeps; an earlier run's model goes once the next run starts, as an
+    in-process run's does (Keras' own examples end in ``model.fit(...)``)."""
+    models = []
+    for _ in range(3):
+        result = run(iso_shell, ENDS_IN_FIT)
+        assert result.success, result.error_in_exec
+        assert result.result.model is iso_shell.user_ns["model"]
+        models.append(weakref.ref(iso_shell.user_ns["model"]))
+        del result
+    gc.collect()  # what the next run's start does: the last run cut its History's link
+    assert [m() is not None for m in models] == [False, False, True]
+    last = keras_nbguard.runs("last")[-1]
+    assert last.released_models is not None and last.released_models.runs == (1,)
 
 
 def test_unsendable_input_is_a_usage_error_before_anything_runs(iso_shell):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from keras_nbguard.isolation import names, sweep
 from keras_nbguard.isolation.back import received
+from keras_nbguard.isolation.child import LAST
 from keras_nbguard.isolation.parent import Child, ChildResult
 from keras_nbguard.isolation.run import IsolatedRun, Transfer
 from keras_nbguard.isolation.spare import Spare
@@ -139,7 +140,7 @@ def _one(cell: _Cell, job: dict[str, Any], how: Isolation, deleted: Sequence[str
     if how.prestart:
         spare.make(names.imports_of(job["source"]))  # the next run's, while the user reads
     _raise_if_failed(run)
-    return bound.get("__value__")
+    return bound.get(LAST)
 
 
 def _sweep(cell: _Cell, job: dict[str, Any], how: Isolation, plan: sweep.Sweep) -> Any:
@@ -152,7 +153,7 @@ def _sweep(cell: _Cell, job: dict[str, Any], how: Isolation, plan: sweep.Sweep) 
         cell = dataclasses.replace(cell, options=dataclasses.replace(cell.options, quiet=True))
 
     def keep(point: dict[str, Any], bound: dict[str, Any]) -> None:
-        bound.pop("__value__", None)
+        bound.pop(LAST, None)
         results[sweep.key(point["params"])] = bound
         if table is not None:
             table.finished(point["params"], cell.session.last_run(point["label"]))
@@ -267,7 +268,7 @@ def _begin(cell: _Cell, job: dict[str, Any]) -> IsolatedRun:
 
 
 def _names_only(bound: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in bound.items() if k != "__value__"}
+    return {k: v for k, v in bound.items() if k != LAST}
 
 
 def _spare_of(session: Session) -> Spare:

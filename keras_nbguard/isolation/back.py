@@ -13,20 +13,22 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
+from keras_nbguard.isolation.child import LAST
 from keras_nbguard.isolation.parent import ChildResult
 from keras_nbguard.isolation.receiving import keras_scope
 from keras_nbguard.isolation.run import IsolatedRun, Transfer
 
 
 def received(done: ChildResult, run: IsolatedRun | None = None) -> dict[str, Any]:
-    """The names the cell bound in the child, and its last value under ``__value__`` (a value
-    that can't travel is shown as IPython would show it). What fails to load is named in the
-    run's "not sent back" instead of failing the cell."""
+    """The names the cell bound in the child, and its last value under ``LAST`` (a value that
+    can't travel is shown as IPython would show it; a History holds the model that came back
+    under its name). What fails to load is named in the run's "not sent back" instead of
+    failing the cell."""
 
     began = time.perf_counter()
     result = done.result or {}
     outputs: dict[str, Any] = result.get("outputs", {})
-    bound: dict[str, Any] = {"__value__": None}
+    bound: dict[str, Any] = {LAST: None}
     models: dict[str, Any] = {}
     back = Transfer()
     failed: dict[str, str] = {}
@@ -56,7 +58,7 @@ def received(done: ChildResult, run: IsolatedRun | None = None) -> dict[str, Any
             _attach(value, models[sent[2]])
         bound[key] = value
     if result.get("value") is not None:
-        bound["__value__"] = _loads(result["value"])
+        bound[LAST] = _loads(result["value"])
     elif result.get("bundle"):
         from IPython.display import publish_display_data
 

@@ -21,6 +21,8 @@ import types
 from multiprocessing.connection import Connection
 from typing import Any, cast
 
+LAST = "__value__"  # what the cell's last value travels under, beside the names it bound
+
 Send = Any  # (kind, *payload) -> None
 _ATTACHED: list[Any] = []  # the kernel's shared-memory arrays, mapped for as long as we live
 
@@ -125,8 +127,8 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         head = f"%%kerasrun --label {shlex.quote(job['label'])} --quiet {job['options']}"
         result = shell.run_cell(f"{head.rstrip()}\n{job['source']}", store_history=True)
         records = keras_nbguard.runs()
-        outputs, not_sent = _collect(shell.user_ns, job["outputs"])
-        value, bundle = _value(shell, result.result)
+        outputs, not_sent = _collect(shell.user_ns, job["outputs"], last=result.result)
+        value, bundle = (None, None) if LAST in outputs else _value(shell, result.result)
     finally:
         sys.stdout, sys.stderr = streams
     error = None if result.success else repr(result.error_in_exec or result.error_before_exec)
@@ -153,11 +155,16 @@ def _forward_displays(shell: Any, send: Send) -> None:
     hook.finish_displayhook = lambda: None
 
 
-def _collect(namespace: dict[str, Any], names: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+def _collect(
+    namespace: dict[str, Any], names: list[str], last: Any = None
+) -> tuple[dict[str, Any], dict[str, str]]:
     """The names to bring back: Keras models as the bytes of their Keras-format file (the kernel
     may be on another machine: a Ray cluster), everything else pickled; what can't travel is
     named with why. A model travels once: a History (any callback) that holds it is sent
-    without it, naming the model to attach again (``("value", pickle, model_key)``)."""
+    without it, naming the model to attach again (``("value", pickle, model_key)``). So does
+    the cell's ``last`` value when it is one (a cell ending in ``model.fit(...)``), as ``LAST``:
+    pickled whole, it brought a second copy of the model into the kernel, which nothing of ours
+    knew and ``Out[n]`` kept, one a run."""
     from keras_nbguard import backends
     from keras_nbguard.isolation.names import describe
 
@@ -166,6 +173,8 @@ def _collect(namespace: dict[str, Any], names: list[str]) -> tuple[dict[str, Any
     not_sent: dict[str, str] = {}
     keys: dict[int, str] = {}  # id(model) -> the key it travels under
     present = [name for name in names if name in namespace]
+    if last is not None and _held_model(last, models)[1] is not None:
+        namespace, present = {**namespace, LAST: last}, [*present, LAST]
     for name in present:  # the models first: a History then names the model it holds
         if models and isinstance(namespace[name], models):
             problem = _send_model(outputs, keys, name, namespace[name])
@@ -193,6 +202,7 @@ def _collect(namespace: dict[str, Any], names: list[str]) -> tuple[dict[str, Any
                 vars(value)[slot] = held
         except Exception as exc:
             not_sent[name] = f"{describe(value)}: {exc}"
+    not_sent.pop(LAST, None)  # not a name: the value is shown as IPython would show it instead
     return outputs, not_sent
 
 

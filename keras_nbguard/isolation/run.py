@@ -5,6 +5,7 @@ record's ``isolated`` line; the models that came back are the run's models."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
 import weakref
 from dataclasses import dataclass
@@ -55,6 +56,13 @@ class IsolatedRun(Run):
     elapsed: float | None = None  # the wall, when the run is recorded after it ended (--parallel)
 
     def start(self) -> None:
+        # The models earlier runs brought back live in the kernel, and the links of those only
+        # their History held (Out[n], _) were cut after their runs (session/live_models.py):
+        # this collection frees them, as an in-process run's does, and settles the cuts.
+        if self.services.models_tracked():
+            if self.services.models_going():
+                self._attempt("collecting garbage", gc.collect)
+            self._attempt("releasing earlier runs' models", lambda: self._released(None))
         self._t0 = time.perf_counter()
 
     @property
