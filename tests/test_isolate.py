@@ -87,6 +87,27 @@ def test_a_cell_ending_in_fit_brings_its_model_back_once_and_lets_the_last_one_g
     assert last.released_models is not None and last.released_models.runs == (1,)
 
 
+def test_the_symbolic_tensors_of_a_functional_model_stay_in_the_child(iso_shell):
+    """``inputs``/``outputs`` of a Functional model built in the cell: pickled, each took the
+    whole graph along (97 MiB a run on Keras' text example); the model comes back, they don't."""
+    cell = (
+        "%%kerasrun --isolate --quiet --label functional\n"
+        "import keras\n"
+        "inputs = keras.Input((8,))\n"
+        "outputs = keras.layers.Dense(1)(inputs)\n"
+        "model = keras.Model(inputs, outputs)\n"
+    )
+    result = run(iso_shell, cell)
+    assert result.success, result.error_in_exec
+    ns = iso_shell.user_ns
+    assert ns["model"].predict(ns["x"][:2], verbose=0).shape == (2, 1)
+    assert "inputs" not in ns and "outputs" not in ns
+    (record,) = keras_nbguard.runs("functional")
+    assert "inputs (a symbolic tensor of the cell's Keras graph: it stays there)" in (
+        record.isolated
+    )
+
+
 def test_unsendable_input_is_a_usage_error_before_anything_runs(iso_shell):
     assert run(iso_shell, "import threading\nlock = threading.Lock()").success
     with capture_output() as seen:
