@@ -23,6 +23,7 @@ from keras_nbguard.isolation.back import received
 from keras_nbguard.isolation.child import LAST
 from keras_nbguard.isolation.parent import Child, ChildResult
 from keras_nbguard.isolation.run import IsolatedRun, Transfer
+from keras_nbguard.isolation.saved_datasets import SavedDatasets
 from keras_nbguard.isolation.spare import Spare
 from keras_nbguard.prepare.before_run import RunOptions
 
@@ -35,6 +36,7 @@ MAX_UNASKED = 100  # a sweep of more points asks for --yes
 
 # each kernel's next process, pre-started (--prestart); closed at %unload_ext / %reload_ext
 _SPARES: weakref.WeakKeyDictionary[Any, Spare] = weakref.WeakKeyDictionary()
+_SAVED: weakref.WeakKeyDictionary[Any, SavedDatasets] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,7 @@ def run_isolated(
             shared=shared if how.cluster is None else None,
             in_place=found.in_place,
             current=cell,
+            saved=_saved_of(session),
         )
         from keras_nbguard.isolation.shm import size_of
 
@@ -278,12 +281,22 @@ def _spare_of(session: Session) -> Spare:
     return spare
 
 
+def _saved_of(session: Session) -> SavedDatasets:
+    saved = _SAVED.get(session)
+    if saved is None:
+        saved = _SAVED[session] = SavedDatasets()
+    return saved
+
+
 def close_spares() -> None:
     """``%unload_ext`` / ``%reload_ext``: no pre-started process outlives the extension, nor
-    one still exiting after its run (with what its cell started)."""
+    one still exiting after its run (with what its cell started), nor a saved pipeline."""
     for spare in list(_SPARES.values()):
         spare.close()
     _SPARES.clear()
+    for saved in list(_SAVED.values()):
+        saved.close()
+    _SAVED.clear()
     from keras_nbguard.isolation.parent import kill_all
 
     kill_all()

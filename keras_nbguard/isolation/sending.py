@@ -16,7 +16,7 @@ import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keras_nbguard.isolation.kinds import (
     OWN_WORDS,
@@ -34,6 +34,9 @@ from keras_nbguard.isolation.kinds import (
     this_process_own,
 )
 from keras_nbguard.records.formatting import fmt_size
+
+if TYPE_CHECKING:
+    from keras_nbguard.isolation.saved_datasets import SavedDatasets
 
 __all__ = [
     "SHARED_BYTES",
@@ -79,15 +82,17 @@ def pack_inputs(
     shared: list[Any] | None,
     in_place: Iterable[str] = (),
     current: str = "",
+    saved: SavedDatasets | None = None,
 ) -> Sent:
     """Each name the user's namespace has, packed the way its kind allows (``shared`` None:
     children elsewhere, a Ray cluster: no shared memory; segments made are appended to it for
     the caller to unlink after the run). ``in_place``: names the cell changes (a writable copy);
-    ``current``: the cell's source (not replayed). ``ValueError`` for a name that can go no
-    way, or one given with ``--inputs`` that does not exist."""
+    ``current``: the cell's source (not replayed); ``saved``: the tf.data pipelines earlier runs
+    saved. ``ValueError`` for a name that can go no way, or one given with ``--inputs`` that
+    does not exist."""
     from keras_nbguard.isolation.names import is_builtin
 
-    packer = _Packer(namespace, shared, current)
+    packer = _Packer(namespace, shared, current, saved)
     sent = Sent()
     chosen: list[tuple[str, Any]] = []
     changed = set(in_place)
@@ -117,8 +122,15 @@ def pack_inputs(
 
 
 class _Packer:
-    def __init__(self, namespace: Mapping[str, Any], shared: list[Any] | None, current: str):
+    def __init__(
+        self,
+        namespace: Mapping[str, Any],
+        shared: list[Any] | None,
+        current: str,
+        saved: SavedDatasets | None = None,
+    ):
         self.namespace, self.shared, self.current = namespace, shared, current
+        self.saved = saved
         self.token = secrets.token_hex(6)
         self.packets: dict[tuple[int, str], tuple[Any, str]] = {}
         self.units: dict[int, Any] = {}
@@ -184,6 +196,7 @@ class _Packer:
 
         key, asked = f"{self.token}:{id(value)}:{way}", way
         size: int
+        again = ""
         if way == "shared memory":
             from keras_nbguard.isolation.shm import (
                 pack_array,  # room checked first: a full /dev/shm is SIGBUS
@@ -197,8 +210,13 @@ class _Packer:
             packet = ("keras", key, keras_package(value), data, classes, type(value).__name__)
             size = len(data)
         elif way == "tf.data":
-            data = dataset_zip(value)
+            data, earlier = (
+                self.saved.zip_of(value, dataset_zip)
+                if self.saved is not None
+                else (dataset_zip(value), False)
+            )
             packet, size = ("tfdata", key, data), len(data)
+            again = ", saved by an earlier run" if earlier else ""
         elif self.classes is not None and any(
             value is c for c in notebook_classes(self.namespace).values()
         ):  # the class itself: the very one the child loads the notebook's models with
@@ -211,7 +229,7 @@ class _Packer:
             except Exception as exc:
                 raise Unsendable(f"it can't be pickled ({short(exc)})") from None
             packet, size = ("value", key, data, self.classes), len(data)
-        label = "module" if way == "module" else f"{way} {fmt_size(size)}"
+        label = "module" if way == "module" else f"{way} {fmt_size(size)}{again}"
         self.packets[(id(value), asked)] = (packet, label)  # the namespace keeps value (its id)
         return packet, label
 
