@@ -214,8 +214,10 @@ def _symbolic(value: Any) -> bool:
     is built): pickled, it took its whole graph along (every layer, an adapted vocabulary: 97
     MiB a run on Keras' text classification example), and nothing in the kernel can compute
     with it."""
-    cls = type(value)
-    return cls.__name__ == "KerasTensor" and cls.__module__.split(".")[0] in ("keras", "tf_keras")
+    return any(  # tf_keras has subclasses of it: ragged, sparse
+        cls.__name__ == "KerasTensor" and cls.__module__.split(".")[0] in ("keras", "tf_keras")
+        for cls in type(value).__mro__
+    )
 
 
 def _pickled(value: Any) -> bytes:
