@@ -196,22 +196,16 @@ def test_a_pipeline_with_no_cell_to_replay_is_saved_by_tf_data(shell):
         "forever_ds = tf.data.Dataset.range(3).repeat()\n"
     )
     assert shell.run_cell(made, store_history=False).success
+    total = "total = int(sum(int(tf.reduce_sum(b)) for b in saved_ds))\n"
     with capture_output() as seen:
-        result = run(
-            shell,
-            "%%kerasrun --isolate --label saved --quiet\n"
-            "total = int(sum(int(tf.reduce_sum(b)) for b in saved_ds))\n",
-        )
+        result = run(shell, "%%kerasrun --isolate --label saved --quiet\n" + total)
     assert result.success, (result.error_in_exec, seen.stdout, seen.stderr)
     assert shell.user_ns["total"] == 90
     assert "saved_ds (tf.data " in _sent("saved") and "earlier run" not in _sent("saved")
     # saved once: the pipeline can't change, and saving runs it in the kernel (time, and
     # ~1 MiB of heap that TensorFlow keeps each time)
     shell.user_ns["total"] = None
-    result = run(
-        shell,
-        "%%kerasrun --isolate --label again --quiet\ntotal = int(sum(int(tf.reduce_sum(b)) for b in saved_ds))\n",
-    )
+    result = run(shell, "%%kerasrun --isolate --label again --quiet\n" + total)
     assert result.success and shell.user_ns["total"] == 90
     assert "saved_ds (tf.data " in _sent("again") and "saved by an earlier run" in _sent("again")
     with capture_output() as seen:  # no way at all: said before anything starts

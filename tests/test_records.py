@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from helpers import make_record
 
 from keras_nbguard.records.run import RunRecord
@@ -61,3 +62,14 @@ def test_the_magics_display_bundle_is_the_records_own_reprs():
     bundle = record.summary_bundle()
     assert bundle["text/plain"] == pretty(record)
     assert bundle["text/html"] == record._repr_html_()
+
+
+def test_our_own_time_names_each_part_once():
+    """An isolated run's record comes with its child's own parts (its leak check); the kernel's
+    laps after it add to them instead of listing a part twice."""
+    from keras_nbguard.session.core import Laps
+
+    laps = Laps()
+    laps._parts = [("leak check", 0.002), ("diagnosis", 0.001)]
+    merged = laps.added_to((("clear", 0.004), ("leak check", 0.011)))
+    assert merged == (("clear", 0.004), ("leak check", pytest.approx(0.013)), ("diagnosis", 0.001))
