@@ -219,6 +219,23 @@ def test_a_stray_thread_gets_a_short_grace_and_a_word(shell):
     assert gone_after([child_pid(record)]) == []
 
 
+def test_a_process_the_cell_left_running_is_named_and_ours_are_not(shell):
+    """A ``sleep`` the cell started and left is ended and said; a cell that starts nothing says
+    nothing, though the child's own RSS helper (ours) may still be in its group, or a zombie."""
+    cell = (
+        "%%kerasrun --isolate --label left --quiet\nimport subprocess\n"
+        "kid = subprocess.Popen(['sleep', '300']).pid\n"
+    )
+    assert run(shell, cell).success
+    (record,) = keras_nbguard.runs("left")
+    assert "1 process its cell started still running: ended" in record.isolated
+    assert gone_after([shell.user_ns["kid"]]) == []
+    quiet = "%%kerasrun --isolate --label none --quiet\nimport time\ntime.sleep(0.6)\n"
+    assert run(shell, quiet).success
+    (record,) = keras_nbguard.runs("none")
+    assert "its cell started" not in record.isolated, record.isolated
+
+
 PRESTART = "%%kerasrun --isolate --prestart --label warm --quiet\nimport os\nwhere = os.getcwd()\n"
 
 

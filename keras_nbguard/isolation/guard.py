@@ -17,8 +17,10 @@ import signal
 import sys
 import threading
 import time
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
+RSS_HELPER = os.path.join("keras_nbguard", "collectors", "rss_watch.py")  # the run's RSS sampler
 WATCH_SECONDS = 0.5
 THREAD_GRACE = 1.5  # seconds the threads the cell left get to end by themselves
 
@@ -103,6 +105,9 @@ def _status(pid: int) -> str | None:
 
 
 def group_members(pgid: int) -> list[int]:
+    """The live processes of the group, but the child's own RSS helper (ours: it ends with the
+    child) and zombies (ended, not yet reaped by the child): "a process its cell started still
+    running" named one of those after every run of two of Keras' examples."""
     try:
         import psutil
 
@@ -112,6 +117,16 @@ def group_members(pgid: int) -> list[int]:
     members = []
     for pid in pids:
         with contextlib.suppress(OSError):
-            if os.getpgid(pid) == pgid:
+            if os.getpgid(pid) == pgid and not _ours_or_ended(psutil, pid):
                 members.append(pid)
     return members
+
+
+def _ours_or_ended(psutil: Any, pid: int) -> bool:
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return True
+        return any(part.endswith(RSS_HELPER) for part in process.cmdline()[:4])
+    except Exception:  # gone meanwhile
+        return True
