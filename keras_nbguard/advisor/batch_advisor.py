@@ -19,14 +19,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from keras_nbguard.advisor import batch_probe
-from keras_nbguard.advisor.batch_probe import MIB, Probe
+from keras_nbguard.advisor.batch_probe import MIB, OUTPUTS_IN_GUESS, Probe
 from keras_nbguard.records.notices import warn
 
 if TYPE_CHECKING:
     from keras_nbguard.records.options import RunOptions
     from keras_nbguard.session.core import Session
 
-OUTPUTS_IN_GUESS = 3  # activations_guess counts each output thrice (itself, its gradient, a temp)
 MARGIN = 0.05  # of the limit, kept free on a GPU: the allocator's rounding
 HOST_MARGIN = 0.10  # on the host: a fresh fit's peak RSS varies by ~6% run to run (the bench)
 

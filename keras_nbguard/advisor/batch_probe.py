@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 MIB = 2**20
 REACH = 0.8  # of half the limit: how far the last probe should get
+OUTPUTS_IN_GUESS = 3  # activations_guess counts each output thrice (itself, its gradient, a temp)
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,7 @@ def activations_guess(model: Any) -> float | None:
                 elements += int(layer.input.shape[1]) * int(units) * 6
     except Exception:  # a subclassed model: no symbolic outputs
         return None
-    return 3 * elements * 4 / MIB if elements else None
+    return OUTPUTS_IN_GUESS * elements * 4 / MIB if elements else None
 
 
 def schedule(
