@@ -23,6 +23,7 @@ from typing import Any
 from IPython.core.displayhook import DisplayHook
 
 from keras_nbguard.ipython.stable_code import CodeCache, compiled_from, point_traceback_at
+from keras_nbguard.run.frame_room import call_with_room
 
 MAGIC = "%%kerasrun"
 AWAIT_FLAG = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
@@ -37,13 +38,20 @@ class _Compiled:
 
 
 def run_cell_body(shell: Any, magic_line: str, body: str) -> Any:
-    """Execute ``body`` (the cell below a ``%%magic`` line); return its last expression's value."""
+    """Execute ``body`` (the cell below a ``%%magic`` line); return its last expression's value.
+    It runs with room on Python's frame stack (run/frame_room.py): a fit that traces its train
+    step no longer maps and unmaps the same chunk of frames thousands of times."""
     __tracebackhide__ = True
     code = _compile(shell, magic_line, body, flags=0)
-    exec(code.body, shell.user_ns)
+    return call_with_room(_execute, code, shell.user_ns)
+
+
+def _execute(code: _Compiled, namespace: dict[str, Any]) -> Any:
+    __tracebackhide__ = True
+    exec(code.body, namespace)
     if code.last_expression is None:
         return None
-    return eval(code.last_expression, shell.user_ns)
+    return eval(code.last_expression, namespace)
 
 
 async def run_cell_body_async(shell: Any, magic_line: str, body: str) -> Any:
