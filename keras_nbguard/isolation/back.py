@@ -17,6 +17,7 @@ from keras_nbguard.isolation.child import LAST
 from keras_nbguard.isolation.parent import ChildResult
 from keras_nbguard.isolation.receiving import keras_scope
 from keras_nbguard.isolation.run import IsolatedRun, Transfer
+from keras_nbguard.prepare.lookup_tables import freed_with_their_objects
 
 
 def received(done: ChildResult, run: IsolatedRun | None = None) -> dict[str, Any]:
@@ -104,13 +105,15 @@ def _banners_kept_out() -> Iterator[None]:
 
 
 def _load_model(package: str, data: bytes) -> Any:
-    """A model the child saved in the Keras format (bytes: the child may be on another machine)."""
+    """A model the child saved in the Keras format (bytes: the child may be on another machine).
+    Its lookup tables (a TextVectorization's vocabulary) go when it goes: loaded every run, they
+    were kept once a run (prepare/lookup_tables.py)."""
     with _banners_kept_out():
         if package == "tf_keras":
             import tf_keras
         else:
             import keras
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as folder, freed_with_their_objects():
         path = os.path.join(folder, "model.keras")
         with open(path, "wb") as out:
             out.write(data)
