@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import os
 
+from keras_nbguard.isolation import saved_datasets
 from keras_nbguard.isolation.saved_datasets import SavedDatasets
 
 
@@ -43,3 +44,16 @@ def test_a_file_that_went_is_saved_again():
     os.remove(path)  # a cleaned /tmp
     assert saved.zip_of(pipeline, lambda p: b"second") == (b"second", False)
     saved.close()
+
+
+def test_a_pipeline_that_dies_at_the_interpreters_exit_still_takes_its_file(monkeypatch):
+    """Seen at a kernel's exit after isolated runs: 'Exception ignored in forget', the module's
+    globals already None (as Python's shutdown leaves them), and the file left behind."""
+    saved, pipeline = SavedDatasets(), Pipeline()
+    saved.zip_of(pipeline, lambda p: b"zipped")
+    ((_, path),) = saved._saved.values()
+    for name in ("contextlib", "os"):
+        monkeypatch.setattr(saved_datasets, name, None)
+    del pipeline
+    gc.collect()
+    assert not os.path.exists(path)

@@ -49,11 +49,15 @@ class SavedDatasets:
             out.write(data)
         key = id(dataset)
 
-        def forget(_: Any) -> None:  # the pipeline is gone: so is its file
+        # the pipeline is gone: so is its file. Also at the interpreter's exit, when the
+        # modules' globals may already be None: what it calls comes bound.
+        def forget(_: Any, remove: Callable[[str], None] = os.remove) -> None:
             if self._saved.get(key, (None, ""))[1] == path:
                 del self._saved[key]
-            with contextlib.suppress(OSError):
-                os.remove(path)
+            try:  # noqa: SIM105 (contextlib may be gone by then)
+                remove(path)
+            except OSError:
+                pass
 
         self._saved[key] = (weakref.ref(dataset, forget), path)
 
