@@ -3,6 +3,7 @@
     python bench/bench_overhead.py                   # every example in bench/examples, 6 pairs
     python bench/bench_overhead.py --only mnist_convnet,dense512 --pairs 10
     python bench/bench_overhead.py --apart 2        # also each way in kernels of its own
+    python bench/bench_overhead.py --jupyter 2      # also in real Jupyter kernels, as in a notebook
 
 One fresh process per example, in a real ``InteractiveShell``: the setup cell once, one warm-up of
 each way, then the train cell bare and under ``%%kerasrun --quiet`` alternately (ABAB, so the
@@ -14,6 +15,8 @@ With ``--apart ROUNDS``, also each way in kernels of its own, as a user re-runs 
 notebook: in the interleaved kernel, a ``%%kerasrun`` run's collection also frees what the bare
 run before it left, and the bare run finds the heap the magic cleaned; apart, neither pays for
 the other (the bare kernel loads no extension: nothing of ours is frozen there either).
+With ``--jupyter ROUNDS``, also in real Jupyter kernels (ipykernel, through jupyter_client), as
+in a notebook: request to reply, the summary shown.
 Goal (issue 23): the magic adds <= max(50 ms, 5%).
 ``dense512`` is the issue's own cell: a Dense(512) model built, compiled and fit for one epoch.
 Prints; asserts nothing.
@@ -27,7 +30,9 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -113,6 +118,39 @@ def measure_apart(setup: str, train: str, runs: int, rounds: int) -> dict:
     return times
 
 
+def measure_jupyter(setup: str, train: str, runs: int, rounds: int) -> dict:
+    """Each way in real Jupyter kernels, ``rounds`` of each, the order swapped every round: the
+    time from the execute request to its reply, the summary shown under the magic."""
+    from jupyter_client.manager import start_new_kernel
+
+    times: dict[str, list[float]] = {"bare": [], "magic": []}
+    for i in range(rounds):
+        for way in ("bare", "magic") if i % 2 == 0 else ("magic", "bare"):
+            env = {**os.environ, "KERAS_NBGUARD_DB": ":memory:", "TF_CPP_MIN_LOG_LEVEL": "2"}
+            manager, client = start_new_kernel(kernel_name="python3", env=env)
+            try:
+                if way == "magic":
+                    _execute(client, "%load_ext keras_nbguard")
+                _execute(client, setup)
+                cell = ("%%kerasrun --label bench\n" if way == "magic" else "") + train
+                times[way] += [_execute(client, cell) for _ in range(runs + 1)][1:]  # warmed up
+            except RuntimeError as exc:
+                return {"error": [str(exc)]}
+            finally:
+                client.stop_channels()
+                manager.shutdown_kernel(now=True)
+    return times
+
+
+def _execute(client: Any, code: str) -> float:
+    """Seconds from the execute request to its reply (outputs read and dropped)."""
+    start = time.perf_counter()
+    reply = client.execute_interactive(code, timeout=600, output_hook=lambda message: None)
+    if reply["content"]["status"] != "ok":
+        raise RuntimeError(reply["content"].get("evalue", "the cell failed"))
+    return time.perf_counter() - start
+
+
 def measure(setup: str, train: str, pairs: int) -> dict:
     return _child(CHILD, [setup, train, pairs])
 
@@ -155,6 +193,13 @@ def main() -> None:
         default=0,
         help="also: each way in kernels of its own, ROUNDS of each, --pairs runs a kernel",
     )
+    parser.add_argument(
+        "--jupyter",
+        type=int,
+        metavar="ROUNDS",
+        default=0,
+        help="also: each way in real Jupyter kernels, ROUNDS of each, --pairs runs a kernel",
+    )
     args = parser.parse_args()
     cases = {"dense512": (DENSE512_SETUP, DENSE512_TRAIN)}
     cases.update({e.name: (e.setup, e.train) for e in examples().values()})
@@ -187,6 +232,18 @@ def main() -> None:
                 print(f"  {name:<20} failed: {apart['error']}")
                 continue
             print(verdict(name, apart))
+    if args.jupyter:
+        print(
+            f"in real Jupyter kernels (bare: no extension loaded), {args.jupyter} kernels each, "
+            f"{args.pairs} re-runs a kernel after a warm-up, request to reply, the summary shown; "
+            "medians over all re-runs:"
+        )
+        for name in chosen:
+            kernels = measure_jupyter(*cases[name], args.pairs, args.jupyter)
+            if "error" in kernels:
+                print(f"  {name:<20} failed: {kernels['error']}")
+                continue
+            print(verdict(name, kernels))
 
 
 if __name__ == "__main__":
