@@ -226,24 +226,24 @@ def main() -> None:
             f"each way in kernels of its own (bare: no extension loaded), {args.apart} kernels "
             f"each, {args.pairs} re-runs a kernel after a warm-up; medians over all re-runs:"
         )
-        for name in chosen:
-            apart = measure_apart(*cases[name], args.pairs, args.apart)
-            if "error" in apart:
-                print(f"  {name:<20} failed: {apart['error']}")
-                continue
-            print(verdict(name, apart))
+        _each_way(chosen, cases, lambda case: measure_apart(*case, args.pairs, args.apart))
     if args.jupyter:
         print(
             f"in real Jupyter kernels (bare: no extension loaded), {args.jupyter} kernels each, "
             f"{args.pairs} re-runs a kernel after a warm-up, request to reply, the summary shown; "
             "medians over all re-runs:"
         )
-        for name in chosen:
-            kernels = measure_jupyter(*cases[name], args.pairs, args.jupyter)
-            if "error" in kernels:
-                print(f"  {name:<20} failed: {kernels['error']}")
-                continue
-            print(verdict(name, kernels))
+        _each_way(chosen, cases, lambda case: measure_jupyter(*case, args.pairs, args.jupyter))
+
+
+def _each_way(chosen: list[str], cases: dict, measured: Any) -> None:
+    """A verdict line per example from ``measured(case)`` (or what failed)."""
+    for name in chosen:
+        times = measured(cases[name])
+        if "error" in times:
+            print(f"  {name:<20} failed: {times['error']}")
+            continue
+        print(verdict(name, times))
 
 
 if __name__ == "__main__":
