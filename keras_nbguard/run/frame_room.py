@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 # 2**15 slots of 8 bytes: a 256 KiB frame in a 512 KiB chunk, ~256 KiB of room below it — more
-# than a thousand frames, past Python's own recursion limit. 2**13 was enough for every example.
+# than a thousand frames, past Python's own recursion limit (2**13 was enough for the GAN example).
 ROOM_SLOTS = 1 << 15
 
 
@@ -32,8 +32,8 @@ def _call(function: Callable[..., T], *args: Any) -> T:
 
 
 def _with_room(function: Callable[..., T]) -> Callable[..., T]:
-    """``function`` whose frame reserves ``ROOM_SLOTS`` more of value stack (itself where a
-    Python can't make one: then nothing changes but the room)."""
+    """``function`` with ``ROOM_SLOTS`` more of value stack in its frame; ``function`` itself
+    where this Python can't make such a copy (the call still works, without the room)."""
     code = getattr(function, "__code__", None)
     try:
         roomy = code.replace(co_stacksize=code.co_stacksize + ROOM_SLOTS)  # type: ignore[union-attr]
