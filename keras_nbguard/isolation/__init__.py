@@ -228,7 +228,7 @@ def _watched(
             lambda t, rss: session.events.emit("sample", t, rss),
         )
         run.not_sent = (child.done.result or {}).get("not_sent") or None
-        bound = received(child.done, run)
+        bound = received(child.done, run, cell.shell.user_ns if into_namespace else None)
         if into_namespace:
             ok = (child.done.result or {}).get("success", False)
             names.settle(cell.shell.user_ns, _names_only(bound), deleted, ok=ok)

@@ -1,34 +1,43 @@
 """What an isolated run brings back into the kernel: the names its cell bound (Keras models
 loaded from the Keras format, everything else unpickled), its last value, and how much came
-back (``Transfer``). A model comes back once: a History that held it holds the loaded one."""
+back (``Transfer``). A model comes back once: a History that held it holds the loaded one.
+What the names held before the run is let go before the new values load (``_make_room``)."""
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 import tempfile
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 from keras_nbguard.isolation.child import LAST
 from keras_nbguard.isolation.parent import ChildResult
 from keras_nbguard.isolation.receiving import keras_scope
 from keras_nbguard.isolation.run import IsolatedRun, Transfer
+from keras_nbguard.prepare.deepclean import clear_kernel_cache
 from keras_nbguard.prepare.lookup_tables import freed_with_their_objects
 
 
-def received(done: ChildResult, run: IsolatedRun | None = None) -> dict[str, Any]:
+def received(
+    done: ChildResult,
+    run: IsolatedRun | None = None,
+    namespace: MutableMapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The names the cell bound in the child, and its last value under ``LAST`` (a value that
     can't travel is shown as IPython would show it; a History holds the model that came back
     under its name). What fails to load is named in the run's "not sent back" instead of
-    failing the cell."""
+    failing the cell. ``namespace``: where the names will be bound; what they hold there is let
+    go first."""
 
     began = time.perf_counter()
     result = done.result or {}
     outputs: dict[str, Any] = result.get("outputs", {})
+    earlier = _make_room(namespace, outputs) if namespace is not None else {}
     bound: dict[str, Any] = {LAST: None}
     models: dict[str, Any] = {}
     back = Transfer()
@@ -45,6 +54,8 @@ def received(done: ChildResult, run: IsolatedRun | None = None) -> dict[str, Any
         back.nbytes += len(sent[2])
         if key.isidentifier():  # not "hist.model": a History's model, sent on its own
             bound[key] = models[key]
+    if models:
+        clear_kernel_cache()  # the loads' variable kernels, kept for good otherwise
     for key, sent in outputs.items():
         if sent[0] == "keras":
             continue
@@ -64,6 +75,8 @@ def received(done: ChildResult, run: IsolatedRun | None = None) -> dict[str, Any
         from IPython.display import publish_display_data
 
         publish_display_data(result["bundle"])
+    for key in failed:
+        _restore(namespace, key, earlier.get(key), failed)
     if done.result is not None:  # the pickles: let them go once loaded
         done.result = {k: v for k, v in result.items() if k not in ("outputs", "value")}
     back.seconds = time.perf_counter() - began
@@ -73,6 +86,48 @@ def received(done: ChildResult, run: IsolatedRun | None = None) -> dict[str, Any
         if failed:
             run.not_sent = {**(run.not_sent or {}), **failed}
     return bound
+
+
+def _make_room(
+    namespace: MutableMapping[str, Any], outputs: dict[str, Any]
+) -> dict[str, weakref.ref[Any]]:
+    """Let go of what the names coming back hold now, before their new values load: a model
+    loaded while the last run's copy still lives needs room for both, and TensorFlow's CPU
+    allocator (oneDNN's pool) keeps the larger footprint for good and a little more each time
+    (Keras' text example: the kernel grew 3 MiB a run, 0.5 with room made; docs/benchmarks.md).
+    A History of the last run goes too (it holds the last model). A value no weak reference can
+    follow (a list, a number) stays bound until it is replaced, as before. Returns weak
+    references to what was let go, for a name whose new value fails to load."""
+    gone: dict[str, weakref.ref[Any]] = {}
+    for key in outputs:
+        if not key.isidentifier() or key not in namespace:  # "hist.model": not a name
+            continue
+        try:
+            gone[key] = weakref.ref(namespace[key])
+        except TypeError:
+            continue
+        del namespace[key]
+    if gone:
+        gc.collect()  # a model sits in cycles: freed by a collection
+    return gone
+
+
+def _restore(
+    namespace: MutableMapping[str, Any] | None,
+    key: str,
+    earlier: weakref.ref[Any] | None,
+    failed: dict[str, str],
+) -> None:
+    """A name whose new value failed to load keeps its earlier one where something else kept
+    that alive; otherwise the name is gone, and its "not sent back" line says why."""
+    if namespace is None or earlier is None:
+        return
+    value = earlier()
+    if value is not None:
+        namespace[key] = value
+        failed[key] += "; the name keeps its value from before the run"
+    else:
+        failed[key] += "; its value from before the run was let go to make room: unbound now"
 
 
 def _attach(callback: Any, model: Any) -> None:

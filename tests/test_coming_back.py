@@ -1,0 +1,142 @@
+"""What an isolated run brings back into the kernel (isolation/back.py ``received``), with real
+Keras models saved in the Keras format as the child sends them: the names' earlier values go
+before the new ones load, a name whose new value fails to load keeps what something else kept,
+and TensorFlow's kernel cache does not keep every load's variable kernels."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import itertools
+import statistics
+import types
+import weakref
+
+import numpy as np
+import pytest
+
+keras = pytest.importorskip("keras")
+pytest.importorskip("tensorflow")
+
+from keras_nbguard.isolation import back  # noqa: E402
+from keras_nbguard.isolation.parent import ChildResult  # noqa: E402
+
+
+def _saved(model, tmp_path) -> bytes:
+    path = tmp_path / "model.keras"
+    model.save(path)
+    return path.read_bytes()
+
+
+def _deep_model():
+    """Thirty layers: sixty variables, each a variable-handle kernel in TensorFlow's cache."""
+    model = keras.Sequential([keras.Input((4,))] + [keras.layers.Dense(4) for _ in range(30)])
+    model.compile("adam", "mse")
+    model.fit(np.ones((8, 4)), np.ones((8, 4)), verbose=0)
+    return model
+
+
+def _came_back(data: bytes, **pickled: bytes) -> ChildResult:
+    outputs = {"model": ("keras", "keras", data)}
+    outputs.update({name: ("pickle", value) for name, value in pickled.items()})
+    return ChildResult(result={"outputs": outputs, "success": True})
+
+
+def test_the_names_earlier_model_is_gone_before_the_new_one_loads(tmp_path, monkeypatch):
+    """A model loaded while the last run's copy lived needed room for both, and TensorFlow's
+    CPU pool kept the larger footprint: Keras' text example grew 3 MiB a run in the kernel."""
+    data = _saved(_deep_model(), tmp_path)
+    namespace = {"model": back._load_model("keras", data), "other": 1}
+    earlier = weakref.ref(namespace["model"])
+    alive_at_load = []
+    load = back._load_model
+
+    def watched(package, sent):
+        alive_at_load.append(earlier() is not None)
+        return load(package, sent)
+
+    monkeypatch.setattr(back, "_load_model", watched)
+    bound = back.received(_came_back(data), namespace=namespace)
+    assert alive_at_load == [False]
+    assert bound["model"] is not None and "model" not in namespace  # bound by settle, later
+    assert namespace["other"] == 1  # a name that did not come back stays
+
+
+def _run():
+    """What ``received`` writes on the run: how much came back, what did not."""
+    return types.SimpleNamespace(not_sent=None, back=None, returned=())
+
+
+def test_a_name_whose_new_value_fails_to_load_is_said_so_with_what_became_of_it(tmp_path):
+    class Scores(dict):  # a weak reference follows it: let go, and nothing else kept it
+        pass
+
+    held = [1, 2]  # a list: no weak reference follows it, so it stays bound as before
+    namespace = {"scores": Scores(a=1), "history": held}
+    run = _run()
+    broken = b"not a pickle"
+    bound = back.received(
+        _came_back(_saved(_deep_model(), tmp_path), scores=broken, history=broken),
+        run,
+        namespace=namespace,
+    )
+    assert bound["model"].predict(np.ones((1, 4)), verbose=0).shape == (1, 4)
+    assert "scores" not in bound and "history" not in bound
+    assert "scores" not in namespace
+    assert run.not_sent["scores"].endswith("let go to make room: unbound now")
+    assert namespace["history"] is held
+    assert run.not_sent["history"].startswith("could not be unpickled here")
+    assert "before the run" not in run.not_sent["history"]
+
+
+def test_a_failed_load_gives_the_name_back_its_value_where_it_lived_on(tmp_path):
+    mine = back._load_model("keras", _saved(_deep_model(), tmp_path))
+    namespace = {"model": mine}
+    run = _run()
+    done = ChildResult(result={"outputs": {"model": ("keras", "keras", b"not a zip")}})
+    back.received(done, run, namespace=namespace)
+    assert namespace["model"] is mine  # the caller's own reference kept it alive
+    assert run.not_sent["model"].startswith("a Keras model that could not be loaded here")
+    assert run.not_sent["model"].endswith("the name keeps its value from before the run")
+
+
+_MALLINFO2 = (
+    *("arena", "ordblks", "smblks", "hblks", "hblkhd"),
+    *("usmblks", "fsmblks", "uordblks", "fordblks", "keepcost"),
+)
+
+
+class _MallInfo2(ctypes.Structure):  # all ten: it is returned by value
+    _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2]
+
+
+def _heap_in_use() -> int:
+    """glibc's heap in use: what malloc handed out and was not freed."""
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = _MallInfo2
+    return int(libc.mallinfo2().uordblks)
+
+
+def _heap_per_load(load) -> float:
+    held = None
+    heap = []
+    for _ in range(10):
+        held = None
+        gc.collect()
+        held = load()
+        gc.collect()
+        heap.append(_heap_in_use())
+    assert held is not None
+    return statistics.median(b - a for a, b in itertools.pairwise(heap[2:]))
+
+
+@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="glibc's mallinfo2")
+def test_loading_the_same_model_run_after_run_keeps_no_kernels(tmp_path):
+    """Each load made sixty variable-handle kernels TensorFlow cached for good (~70 KiB a load
+    of this model, +0.48 MiB of the text example's two); the kernel cache is emptied after a
+    run's loads, as Keras' clear_session does (~7 KiB a load left)."""
+    data = _saved(_deep_model(), tmp_path)
+    kept = _heap_per_load(lambda: back._load_model("keras", data))
+    through_received = _heap_per_load(lambda: back.received(_came_back(data))["model"])
+    assert kept > 30 * 2**10, "TensorFlow no longer caches them: clear_kernel_cache can go"
+    assert through_received < kept / 3, (through_received, kept)
