@@ -371,13 +371,17 @@ def test_an_isolated_run_is_told_truly(shell):
     (record,) = keras_nbguard.runs("iso")
     note = record.isolated
     assert re.search(
-        r"start-up \d+\.\d\d s, sent 1 name [\d.]+ MiB, the cell \d+\.\d\d s, "
-        r"back 1 model \+ 1 name [\d.]+ MiB",
+        r"start-up \d+\.\d\d s, sent 1 name [\d.]+ MiB, made there \d+\.\d\d s, "
+        r"the cell \d+\.\d\d s, saved there \d+\.\d\d s, "
+        r"back 1 model \+ 1 name [\d.]+ MiB in \d+\.\d\d s",
         note,
     ), note
-    cell_seconds = float(re.search(r"the cell (\d+\.\d+) s", note).group(1))
-    startup = float(re.search(r"start-up (\d+\.\d+) s", note).group(1))
-    assert record.wall_seconds >= cell_seconds + startup  # the kernel's wall: all of it
+    # the kernel's wall, all of it, told in parts: a part nobody names was 3.3 s of 5.2 on
+    # Keras' text example (the replayed setup lines and their imports, in the child)
+    parts = [float(s) for s in re.findall(r"(\d+\.\d\d) s", note.split(";")[0])]
+    assert 0.7 * record.wall_seconds <= sum(parts) <= record.wall_seconds + 0.01, (note, record)
+    rows = dict(record.summary_rows())
+    assert rows["wall"].endswith("the kernel's, in parts on the isolated line")
     ns = shell.user_ns
     assert ns["hist"].model is ns["model"]  # one model came back, the History holds it
     leaks = keras_nbguard.get_session().leaks()

@@ -108,6 +108,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
     try:
         shell = shell or make_shell(send)
         send("ready", time.time())
+        began = time.perf_counter()
         try:
             for name, sent in job["inputs"].items():
                 shell.user_ns[name] = unpack_input(sent, _ATTACHED)
@@ -122,13 +123,19 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
                 "value": None,
                 "bundle": None,
                 "pid": os.getpid(),
+                "inputs_seconds": time.perf_counter() - began,
             }
+        # making the names here (unpickled, loaded, replayed: the replay's imports too) and
+        # saving what goes back are parts of the kernel's wall the cell's own time is not
+        inputs_seconds = time.perf_counter() - began
         shell.user_ns.update(job["params"])
         head = f"%%kerasrun --label {shlex.quote(job['label'])} --quiet {job['options']}"
         result = shell.run_cell(f"{head.rstrip()}\n{job['source']}", store_history=True)
         records = keras_nbguard.runs()
+        began = time.perf_counter()
         outputs, not_sent = _collect(shell.user_ns, job["outputs"], last=result.result)
         value, bundle = (None, None) if LAST in outputs else _value(shell, result.result)
+        outputs_seconds = time.perf_counter() - began
     finally:
         sys.stdout, sys.stderr = streams
     error = None if result.success else repr(result.error_in_exec or result.error_before_exec)
@@ -141,6 +148,8 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         "value": value,
         "bundle": bundle,
         "pid": os.getpid(),
+        "inputs_seconds": inputs_seconds,
+        "outputs_seconds": outputs_seconds,
     }
 
 

@@ -228,11 +228,16 @@ class RunRecord:
         return cls(**data)
 
     # -- display -------------------------------------------------------------------------------
+    def _wall_covers(self) -> str:
+        if self.isolated:  # the kernel's wait: a process started, names both ways, the cell
+            return "the kernel's, in parts on the isolated line"
+        return "the cell's own code"
+
     def summary_rows(self) -> list[tuple[str, str]]:
         """(name, value) rows shared by the text and HTML summaries."""
         rows = [
             ("status", self.status),
-            ("wall", f"{fmt_seconds(self.wall_seconds)}, the cell's own code"),
+            ("wall", f"{fmt_seconds(self.wall_seconds)}, {self._wall_covers()}"),
             *(
                 [("ours", f"{fmt_own_time(self.own_time)} (before and after the cell)")]
                 if self.own_time
