@@ -310,3 +310,43 @@ def test_out_of_memory_names_the_batch_the_memory_and_a_smaller_batch():
         "3,072.0 MiB in use: ResourceExhaustedError: OOM"
     )
     assert ("try", "batch_size=8192") in finding.evidence
+
+
+def _after_each(runs):
+    """Each run as the magic records it: diagnosed after it, on the runs before it."""
+    from keras_nbguard.diagnosis.diagnose import with_findings
+
+    done = []
+    for record in runs:
+        done.append(with_findings(record, done, warn=lambda message: None))
+    return done
+
+
+def test_a_summary_says_whose_the_memory_is_when_runs_leave_over_a_mib_with_no_finding():
+    # Keras' text example under the magic, some runs: +1.1 to +2.7 MiB a run, heap in use flat,
+    # by steps of TensorFlow's pool: below what a finding needs, above what the magic promises
+    steps = [0.2, 9.0, 0.3, 0.1, 6.0, 0.2, 0.1, 0.3, 0.2, 0.1, 0.2]
+    left = [800.0]
+    for step in steps:
+        left.append(left[-1] + step)
+    after = [int((mib + 15) * MiB) for mib in left]
+    before = [int(mib * MiB) for mib in left[:1] + left[:-1]]
+    runs = _after_each(runs_of([1.0] * len(left), after, rss_before=before))
+    last = runs[-1]
+    assert last.findings == ()
+    assert last.memory_note.startswith("+1.")
+    assert "a run left over runs 2–12, the framework's own memory (no name or model of yours" in (
+        last.memory_note
+    )
+    assert "--isolate" in last.memory_note
+    assert ("rss trend", last.memory_note) in last.summary_rows()
+    assert runs[3].memory_note is None  # too few runs to say
+    # a flat label, or a rise a finding names: no such line
+    flat = _after_each(runs_of([1.0] * 12, [800 * MiB + i * MiB // 4 for i in range(12)]))
+    assert flat[-1].memory_note is None
+    leaking = _after_each(runs_of([1.0] * 12, [800 * MiB + i * 4 * MiB for i in range(12)]))
+    assert leaking[-1].findings and leaking[-1].memory_note is None
+    # something of yours grew: the leak finder's to say, not "the framework's"
+    held = HeldModels(count=1, runs=(3,), paths=("models[0]",), weight_bytes=MiB)
+    yours = [dataclasses.replace(r, stale_models=held) for r in runs]
+    assert _after_each(yours)[-1].memory_note is None

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from keras_nbguard.diagnosis.findings import (
     DATASET_RUNS,
+    MIN_RUNS,
+    NOT_YOURS,
     RECENT,
     Finding,
     fit_trend,
@@ -88,6 +90,30 @@ def state_growth(runs: list[RunRecord]) -> Finding | None:
         tuple(evidence),
         names(measured),
         line.share,
+    )
+
+
+KEPT_IN_CHECK = 2**20  # what a run may leave under the magic (issue 23's goal: <= 1 MiB a run)
+
+
+def memory_note(runs: list[RunRecord]) -> str | None:
+    """For the run summary: the RSS the label's runs leave rises by more than ``KEPT_IN_CHECK``
+    a run and no finding names it because nothing of the user's explains it (TensorFlow's own
+    memory: a warm-up, an allocator's steps). Said with the number and the way out, so a
+    summary that shows ``Δ RSS after +9 MiB`` says whose it is; None otherwise."""
+    trend = rss_trend(runs)
+    line = trend.trend if len(trend.runs) >= MIN_RUNS else None
+    if line is None or line.slope < KEPT_IN_CHECK or trend.flagged:
+        return None
+    if not native_growth(trend.runs):  # a name or a model of yours: %nbguard leaks says which
+        return None
+    why = [NOT_YOURS]
+    shape = trend.unflagged_because()  # a warm-up, steps (or what _why_not_rss says first)
+    if shape and not shape.startswith(NOT_YOURS):
+        why.append(shape)
+    return (
+        f"{fmt_bytes(int(line.slope), signed=True)} a run left over {trend.span}, the "
+        f"framework's own memory ({'; '.join(why)}); `%%kerasrun --isolate` keeps the kernel flat"
     )
 
 

@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from keras_nbguard.diagnosis.causes_across import across_runs
+from keras_nbguard.diagnosis.causes_across import across_runs, memory_note
 from keras_nbguard.diagnosis.causes_within import stale_finding, within_run
 from keras_nbguard.diagnosis.findings import (
     MIN_RUNS,
@@ -139,10 +139,18 @@ def with_findings(
     try:
         runs = [*earlier[-(WINDOW - 1) :], record]
         lines = summary_lines(runs)
-        return record if lines == record.findings else dataclasses.replace(record, findings=lines)
+        # (a run with Keras: a trivial cell's runs are spared the second look at the trend)
+        note = memory_note(runs) if record.cleared and not _names_growth(lines) else None
+        if lines == record.findings and note == record.memory_note:
+            return record
+        return dataclasses.replace(record, findings=lines, memory_note=note)
     except Exception as exc:  # a bug of ours must not lose the run
         warn(f"the run was not diagnosed: {type(exc).__name__}: {exc}")
         return record
+
+
+def _names_growth(lines: Sequence[str]) -> bool:
+    return any(line.startswith("state_growth:") for line in lines)
 
 
 def summary_lines(runs: Sequence[RunRecord], count: int = 2) -> tuple[str, ...]:

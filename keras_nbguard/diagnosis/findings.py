@@ -54,6 +54,7 @@ CPU_KEPT_PACE = 0.5  # ...and a slowdown of theirs raises their CPU time this sh
 # warm the framework's memory up 3-10 MiB a run until run 7 or 8, then level off
 # (bench_examples.py); a leak of the framework's keeps rising and is named then.
 NATIVE_RUNS = 10
+NOT_YOURS = "no name or model of yours grew"  # (native_growth)
 RECENT = 5  # the latest runs of a label whose own causes (within a run) are still shown
 
 
@@ -222,6 +223,12 @@ class RunTrend:
         first, last = self.runs[0].run_number, self.runs[-1].run_number
         return f"run {first}" if first == last else f"runs {first}–{last}"
 
+    def unflagged_because(self) -> str | None:
+        """Why a line that looks it is no finding (None: flagged, or no reason to give)."""
+        if self.trend is None or self.flagged:
+            return None
+        return self._unflagged_because(self.trend)
+
     def text(self) -> str:
         """``⚠ RSS +1.9 MiB per run over runs 2–5``, or what the trend still needs."""
         from keras_nbguard.records.formatting import (  # formatting imports records
@@ -238,7 +245,7 @@ class RunTrend:
             else fmt_seconds(slope, signed=True)
         )
         flagged = self.flagged
-        why = "" if flagged else self._unflagged_because(self.trend)
+        why = self.unflagged_because()
         return (
             f"{'⚠ ' if flagged else ''}{self.series} {rate} per run over {self.span}"
             f"{f' ({why})' if why else ''}"
@@ -346,7 +353,7 @@ def _why_not_rss(
             return _in_steps(runs, settled)  # a warm-up, then a step
         if native and len(runs) < NATIVE_RUNS:
             return (
-                f"no name or model of yours grew: the framework's memory, named if it still "
+                f"{NOT_YOURS}: the framework's memory, named if it still "
                 f"rises after {NATIVE_RUNS} runs, when a warm-up has levelled off"
             )
         if native and trend.p_value > TREND_P:

@@ -152,6 +152,8 @@ class RunRecord:
     released_models: HeldModels | None = None
     stale_models: HeldModels | None = None
     findings: tuple[str, ...] = ()  # the label's top causes after this run (diagnosis.py)
+    # the RSS its runs leave rising past 1 MiB a run with no finding: whose it is, in words
+    memory_note: str | None = None
     growth: tuple[Growth, ...] = ()  # the user's names that grew most over this run, largest first
     inference: tuple[InferenceRecord, ...] = ()  # evaluate and predict calls, in call order
     keras: str | None = None  # which Keras ran, e.g. "Keras 3.15.1 (jax)"; None: none imported
@@ -253,6 +255,7 @@ class RunRecord:
             ("gpu", fmt_gpu(self.gpu)),
             ("traces", fmt_traces(self)),
             ("vs previous", fmt_deltas(self)),
+            *([("rss trend", self.memory_note)] if self.memory_note else []),
         ]
         if self.stale_models is not None:
             rows.append(("stale", fmt_stale(self.stale_models)))
