@@ -19,7 +19,9 @@ IPython shell, the setup cell once, the train cell N times. Per example it print
   has no ``fit``);
 - the cell's time, kerasrun / bare: median of runs 2..N each, their ratio and difference; the
   same for the CPU time the process spent in the cell (every thread), steadier when shared;
-- the findings raised (``diagnose(label)`` after the last run, and any run's summary lines);
+- the findings raised (``diagnose(label)`` after the last run, and any run's summary lines),
+  and the last run's ``rss trend`` row: whose the memory is where the runs leave over 1 MiB a
+  run with no finding (the framework's: a warm-up, an allocator's steps);
 - models of earlier runs still alive after ``gc.collect()`` (after the last run);
 - a verdict against issue 23's goals: under ``%%kerasrun`` <= 1.0 MiB/run, cell time <= bare +
   max(50 ms, 5 %), no earlier model alive, no finding (every example here is clean); with
@@ -95,6 +97,8 @@ def figures(seen: dict[str, Any]) -> dict[str, Any]:
         "setup_error": seen.get("setup_error"),
         "diagnose": last.get("diagnose", []),
         "findings": list(findings.values()),
+        # why the RSS rose past 1 MiB a run with no finding, as the last run's summary said
+        "rss_trend": last.get("rss_trend"),
         "kinds": sorted(set(findings) | {line.split(":")[0] for line in last.get("diagnose", [])}),
         "earlier_alive": last.get("earlier_alive"),
         "live": last.get("live_models"),
@@ -198,7 +202,15 @@ def main() -> None:
     for name, by_mode in table.items():
         print(f"{name} ({every[name].follows}):")
         for mode, got in by_mode.items():
-            for what in ("setup_error", "errors", "diagnose", "findings", "isolated", "notes"):
+            for what in (
+                "setup_error",
+                "errors",
+                "diagnose",
+                "findings",
+                "rss_trend",
+                "isolated",
+                "notes",
+            ):
                 value = got[what]
                 for line in [value] if isinstance(value, str) else value or []:
                     print(f"    {mode} {what}: {line[:300]}")

@@ -270,6 +270,7 @@ def _record_of(label: str) -> dict[str, Any]:
         "fit_reason": r.fit_reason,
         "fits": len(r.fits),
         "findings": list(r.findings),
+        "rss_trend": r.memory_note,  # the summary's row: whose the RSS the runs leave is
         "keras_seen": r.keras,
         "isolated": r.isolated,
         "cleared": r.cleared,
