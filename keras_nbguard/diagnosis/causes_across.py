@@ -113,7 +113,7 @@ def memory_note(runs: list[RunRecord]) -> str | None:
         why.append(shape)
     return (
         f"{fmt_bytes(int(line.slope), signed=True)} a run left over {trend.span}, the "
-        f"framework's own memory ({'; '.join(why)}); `%%kerasrun --isolate` keeps the kernel flat"
+        f"framework's own memory ({'; '.join(why)}); %%kerasrun --isolate keeps the kernel flat"
     )
 
 
