@@ -346,6 +346,9 @@ def test_a_summary_says_whose_the_memory_is_when_runs_leave_over_a_mib_with_no_f
     assert flat[-1].memory_note is None
     leaking = _after_each(runs_of([1.0] * 12, [800 * MiB + i * 4 * MiB for i in range(12)]))
     assert leaking[-1].findings and leaking[-1].memory_note is None
+    # isolated runs: their RSS is a child's, gone with it
+    isolated = [dataclasses.replace(r, isolated="fresh process (pid 1)") for r in runs]
+    assert _after_each(isolated)[-1].memory_note is None
     # something of yours grew: the leak finder's to say, not "the framework's"
     held = HeldModels(count=1, runs=(3,), paths=("models[0]",), weight_bytes=MiB)
     yours = [dataclasses.replace(r, stale_models=held) for r in runs]

@@ -139,8 +139,10 @@ def with_findings(
     try:
         runs = [*earlier[-(WINDOW - 1) :], record]
         lines = summary_lines(runs)
-        # (a run with Keras: a trivial cell's runs are spared the second look at the trend)
-        note = memory_note(runs) if record.cleared and not _names_growth(lines) else None
+        # (a run with Keras: a trivial cell's runs are spared the second look at the trend; an
+        # isolated run's RSS is its own process's, which --isolate throws away)
+        kept_here = record.cleared and not record.isolated
+        note = memory_note(runs) if kept_here and not _names_growth(lines) else None
         if lines == record.findings and note == record.memory_note:
             return record
         return dataclasses.replace(record, findings=lines, memory_note=note)
