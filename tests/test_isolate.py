@@ -89,6 +89,33 @@ def test_a_cell_ending_in_fit_brings_its_model_back_once_and_lets_the_last_one_g
     assert len(parts) == len(set(parts)), last.own_time
 
 
+def test_a_rerun_lets_the_names_earlier_model_go_before_its_new_one_loads(iso_shell, monkeypatch):
+    """Both in the kernel at once, TensorFlow's CPU pool kept the larger footprint: the text
+    example's kernel grew 3 MiB a run (isolation/back.py ``_make_room``). ``hist`` comes back
+    too, and goes first with its model."""
+    from keras_nbguard.isolation import back
+
+    cell = ENDS_IN_FIT.replace("--label last", "--label room").replace(
+        "model.fit(", "hist = model.fit("
+    )
+    assert run(iso_shell, cell).success
+    earlier = weakref.ref(iso_shell.user_ns["model"])
+    alive_at_load = []
+    load = back._load_model
+
+    def watched(package, data):
+        alive_at_load.append(earlier() is not None)
+        return load(package, data)
+
+    monkeypatch.setattr(back, "_load_model", watched)
+    result = run(iso_shell, cell)
+    assert result.success, result.error_in_exec
+    assert alive_at_load == [False]
+    ns = iso_shell.user_ns
+    assert ns["hist"].model is ns["model"]
+    assert ns["model"].predict(ns["x"][:1], verbose=0).shape == (1, 1)
+
+
 def test_the_symbolic_tensors_of_a_functional_model_stay_in_the_child(iso_shell):
     """``inputs``/``outputs`` of a Functional model built in the cell: pickled, each took the
     whole graph along (97 MiB a run on Keras' text example); the model comes back, they don't."""
