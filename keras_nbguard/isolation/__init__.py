@@ -228,7 +228,12 @@ def _watched(
             lambda t, rss: session.events.emit("sample", t, rss),
         )
         run.not_sent = (child.done.result or {}).get("not_sent") or None
-        bound = received(child.done, run, cell.shell.user_ns if into_namespace else None)
+        bound = received(
+            child.done,
+            run,
+            cell.shell.user_ns if into_namespace else None,
+            lambda: _release_earlier(session, run.label),
+        )
         if into_namespace:
             ok = (child.done.result or {}).get("success", False)
             names.settle(cell.shell.user_ns, _names_only(bound), deleted, ok=ok)
@@ -268,6 +273,17 @@ def _begin(cell: _Cell, job: dict[str, Any]) -> IsolatedRun:
     run.params = job["params"] or None
     run.sent, run.notes = cell.sent, cell.notes
     return run
+
+
+def _release_earlier(session: Session, label: str) -> None:
+    """Before a run's models load: the label's earlier models that only caches keep now (their
+    names let go) are released, as a run's end releases them (which comes after the load)."""
+    if not session.live.tracked:
+        return
+    try:
+        session.live.settle(label, release=True, report=False)
+    except Exception as exc:  # a bug of ours: the load goes on with them still alive
+        session.warn_once(f"earlier runs' models were not released before the load: {exc!r}")
 
 
 def _names_only(bound: dict[str, Any]) -> dict[str, Any]:

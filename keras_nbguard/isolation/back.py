@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 import weakref
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
 from keras_nbguard.isolation.child import LAST
@@ -27,17 +27,19 @@ def received(
     done: ChildResult,
     run: IsolatedRun | None = None,
     namespace: MutableMapping[str, Any] | None = None,
+    release: Callable[[], object] | None = None,
 ) -> dict[str, Any]:
     """The names the cell bound in the child, and its last value under ``LAST`` (a value that
     can't travel is shown as IPython would show it; a History holds the model that came back
     under its name). What fails to load is named in the run's "not sent back" instead of
     failing the cell. ``namespace``: where the names will be bound; what they hold there is let
-    go first."""
+    go first, and ``release`` then cuts what still keeps those models only as a cache does (a
+    History in ``Out[n]``, the value of a cell ending in ``model.fit(...)``)."""
 
     began = time.perf_counter()
     result = done.result or {}
     outputs: dict[str, Any] = result.get("outputs", {})
-    earlier = _make_room(namespace, outputs) if namespace is not None else {}
+    earlier = _make_room(namespace, outputs, release) if namespace is not None else {}
     bound: dict[str, Any] = {LAST: None}
     models: dict[str, Any] = {}
     back = Transfer()
@@ -89,7 +91,9 @@ def received(
 
 
 def _make_room(
-    namespace: MutableMapping[str, Any], outputs: dict[str, Any]
+    namespace: MutableMapping[str, Any],
+    outputs: dict[str, Any],
+    release: Callable[[], object] | None = None,
 ) -> dict[str, weakref.ref[Any]]:
     """Let go of what the names coming back hold now, before their new values load: a model
     loaded while the last run's copy still lives needs room for both, and TensorFlow's CPU
@@ -108,6 +112,8 @@ def _make_room(
             continue
         del namespace[key]
     if gone:
+        if release is not None:  # what only caches hold now goes too (the next run's start
+            release()  # reports it: session/live_models.py)
         gc.collect()  # a model sits in cycles: freed by a collection
     return gone
 
