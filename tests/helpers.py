@@ -117,3 +117,19 @@ def one_ray_at_a_time() -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def alive_at_each_load(monkeypatch, earlier) -> list[bool]:
+    """Whether ``earlier`` (a weak reference) was still alive at each model load of an isolated
+    run's way back (isolation/back.py ``_load_model``), in load order."""
+    from keras_nbguard.isolation import back
+
+    seen: list[bool] = []
+    load = back._load_model
+
+    def watched(package, data):
+        seen.append(earlier() is not None)
+        return load(package, data)
+
+    monkeypatch.setattr(back, "_load_model", watched)
+    return seen

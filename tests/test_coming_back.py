@@ -18,6 +18,8 @@ import pytest
 keras = pytest.importorskip("keras")
 pytest.importorskip("tensorflow")
 
+from helpers import alive_at_each_load  # noqa: E402
+
 from keras_nbguard.isolation import back  # noqa: E402
 from keras_nbguard.isolation.parent import ChildResult  # noqa: E402
 
@@ -48,14 +50,7 @@ def test_the_names_earlier_model_is_gone_before_the_new_one_loads(tmp_path, monk
     data = _saved(_deep_model(), tmp_path)
     namespace = {"model": back._load_model("keras", data), "other": 1}
     earlier = weakref.ref(namespace["model"])
-    alive_at_load = []
-    load = back._load_model
-
-    def watched(package, sent):
-        alive_at_load.append(earlier() is not None)
-        return load(package, sent)
-
-    monkeypatch.setattr(back, "_load_model", watched)
+    alive_at_load = alive_at_each_load(monkeypatch, earlier)
     bound = back.received(_came_back(data), namespace=namespace)
     assert alive_at_load == [False]
     assert bound["model"] is not None and "model" not in namespace  # bound by settle, later

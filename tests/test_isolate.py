@@ -16,7 +16,7 @@ import time
 import weakref
 
 import pytest
-from helpers import one_ray_at_a_time, run
+from helpers import alive_at_each_load, one_ray_at_a_time, run
 from IPython.utils.capture import capture_output
 
 import keras_nbguard
@@ -94,19 +94,10 @@ def test_a_rerun_lets_the_names_earlier_model_go_before_its_new_one_loads(iso_sh
     example's kernel grew 3 MiB a run (isolation/back.py ``_make_room``). The cell ends in
     ``model.fit(...)``: its History, IPython's output cache, still held the model through the
     next load; it is released before the load now, as a run's end releases it."""
-    from keras_nbguard.isolation import back
-
     cell = ENDS_IN_FIT.replace("--label last", "--label room")  # its value: a History
     assert run(iso_shell, cell).success
     earlier = weakref.ref(iso_shell.user_ns["model"])
-    alive_at_load = []
-    load = back._load_model
-
-    def watched(package, data):
-        alive_at_load.append(earlier() is not None)
-        return load(package, data)
-
-    monkeypatch.setattr(back, "_load_model", watched)
+    alive_at_load = alive_at_each_load(monkeypatch, earlier)
     result = run(iso_shell, cell)
     assert result.success, result.error_in_exec
     assert alive_at_load == [False]
