@@ -154,6 +154,51 @@ def test_the_leak_finder_names_the_layer_with_a_path_you_can_type(shell):
     assert run(shell, NEW_MODEL).success
 
 
+# the same cell run as a plain cell: before %load_ext, or between runs under the magic
+TEXT_PLAIN = TEXT_RUN.split("\n", 1)[1]
+OUTSIDE_WORDS = "vectorize_layer — its outbound node (made outside a tracked run)"
+
+
+@pytest.mark.slow
+def test_models_plain_cells_left_on_your_layer_are_stale_and_free_lets_them_go(shell):
+    assert run(shell, TEXT_SETUP).success
+    vectorize = shell.user_ns["vectorize_layer"]
+    refs = runs_of(shell, TEXT_PLAIN, ("model",), 3)
+    gc.collect()
+    report = shell.run_line_magic("nbguard", "leaks")
+    stale = [leak for leak in report.stale if leak.path.startswith("vectorize_layer.")]
+    assert [leak.held_as for leak in stale] == [OUTSIDE_WORDS] * 2, report.lines()
+    assert [shell.ev(leak.path) for leak in stale] == [refs[0][0](), refs[1][0]()]
+    assert not [leak for leak in report.current if leak.path.startswith("vectorize_layer.")]
+    assert all(not leak.stale for leak in report.leaks if "model" in leak.paths), report.lines()
+    freed = shell.run_line_magic("nbguard", "free")
+    assert alive(refs) == [[False], [False], [True]]
+    assert any(
+        "of cells run without %%kerasrun from vectorize_layer" in line for line in freed.released
+    ), freed.lines()
+    assert len(vectorize._outbound_nodes) == 1  # the current model's call
+    assert run(shell, "after = vectorize_layer(texts[:4]).numpy()").success
+    assert (shell.user_ns["after"] == shell.user_ns["before"]).all()
+    result = run(shell, NEW_MODEL)
+    assert result.success, result.error_in_exec
+
+
+@pytest.mark.slow
+def test_a_run_releases_the_models_plain_cells_left_on_your_layer(shell):
+    assert run(shell, TEXT_SETUP).success
+    plain = runs_of(shell, TEXT_PLAIN, ("model",), 2)
+    ours = runs_of(shell, TEXT_RUN.replace("FLAGS", ""), ("model",), 2)
+    assert alive(plain + ours) == [[False], [False], [False], [True]]
+    released = keras_nbguard.runs("text")[-1].released_models
+    assert released is not None and (released.count, released.outside) == (3, 2), released
+    assert released.runs == (1,) and OUTSIDE_WORDS in released.paths, released
+    text = keras_nbguard.runs("text")[-1].summary_text()
+    assert "3 models: 1 from #1, 2 built without %%kerasrun held by" in text, text
+    assert len(shell.user_ns["vectorize_layer"]._outbound_nodes) == 1
+    result = run(shell, NEW_MODEL)
+    assert result.success, result.error_in_exec
+
+
 @pytest.mark.slow
 def test_transfer_learning_lets_each_runs_head_go_and_the_base_model_keeps_working(shell):
     assert run(shell, TRANSFER_SETUP).success

@@ -31,6 +31,7 @@ from keras_nbguard.models.frameworks import callback_class, instance_dict
 from keras_nbguard.models.naming import awkwardness
 from keras_nbguard.models.registry import ModelRegistry, RunRef
 from keras_nbguard.models.stale_nodes import (
+    OUTSIDE,
     NodesCut,
     cut_stale,
     held,
@@ -38,6 +39,7 @@ from keras_nbguard.models.stale_nodes import (
     node_link,
     node_words,
     plan,
+    untracked,
 )
 from keras_nbguard.models.weights_freed import FreedWeights
 from keras_nbguard.records.run import HeldModels
@@ -157,13 +159,20 @@ def _settle_walked(
     through = {
         id(m): {f[1] for f in found if f is not None and f[0] == _NODE} for m, _, found in plans
     }
+    outside = untracked(probe, registry) if release else {}
+    for model in probe.models:  # built by cells run without the magic, kept only by a node
+        if id(model) in outside:
+            plans.append((model, probe.chains[id(model)], [_outside(probe, model, registry)]))
+            going.add(id(model))
+            through[id(model)] = {id(n) for n in outside[id(model)]}
     nodes: list[tuple[Any, RunRef]] = []
     if release:  # a node goes only if no model that stays has it (stale_nodes.plan)
-        nodes, going = plan(registry, label, user_ns, held(probe), going, through)
+        extra = [n for found in outside.values() for n in found]
+        nodes, going = plan(registry, label, user_ns, held(probe), going, through, outside=extra)
     releases: dict[str, Release] = {}
     weights = FreedWeights(user_ns, going)
     for model, every, found in plans:
-        run = registry.last_run(model) or RunRef(label, 0)
+        run = OUTSIDE if id(model) in outside else registry.last_run(model) or RunRef(label, 0)
         size = _size(model)
         if id(model) in going:
             holders: dict[int, str] = {}  # one text per holder: Out[12], not _12 and _ too
@@ -174,7 +183,7 @@ def _settle_walked(
             settled.released.append((run, size, list(holders.values())))
             settled.going.append(weakref.ref(model))
             weights.add(model)
-        else:
+        elif id(model) not in outside:  # one the plan kept: no run's, nothing to report
             paths = [p for p, _ in probe.paths(model)]
             nested = any(len(c.edges) > 1 or c.via is not None for c in every if c.user)
             settled.stale.append((run, size, paths, nested))
@@ -200,6 +209,14 @@ def _bookkeeping(
         return None
     found = _cached(chain, shell, user_ns)
     return None if found is None else ("cache", *found)
+
+
+def _outside(probe: Probe, model: Any, registry: ModelRegistry) -> Found:
+    """How a model built outside the runs and held only through a layer's node reads, released
+    (stale_nodes.untracked): its first chain's node, in words."""
+    chain = probe.chains[id(model)][0]
+    link = node_link(chain)
+    return _NODE, id(link[1]) if link else 0, node_words(chain, registry) or "a node", _nothing
 
 
 def _nothing() -> None:
@@ -298,6 +315,7 @@ def merged(before: HeldModels | None, after: HeldModels | None) -> HeldModels | 
     freed = (before.rss_freed, after.rss_freed)
     return HeldModels(
         count=before.count + after.count,
+        outside=before.outside + after.outside,
         runs=tuple(sorted({*before.runs, *after.runs})),
         weight_bytes=None if None in sizes else sum(s for s in sizes if s is not None),
         paths=tuple(dict.fromkeys((*before.paths, *after.paths))),
@@ -315,6 +333,7 @@ def _note(
     sized = [size for _, size in models]
     return HeldModels(
         count=len(models),
+        outside=sum(run is OUTSIDE for run, _ in models),
         runs=tuple(sorted({run.run_number for run, _ in models if run.run_number})),
         weight_bytes=None if None in sized else sum(s for s in sized if s is not None),
         paths=tuple(paths),

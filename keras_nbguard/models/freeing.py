@@ -29,7 +29,13 @@ from keras_nbguard.models.caches import (
     pop_entry,
     reset_cache_name,
 )
-from keras_nbguard.models.stale_nodes import cut_stale, held_through_nodes, plan
+from keras_nbguard.models.stale_nodes import (
+    cut_stale,
+    held_through_nodes,
+    node_link,
+    plan,
+    untracked,
+)
 from keras_nbguard.prepare.before_run import clear_every_keras
 from keras_nbguard.records.run import CleanReport
 
@@ -169,6 +175,8 @@ def _release(
     tracebacks = False
     for model in models:
         for chain in probe.chains.get(id(model), ()):
+            if node_link(chain) is not None:
+                continue  # through a layer's node list: Keras' record, cut after (_cut_nodes)
             if chain.via is not None:
                 if containers:
                     _empty_slot(chain, done)
@@ -232,14 +240,17 @@ def _cut_nodes(
         alive = {id(m) for m in (ref() for ref, _ in refs) if m is not None}
         models: list[Any] = registry.live()
         through: dict[int, set[int]] = {}
+        outside: list[Any] = []  # nodes no run made, holding models built without the magic
         if alive:
             probe = Probe(user_ns, registry, shell=shell).run()
             try:
                 models += probe.models
                 through = held_through_nodes(probe, alive)
+                found = untracked(probe, registry)
+                outside = [n for i, nodes in found.items() if i in alive for n in nodes]
             finally:
                 probe.close()
-        nodes, _ = plan(registry, None, user_ns, models, set(through), through, latest)
+        nodes, _ = plan(registry, None, user_ns, models, set(through), through, latest, outside)
         del models
         done = cut_stale(nodes, user_ns)
     except Exception as exc:  # freeing went through; only the nodes stayed

@@ -11,7 +11,7 @@ from typing import Any
 
 from keras_nbguard.models.records import Leak, LeakReport
 from keras_nbguard.models.registry import ModelRegistry
-from keras_nbguard.models.stale_nodes import node_words
+from keras_nbguard.models.stale_nodes import node_words, untracked
 from keras_nbguard.models.walk import Probe
 
 # bytes per element; numpy is asked only for dtypes not listed here
@@ -79,8 +79,9 @@ def _count(variables: list[Any]) -> tuple[int, int | None]:
 
 def leaks_of(probe: Probe, registry: ModelRegistry | None) -> list[tuple[Any, Leak]]:
     """(model, its Leak) for every model the probe found, Keras' nested models left out."""
+    outside = untracked(probe, registry)
     return [
-        (m, _leak(m, probe, probe.paths(m), registry))
+        (m, _leak(m, probe, probe.paths(m), registry, id(m) in outside))
         for m in probe.models
         if id(m) not in probe.internal
     ]
@@ -106,7 +107,11 @@ def build_report(probe: Probe, registry: ModelRegistry | None) -> LeakReport:
 
 
 def _leak(
-    model: Any, probe: Probe, paths: list[tuple[str, bool]], registry: ModelRegistry | None
+    model: Any,
+    probe: Probe,
+    paths: list[tuple[str, bool]],
+    registry: ModelRegistry | None,
+    through_nodes_only: bool = False,
 ) -> Leak:
     origin = registry.origin(model) if registry is not None else None
     last = registry.last_run(model) if registry is not None else None
@@ -126,6 +131,11 @@ def _leak(
         reason = f"from run {used.label!r} #{used.run_number}; the latest is #{newest.run_number}"
     elif not user:
         reason = "held only by IPython's caches, a traceback or a module, not by your names"
+    elif through_nodes_only:  # stale_nodes.untracked
+        reason = (
+            "held only by Keras' record of a call on a layer of yours (made outside a tracked "
+            "run), not by your names"
+        )
     elif used is None:
         reason = "bound to your names (made outside a tracked run)"
     else:
@@ -143,7 +153,7 @@ def _leak(
         optimizer_bytes=optimizer_bytes,
         run_label=origin.label if origin else None,
         run_number=origin.run_number if origin else None,
-        stale=old or not user,
+        stale=old or not user or through_nodes_only,
         reason=reason,
         holder=holder,
         holder_type=holder_type,

@@ -26,6 +26,7 @@ from keras_nbguard.models.nodes import (
 from keras_nbguard.models.registry import ModelRegistry, RunRef
 
 WIDE = 1000  # a container of yours with more items than this is not searched for tensors
+OUTSIDE = RunRef("", 0)  # what "made" a node no tracked run made: a cell run without the magic
 
 
 @dataclass
@@ -38,16 +39,18 @@ class NodesCut:
     runs: list[int] = field(default_factory=list)
 
     others: int = 0  # layers without a name of yours: those of the earlier runs' own models
+    outside: bool = False  # some were made by cells run without %%kerasrun
 
     def text(self) -> str:
-        runs = ", ".join(f"#{n}" for n in self.runs)
+        made = [f"run(s) {', '.join(f'#{n}' for n in self.runs)}"] if self.runs else []
+        made += ["cells run without %%kerasrun"] if self.outside else []
         where = ", ".join(self.layers) or f"{self.others} layer(s)"
         rest = (
             f" (and {self.others} layer(s) of those runs' models)"
             if self.layers and (self.others)
             else ""
         )
-        return f"{self.nodes} node(s) of run(s) {runs} from {where}{rest}"
+        return f"{self.nodes} node(s) of {' and '.join(made)} from {where}{rest}"
 
 
 def stale(
@@ -56,10 +59,12 @@ def stale(
     user_ns: Mapping[str, Any],
     kept: Iterable[Any],
     latest: bool = False,
+    outside: Iterable[Any] = (),
 ) -> list[tuple[Any, RunRef]]:
     """The nodes made by runs of ``label`` (every label: None) before its latest run (``latest``:
-    also by that one) that no model in ``kept`` contains and no tensor of yours needs."""
-    earlier = registry.earlier_nodes(label, latest)
+    also by that one), and the ``outside`` ones (``untracked``), that no model in ``kept``
+    contains and no tensor of yours needs."""
+    earlier = [*registry.earlier_nodes(label, latest), *((n, OUTSIDE) for n in outside)]
     if not earlier:
         return []
     protected = {id(n) for m in kept for n in nested_graph_nodes(m)}
@@ -96,16 +101,19 @@ def plan(
     going: set[int],
     through: Mapping[int, set[int]],
     latest: bool = False,
+    outside: Iterable[Any] = (),
 ) -> tuple[list[tuple[Any, RunRef]], set[int]]:
     """(the nodes to cut, the models that can go). ``going``: the models about to be released;
-    ``through``: id(model) -> the nodes its holding chains go through. A model held through a
-    node goes only if that node can go, and a node can go only if no model that stays has it:
-    ``going`` shrinks until both hold."""
+    ``through``: id(model) -> the nodes its holding chains go through; ``outside``: nodes no
+    run made that may go too (``untracked``). A model held through a node goes only if that node
+    can go, and a node can go only if no model that stays has it: ``going`` shrinks until both
+    hold."""
     going = set(going)
     everyone = list({id(m): m for m in models}.values())
+    outside = list(outside)
     while True:
         kept = [m for m in everyone if id(m) not in going]
-        nodes = stale(registry, label, user_ns, kept, latest)
+        nodes = stale(registry, label, user_ns, kept, latest, outside)
         cuttable = {id(n) for n, _ in nodes}
         blocked = {m for m in going if not through.get(m, set()) <= cuttable}
         if not blocked:
@@ -125,6 +133,32 @@ def held_through_nodes(probe: Any, ids: set[int]) -> dict[int, set[int]]:
     return out
 
 
+def untracked(probe: Any, registry: ModelRegistry | None) -> dict[int, list[Any]]:
+    """id(model) -> the nodes it is held through, for each model that no tracked run made or
+    used and that a finished walk found held only through layers' node lists, by nodes no run
+    made: a cell run without ``%%kerasrun`` (bare, or before the extension was loaded) called it
+    on a layer of yours (``outputs = model(vectorize_layer(inputs))``) and rebound its names.
+    Nothing of yours reaches it but Keras' record of that call; it is an earlier model, as a
+    run's would be."""
+    if not probe.complete:
+        return {}
+    found = {}
+    for model in probe.models:
+        every = probe.chains.get(id(model), [])
+        if not every or id(model) in probe.internal or any(c.via is not None for c in every):
+            continue  # unreachable (garbage), or inside another model that may be yours
+        if registry is not None and registry.last_run(model) is not None:
+            continue  # a run's: the run's own release looks at it
+        links = [node_link(c) for c in every]
+        nodes = [link[1] for link in links if link is not None]
+        if len(nodes) < len(links) or (
+            registry is not None and any(registry.node_run(n) is not None for n in nodes)
+        ):
+            continue  # a name of yours, or a run's node on the way
+        found[id(model)] = list({id(n): n for n in nodes}.values())
+    return found
+
+
 def cut_stale(nodes: list[tuple[Any, RunRef]], user_ns: Mapping[str, Any]) -> NodesCut | None:
     """Cut ``nodes`` out of every layer's node lists (see nodes.cut)."""
     if not nodes:
@@ -135,7 +169,9 @@ def cut_stale(nodes: list[tuple[Any, RunRef]], user_ns: Mapping[str, Any]) -> No
     names = {id(v): k for k, v in list(user_ns.items()) if not k.startswith("_")}
     layers = [names[id(layer)] for layer, _ in done.layers if id(layer) in names]
     runs = sorted({run.run_number for _, run in nodes if run.run_number})
-    return NodesCut(done.nodes, list(dict.fromkeys(layers)), runs, len(done.layers) - len(layers))
+    others = len(done.layers) - len(layers)
+    outside = any(run is OUTSIDE for _, run in nodes)
+    return NodesCut(done.nodes, list(dict.fromkeys(layers)), runs, others, outside)
 
 
 def node_link(chain: Chain) -> tuple[int, Any] | None:

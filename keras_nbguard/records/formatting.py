@@ -115,8 +115,15 @@ def _count(n: int, one: str, many: str | None = None) -> str:
 
 
 def _models_from(held: HeldModels) -> str:
+    """``2 models from #3, #4``; ``3 models: 1 from #1, 2 built without %%kerasrun``."""
     runs = ", ".join(f"#{n}" for n in held.runs)
-    return f"{held.count} model{'s' if held.count != 1 else ''}" + (f" from {runs}" if runs else "")
+    models = f"{held.count} model{'s' if held.count != 1 else ''}"
+    if not held.outside:
+        return models + (f" from {runs}" if runs else "")
+    outside = "built without %%kerasrun"
+    if held.outside == held.count:
+        return f"{models} {outside}"
+    return f"{models}: {held.count - held.outside} from {runs}, {held.outside} {outside}"
 
 
 def _first_paths(paths: tuple[str, ...], count: int = 3) -> str:

@@ -94,6 +94,7 @@ class HeldModels:
     paths: tuple[str, ...] = ()
     command: str | None = None  # stale: what frees them
     rss_freed: int | None = None  # released: RSS drop once gone, graphs included (None: unknown)
+    outside: int = 0  # of ``count``, built by cells run without %%kerasrun (no run number)
 
 
 @dataclass(frozen=True)
