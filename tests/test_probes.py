@@ -150,6 +150,7 @@ def test_unreachable_models_are_counted_with_a_hint(holders_report):
     leak = by_name(report, "unreachable")
     assert leak in report.unreachable and leak.path == "" and leak.paths == ()
     assert "no path from your names" in leak.reason
+    assert "Probe" not in leak.reason  # the walk's own object is no holder to tell of
     assert report.hint and "gc" in report.hint
 
 

@@ -92,7 +92,7 @@ class Probe:
         held: dict[int, int] = {}  # id(object) -> references to it from models' attributes
         blockers: dict[int, list[str]] = {}
         down, down_objs = name_map(roots, class_ids, callback)
-        own = {id(models), id(objs), id(roots), id(down_objs), id(gc.garbage)}
+        own = {id(self), id(models), id(objs), id(roots), id(down_objs), id(gc.garbage)}
         for m in models:
             mark_own_parts(m, owner, held, class_ids, self.internal, callback, self._route)
         # The first scan also discovers the models we did not know: an instance refers to its class.
