@@ -59,6 +59,7 @@ keep, names, policies = [], [], []
 
     runs = keras_nbguard.runs("mlp")
     advice = advise(shell.user_ns)
+    lookup = lookup_sizes() if FLAVOUR == "tf_keras" else None
     report = keras_nbguard.leaks()
     freed = keras_nbguard.free(containers=True)
     print(
@@ -80,11 +81,26 @@ keep, names, policies = [], [], []
                 ),
                 "after_load": after_load,
                 "advice": advice,
+                "lookup_sizes": lookup,
                 "warnings": [str(w.message) for w in caught],
                 "status": shell.run_line_magic("nbguard", "status").text(),
             }
         )
     )
+
+
+def lookup_sizes() -> list:
+    """The leak finder's sizes of a model holding Keras 2's TextVectorization, whose weights
+    include a ``VocabWeightHandler`` (no shape): the text example's end-to-end model."""
+    from tensorflow import keras
+
+    from keras_nbguard.models.report import sizes
+
+    vectorize = keras.layers.TextVectorization(max_tokens=20, output_sequence_length=4)
+    vectorize.adapt(["a b c", "b c d"])
+    inputs = keras.Input((1,), dtype="string")
+    model = keras.Model(inputs, keras.layers.Embedding(20, 2)(vectorize(inputs)))
+    return list(sizes(model))
 
 
 def advise(ns: dict) -> dict:

@@ -169,3 +169,12 @@ def test_batch_advice_probes_a_copy_on_every_keras(flavour):
     assert advice["unchanged"], advice  # weights and optimizer steps as they were
     assert advice["text"].startswith("batch advice: ") and "MiB" in advice["text"], advice
     assert advice["magic"].startswith("batch advice: "), advice  # %nbguard batch m x y
+
+
+def test_the_leak_finder_sizes_a_keras_2_model_with_a_vocabulary(flavour):
+    """Keras 2's TextVectorization lists a ``VocabWeightHandler`` among its weights: ``%nbguard
+    leaks`` raised on the text example's end-to-end model (an AttributeError on ``.shape``)."""
+    name, seen = flavour
+    if name != "tf_keras":
+        pytest.skip("Keras 2 only")
+    assert seen["lookup_sizes"] == [40, 160, 0]  # the Embedding's 20 x 2 float32; no optimizer

@@ -144,4 +144,5 @@ EXAMPLE = Example(
     follows="keras.io/examples/nlp/text_classification_from_scratch",
     setup=SETUP,
     train=TRAIN,
+    kerases=("keras3", "tf_keras"),
 )

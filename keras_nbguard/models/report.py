@@ -62,6 +62,8 @@ def count_bytes(variables: list[Any]) -> int | None:
 def _count(variables: list[Any]) -> tuple[int, int | None]:
     params, nbytes = 0, 0
     for v in variables:
+        if not hasattr(v, "shape"):
+            continue  # not a tensor: Keras 2's VocabWeightHandler, a lookup table's saving hook
         n = 1
         for d in tuple(v.shape):
             n *= int(d)
