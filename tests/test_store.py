@@ -476,6 +476,7 @@ def test_a_longer_run_writes_its_start_with_its_first_samples(history_database):
         with keras_nbguard.track("long"):
             # a kill from now on would leave the run as died, with its samples so far
             wait_until(lambda: _rows(history_database) == [("long", "running")])
+        store.flush()  # a loaded machine's slow writes go through the writer thread
         assert _rows(history_database) == [("long", "ok")]
     store.close()
 
