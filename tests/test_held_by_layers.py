@@ -154,6 +154,20 @@ def test_the_leak_finder_names_the_layer_with_a_path_you_can_type(shell):
     assert run(shell, NEW_MODEL).success
 
 
+@pytest.mark.slow
+def test_free_with_containers_cuts_keras_nodes_and_empties_none(shell):
+    """A node in a layer's list is Keras' record, no container of yours: ``--containers`` set
+    ``vectorize_layer._outbound_nodes[0].operation = None`` before the node was cut."""
+    assert run(shell, TEXT_SETUP).success
+    refs = runs_of(shell, TEXT_RUN.replace("FLAGS", "--keep-stale"), ("model",), 2)
+    gc.collect()
+    freed = shell.run_line_magic("nbguard", "free --containers")
+    assert alive(refs)[0] == [False]
+    assert not [line for line in freed.released if line.endswith("= None")], freed.lines()
+    assert any(line.startswith("cut ") for line in freed.released), freed.lines()
+    assert run(shell, NEW_MODEL).success
+
+
 # the same cell run as a plain cell: before %load_ext, or between runs under the magic
 TEXT_PLAIN = TEXT_RUN.split("\n", 1)[1]
 OUTSIDE_WORDS = "vectorize_layer — its outbound node (made outside a tracked run)"
