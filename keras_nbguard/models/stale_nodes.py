@@ -127,10 +127,20 @@ def held_through_nodes(probe: Any, ids: set[int]) -> dict[int, set[int]]:
     out = {}
     for model in probe.models:
         chains = [c for c in probe.chains.get(id(model), []) if c.via is None]
-        links = [node_link(c) for c in chains]
-        if id(model) in ids and chains and None not in links:
-            out[id(model)] = {id(link[1]) for link in links if link is not None}
+        nodes = _only_through_nodes(chains) if id(model) in ids else None
+        if nodes is not None:
+            out[id(model)] = {id(n) for n in nodes}
     return out
+
+
+def _only_through_nodes(chains: list[Chain]) -> list[Any] | None:
+    """The nodes ``chains`` go through (each once), when there are chains and every one goes
+    through a layer's node list; None otherwise."""
+    links = [node_link(c) for c in chains]
+    nodes = [link[1] for link in links if link is not None]
+    if not chains or len(nodes) < len(links):
+        return None
+    return list({id(n): n for n in nodes}.values())
 
 
 def untracked(probe: Any, registry: ModelRegistry | None) -> dict[int, list[Any]]:
@@ -149,13 +159,12 @@ def untracked(probe: Any, registry: ModelRegistry | None) -> dict[int, list[Any]
             continue  # unreachable (garbage), or inside another model that may be yours
         if registry is not None and registry.last_run(model) is not None:
             continue  # a run's: the run's own release looks at it
-        links = [node_link(c) for c in every]
-        nodes = [link[1] for link in links if link is not None]
-        if len(nodes) < len(links) or (
+        nodes = _only_through_nodes(every)
+        if nodes is None or (
             registry is not None and any(registry.node_run(n) is not None for n in nodes)
         ):
             continue  # a name of yours, or a run's node on the way
-        found[id(model)] = list({id(n): n for n in nodes}.values())
+        found[id(model)] = nodes
     return found
 
 
