@@ -11,10 +11,13 @@ IPython shell, the setup cell once, the train cell N times. Per example it print
 
 - RSS slope, MiB/run, over runs 4..N: least squares (Theil-Sen, the median of pairwise slopes,
   in brackets: it ignores a single jump), bare / kerasrun / isolate (isolate: the kernel's RSS;
-  the runs happen in child processes); and ``h``, the least-squares slope of glibc's heap in use
+  the runs happen in child processes); ``h``, the least-squares slope of glibc's heap in use
   (``mallinfo2``), which the allocator's slack (RSS swings +-15 MiB from run to run here, so a
-  9-run RSS slope is +-2-5 MiB/run of noise) does not blur; with 20 runs or more, also the slope
-  over runs 13..N (least squares): a growth that levels off is the framework warming up;
+  9-run RSS slope is +-2-5 MiB/run of noise) does not blur; ``p``, that of TensorFlow's CPU
+  pool's peak (oneDNN on: the pool grows to the most a run has had in use at once and keeps
+  it), and a run past the goal says how much of its rise that was; with 20 runs or more, also
+  the slope over runs 13..N (least squares): a growth that levels off is the framework warming
+  up;
 - fit time of run 1 and run N (bare: ``Model.fit`` timed by a wrapper; n/a where the example
   has no ``fit``);
 - the cell's time, kerasrun / bare: median of runs 2..N each, their ratio and difference; the
@@ -75,6 +78,7 @@ def figures(seen: dict[str, Any]) -> dict[str, Any]:
     ok = [r for r in runs if r["ok"]]
     tail = [r["rss"] / MIB for r in runs[FIRST - 1 :]]
     heap = [r["heap"] / MIB for r in runs[FIRST - 1 :] if r.get("heap") is not None]
+    pool = [r["pool"] / MIB for r in runs[FIRST - 1 :] if r.get("pool") is not None]
     errors = list(dict.fromkeys(r["error"] for r in runs if not r["ok"]))
     findings: dict[str, str] = {}  # kind -> the first run's summary line of that kind
     for r in runs:
@@ -88,6 +92,15 @@ def figures(seen: dict[str, Any]) -> dict[str, Any]:
         # a growth that levels off (the framework warming up) from one that goes on: 20+ runs
         "later": lsq(later) if len(runs) >= LATER + 7 else None,
         "heap": lsq(heap) if len(heap) == len(tail) else None,
+        # TensorFlow's CPU pool's peak (oneDNN): a run that needs more at once than any before
+        # grows the pool, which keeps it; over the same runs, as a slope and in all
+        "pool": lsq(pool) if len(pool) == len(tail) else None,
+        "pool_rise": pool[-1] - pool[0] if len(pool) == len(tail) and pool else None,
+        "rss_rise": tail[-1] - tail[0] if tail else None,
+        # its regions (anonymous mappings of 64 MiB and more): resident, and mapped, at the end
+        "large_rise": _rise(runs[FIRST - 1 :], "large_rss"),
+        "large_rss": last.get("large_rss"),
+        "large_size": last.get("large_size"),
         "fit1": runs[0].get("fit_s") if runs else None,
         "fitN": last.get("fit_s"),
         "cell": statistics.median(r["cell_s"] for r in runs[1:]) if len(runs) > 1 else None,
@@ -121,6 +134,7 @@ def verdict(by_mode: dict[str, dict[str, Any]]) -> str:
         if k["lsq"] is not None:
             (passes if k["lsq"] <= GOAL_KERASRUN_MIB else fails).append(
                 f"kerasrun {k['lsq']:+.2f} MiB/run (<= {GOAL_KERASRUN_MIB})"
+                + (_pool_share(k) if k["lsq"] > GOAL_KERASRUN_MIB else "")
             )
         if k["earlier_alive"]:
             fails.append(f"{k['earlier_alive']} earlier model(s) alive")
@@ -144,6 +158,28 @@ def verdict(by_mode: dict[str, dict[str, Any]]) -> str:
     if fails:
         return "FAILS: " + "; ".join(fails) + (f" | meets: {'; '.join(passes)}" if passes else "")
     return "meets: " + "; ".join(passes) if passes else "nothing to judge"
+
+
+def _rise(runs: list[dict[str, Any]], key: str) -> float | None:
+    """MiB from the first of ``runs`` to the last, where each has ``key``."""
+    values = [r.get(key) for r in runs]
+    if not values or any(v is None for v in values):
+        return None
+    return float(values[-1] - values[0]) / MIB
+
+
+def _pool_share(got: dict[str, Any]) -> str:
+    """What of the RSS rise over runs 4..N was TensorFlow's CPU pool's: the pages its regions
+    took (they take more as chunks land in new places, up to their size) and its peak."""
+    if got.get("large_rise") is None or not got.get("rss_rise"):
+        return ""
+    peak = "" if got.get("pool_rise") is None else f"; its peak in use {got['pool_rise']:+.1f}"
+    return (
+        f" [why: {got['large_rise']:+.1f} of the RSS's {got['rss_rise']:+.1f} MiB over runs "
+        f"{FIRST}-N in TensorFlow's CPU pool's regions (anonymous mappings of 64 MiB and more, "
+        f"{got['large_rss'] / MIB:.0f} of {got['large_size'] / MIB:.0f} MiB resident{peak}): "
+        f"pages it touched, kept and reused]"
+    )
 
 
 def main() -> None:
@@ -183,7 +219,7 @@ def main() -> None:
             got = table.setdefault(name, {})[mode] = figures(seen)
             print(
                 f"  {name:>20} {mode:>8}: {_f(got['lsq'])} [{_f(got['ts'])}] MiB/run "
-                f"(heap in use {_f(got['heap'])}"
+                f"(heap in use {_f(got['heap'])}, TF's CPU pool peak {_f(got['pool'])}"
                 + (
                     f"; runs {LATER}-{args.runs} {_f(got['later'])}"
                     if got["later"] is not None
@@ -257,7 +293,8 @@ def _slope_cell(got: dict[str, Any] | None) -> str:
         return "-"
     if got["errors"] or got["setup_error"]:
         return f"failed ({got['ok']} ok)"
-    return f"{_f(got['lsq'])} [{_f(got['ts'])}] h{_f(got['heap'])}"
+    pool = "" if got.get("pool") is None else f" p{_f(got['pool'])}"
+    return f"{_f(got['lsq'])} [{_f(got['ts'])}] h{_f(got['heap'])}{pool}"
 
 
 if __name__ == "__main__":

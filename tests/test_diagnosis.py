@@ -353,3 +353,55 @@ def test_a_summary_says_whose_the_memory_is_when_runs_leave_over_a_mib_with_no_f
     held = HeldModels(count=1, runs=(3,), paths=("models[0]",), weight_bytes=MiB)
     yours = [dataclasses.replace(r, stale_models=held) for r in runs]
     assert _after_each(yours)[-1].memory_note is None
+
+
+def _with_pool(runs, in_use, peak):
+    return [
+        dataclasses.replace(r, host_pool_in_use=u, host_pool_peak=p)
+        for r, u, p in zip(runs, in_use, peak, strict=True)
+    ]
+
+
+def test_the_summary_names_tensorflows_pool_when_its_peak_rose_with_the_runs():
+    # The text example under the magic (oneDNN on): RSS steps where TensorFlow's CPU pool
+    # reaches a higher peak (114 -> 134 MiB over runs 2-12 in one run of the harness)
+    steps = [0.2, 9.0, 0.3, 0.1, 6.0, 0.2, 0.1, 0.3, 0.2, 0.1, 0.2]
+    left = [800.0]
+    for step in steps:
+        left.append(left[-1] + step)
+    after = [int((mib + 15) * MiB) for mib in left]
+    before = [int(mib * MiB) for mib in left[:1] + left[:-1]]
+    n = len(left)
+    runs = runs_of([1.0] * n, after, rss_before=before)
+    in_use = [int((32 + 9 * (i % 2)) * MiB) for i in range(n)]  # 32-41 MiB, no rise
+    peak = [int((100 + min(i, 8) * 2) * MiB) for i in range(n)]  # +2 a run to run 9
+    note = _after_each(_with_pool(runs, in_use, peak))[-1].memory_note
+    # runs 2-12: the pool's peak after run 2 (102) to after run 12 (116)
+    assert "TensorFlow's CPU pool reached a higher peak, +14.0 MiB, while what it had in use" in (
+        note
+    )
+    assert "stayed 32.0 MiB–41.0 MiB" in note and note.endswith("keeps the kernel flat")
+    # a pool that stayed where it was, or was not read (oneDNN off): not named
+    for flat in (int(130 * MiB), None):
+        note = _after_each(_with_pool(runs, in_use, [flat] * n))[-1].memory_note
+        assert note.startswith("+1.") and "pool" not in note
+
+
+def test_a_steady_native_rise_with_the_pools_peak_is_no_leak_but_tensors_kept_are():
+    # 3 MiB a run, run after run, nothing of yours grew: named state_growth...
+    n = 13
+    after = [800 * MiB + i * 3 * MiB for i in range(n)]
+    runs = runs_of([1.0] * n, after)
+    assert _after_each(runs)[-1].findings[0].startswith("state_growth")
+    # ...unless TensorFlow's CPU pool reached a higher peak with it, its use after runs flat
+    peak = [int((100 + 1.5 * i) * MiB) for i in range(n)]  # +16.5 MiB of the RSS's +33
+    flat_use = [int(40 * MiB)] * n
+    last = _after_each(_with_pool(runs, flat_use, peak))[-1]
+    assert last.findings == ()
+    assert "TensorFlow's CPU pool reached a higher peak, +16.5 MiB" in last.memory_note
+    # tensors kept run after run raise what the pool has in use too: still a leak
+    kept = [int((40 + 2 * i) * MiB) for i in range(n)]
+    assert _after_each(_with_pool(runs, kept, peak))[-1].findings[0].startswith("state_growth")
+    # a peak that rose by far less than the RSS: the rest is not the pool's
+    small = [int((100 + 0.3 * i) * MiB) for i in range(n)]
+    assert _after_each(_with_pool(runs, flat_use, small))[-1].findings[0].startswith("state_growth")

@@ -77,3 +77,17 @@ def test_examples_run_under_kerasrun_on_tf_keras():
     assert list(seen) == names
     for name in names:
         _check_runs(seen[name], "Keras 2", RUNS_TF_KERAS)
+
+
+def test_runs_record_tensorflows_cpu_pool_where_onednn_keeps_one():
+    """oneDNN on (TensorFlow's default on x86, off in the tests' own process): every run records
+    the CPU pool's peak, what the summary's ``rss trend`` row names when the pool grew."""
+    seen = measure(
+        "mnist_convnet", "kerasrun", 2, timeout=600, environ={"TF_ENABLE_ONEDNN_OPTS": "1"}
+    )["mnist_convnet"]
+    _check_runs(seen, "Keras 3", 2)
+    recorded = [r["pool_recorded"] for r in seen["runs"]]
+    read_after = [r["pool"] for r in seen["runs"]]  # the runner's own read, after the run
+    assert all(isinstance(p, int) and p > 2**20 for p in recorded), recorded
+    assert recorded == sorted(recorded)  # a peak since the process began
+    assert all(a >= r for a, r in zip(read_after, recorded, strict=True))

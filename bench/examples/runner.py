@@ -15,12 +15,13 @@ user waits for it, and the CPU time of the process (every thread) in it, steadie
 time on a shared machine; RSS after ``gc.collect()`` and ``malloc_trim(0)`` (psutil), every way
 alike: what is in use, not the free heap glibc happens to hold at that moment (tens of MiB up and
 down from run to run with TensorFlow's threads, which would drown a slope of 1 MiB a run; the
-magic trims at the start of each run, so its own readings are these); the fit time (the RunRecord's
-``fit_seconds``; bare: ``Model.fit`` timed by a wrapper installed after the setup cell); the
-record's findings lines and ``keras_nbguard.diagnose(label)``; live top-level Keras models and how
-many of them were first seen after an earlier run (models of earlier runs still alive after gc;
-those of the setup cell are not counted). A failed cell is recorded with its error text (an
-``--isolate`` refusal included) and the loop goes on.
+magic trims at the start of each run, so its own readings are these); glibc's heap in use and
+TensorFlow's CPU pool's peak (oneDNN on: what the pool keeps for good); the fit time (the
+RunRecord's ``fit_seconds``; bare: ``Model.fit`` timed by a wrapper installed after the setup
+cell); the record's findings lines and ``keras_nbguard.diagnose(label)``; live top-level Keras
+models and how many of them were first seen after an earlier run (models of earlier runs still
+alive after gc; those of the setup cell are not counted). A failed cell is recorded with its
+error text (an ``--isolate`` refusal included) and the loop goes on.
 """
 
 from __future__ import annotations
@@ -52,9 +53,11 @@ def measure(
     runs: int,
     keras: str = "keras3",
     timeout: float | None = None,
+    environ: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """``run_here`` in a fresh interpreter; returns ``{name: seen}`` (see ``run_example``).
-    A child that dies raises RuntimeError with the tail of its output."""
+    ``environ``: variables to set there (``TF_ENABLE_ONEDNN_OPTS``). A child that dies raises
+    RuntimeError with the tail of its output."""
     names = names.split(",") if isinstance(names, str) else names
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "seen.json")
@@ -69,6 +72,7 @@ def measure(
             env.pop(key, None)
         if keras == "tf_keras":
             env["TF_USE_LEGACY_KERAS"] = "1"  # tf.keras is tf_keras too, as Keras 2 users have it
+        env.update(environ or {})
         done = subprocess.run(
             [
                 sys.executable,
@@ -167,6 +171,8 @@ def run_example(shell: Any, name: str, mode: str, runs: int, keras: str) -> dict
                 "cpu_s": cpu_s,
                 "rss": process.memory_info().rss,
                 "heap": _heap_in_use(),
+                "pool": _tf_pool_peak(),
+                **_large_mappings(),
             }
             if not result.success:
                 run["error"] = _error_text(result)
@@ -217,6 +223,43 @@ def _heap_in_use() -> int | None:
     mallinfo2.restype = _MallInfo2
     info = mallinfo2()
     return int(info.uordblks + info.hblkhd)
+
+
+def _tf_pool_peak() -> int | None:
+    """TensorFlow's CPU allocator's peak in use since the process began (oneDNN's pool, which
+    keeps what it reaches); None without TensorFlow's runtime or with oneDNN off."""
+    from keras_nbguard.collectors.gpu import TfGpu
+
+    tf = TfGpu.if_imported()
+    pool = None if tf is None else tf.host_pool()
+    return None if pool is None else pool[1]
+
+
+LARGE_MAPPING = 64 * 2**20
+
+
+def _large_mappings() -> dict[str, int]:
+    """RSS and size of the anonymous mappings of ``LARGE_MAPPING`` bytes or more: TensorFlow's
+    CPU pool's regions (oneDNN: its BFC allocator asks glibc for 128 MiB and more at a time,
+    which glibc maps apart). The pool touches more of them as its chunks land in new places
+    from run to run, up to their size, and never gives a page back. {} off Linux."""
+    rss = size = 0
+    big = False
+    try:
+        with open("/proc/self/smaps") as maps:
+            for line in maps:
+                if line[0] in "0123456789abcdef" and "-" in line.split(" ", 1)[0]:
+                    fields = line.split()
+                    start, end = (int(x, 16) for x in fields[0].split("-"))
+                    big = (  # anonymous (no path), writable: not a reservation
+                        len(fields) < 6 and "w" in fields[1] and end - start >= LARGE_MAPPING
+                    )
+                    size += (end - start) if big else 0
+                elif big and line.startswith("Rss:"):
+                    rss += int(line.split()[1]) * 1024
+    except OSError:
+        return {}
+    return {"large_rss": rss, "large_size": size}
 
 
 def _flush_history() -> None:
@@ -271,6 +314,7 @@ def _record_of(label: str) -> dict[str, Any]:
         "fits": len(r.fits),
         "findings": list(r.findings),
         "rss_trend": r.memory_note,  # the summary's row: whose the RSS the runs leave is
+        "pool_recorded": r.host_pool_peak,
         "keras_seen": r.keras,
         "isolated": r.isolated,
         "cleared": r.cleared,

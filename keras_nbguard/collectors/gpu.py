@@ -58,6 +58,21 @@ class TfGpu:
         for name in self._devices():
             self.config.experimental.reset_memory_stats(name)
 
+    def host_pool(self) -> tuple[int, int] | None:
+        """TensorFlow's CPU allocator: (bytes in use now, the most in use at once since the
+        process began). With oneDNN (TF's default on x86 Linux) large tensors live in a pool
+        that grows to that peak, keeps the pages it touched and reuses them, so a run that
+        reaches a new peak raises the kernel's RSS for good. None before the runtime is up
+        (asking would start it, too late for a GPU setup) and where the allocator keeps no
+        count (oneDNN off). ~1 µs a read."""
+        if not self.runtime_initialized():
+            return None
+        try:
+            info = self.config.experimental.get_memory_info("CPU:0")
+            return int(info["current"]), int(info["peak"])
+        except (ValueError, KeyError, TypeError):  # "Allocator stats not available"
+            return None
+
 
 def _real_runtime_initialized() -> bool:
     """Whether TF has created its eager context (and with it claimed its GPUs)."""

@@ -13,6 +13,7 @@ from keras_nbguard.diagnosis.findings import (
     name_of,
     names,
     native_growth,
+    pool_high_water,
     rss_trend,
     span,
 )
@@ -108,9 +109,12 @@ def memory_note(runs: list[RunRecord]) -> str | None:
     if not native_growth(trend.runs):  # a name or a model of yours: %nbguard leaks says which
         return None
     why = [NOT_YOURS]
-    shape = trend.unflagged_because()  # a warm-up, steps (or what _why_not_rss says first)
-    if shape and not shape.startswith(NOT_YOURS):
-        why.append(shape)
+    # the pool first (a rise under 2 MiB a run gets no shape from the trend), then the shape:
+    # a warm-up, steps (or what _why_not_rss says first)
+    pool = pool_high_water(trend.runs, line.rise)
+    shape = trend.unflagged_because()
+    why += [reason for reason in (pool, shape) if reason and not reason.startswith(NOT_YOURS)]
+    why = list(dict.fromkeys(why))
     return (
         f"{fmt_bytes(int(line.slope), signed=True)} a run left over {trend.span}, the "
         f"framework's own memory ({'; '.join(why)}); %%kerasrun --isolate keeps the kernel flat"

@@ -55,6 +55,10 @@ CPU_KEPT_PACE = 0.5  # ...and a slowdown of theirs raises their CPU time this sh
 # (bench_examples.py); a leak of the framework's keeps rising and is named then.
 NATIVE_RUNS = 10
 NOT_YOURS = "no name or model of yours grew"  # (native_growth)
+# TensorFlow's CPU pool (oneDNN) reaching higher peaks explains a native rise when its peak rose
+# by this share of the RSS's rise at least while what it had in use after each run did not rise
+# (by half of GROWTH_BYTES_PER_RUN a run): Keras' text example, 40-80% (bench_examples.py, ``p``)
+POOL_SHARE = 1 / 3
 RECENT = 5  # the latest runs of a label whose own causes (within a run) are still shown
 
 
@@ -322,6 +326,7 @@ def _rss_test(
             len(runs) >= NATIVE_RUNS
             and trend.p_value <= TREND_P
             and steady_increase(settled) >= GROWTH_BYTES_PER_RUN
+            and pool_high_water(runs, trend.rise) is None
         )
 
     return test
@@ -342,6 +347,8 @@ def _why_not_rss(
             return reason
         if len(runs) < MIN_RUNS:  # too few runs to judge: nothing to explain yet
             return None
+        if native and (pool := pool_high_water(runs, trend.rise)):
+            return pool
         if native and median_increase(settled) < GROWTH_BYTES_PER_RUN:
             return _in_steps(runs, settled)
         if slopes := slowing(settled):
@@ -398,6 +405,30 @@ def _in_steps(runs: Sequence[RunRecord], values: Sequence[float]) -> str:
     return (
         f"in steps, not every run: {biggest}; the median run "
         f"{fmt_bytes(int(steady_increase(values)), signed=True)}"
+    )
+
+
+def pool_high_water(runs: Sequence[RunRecord], rss_rise: float) -> str | None:
+    """Why a rise nothing of the user's explains is TensorFlow's CPU pool, not a leak: its peak
+    rose by ``POOL_SHARE`` of ``rss_rise`` at least, while what it had in use after each run
+    did not rise. With oneDNN the pool keeps every page a peak touched and reuses them (the text
+    example: 17.6 of 22.0 MiB of its RSS rise in the pool's regions); tensors kept run after
+    run would raise its use after the runs as well. None: not so, or not read (oneDNN off)."""
+    pool = [(r.host_pool_in_use, r.host_pool_peak) for r in runs]
+    if len(pool) < 2 or any(use is None or peak is None for use, peak in pool):
+        return None
+    in_use = [float(use or 0) for use, _ in pool]
+    peak_rise = (pool[-1][1] or 0) - (pool[0][1] or 0)
+    if peak_rise < max(GROWTH_BYTES_PER_RUN, POOL_SHARE * rss_rise):
+        return None
+    if Trend(in_use).slope >= GROWTH_BYTES_PER_RUN / 2:
+        return None
+    from keras_nbguard.records.formatting import fmt_bytes  # formatting imports records
+
+    return (
+        f"TensorFlow's CPU pool reached a higher peak, {fmt_bytes(peak_rise, signed=True)}, "
+        f"while what it had in use after each run stayed {fmt_bytes(int(min(in_use)))}–"
+        f"{fmt_bytes(int(max(in_use)))}: it keeps the pages its peaks touched and reuses them"
     )
 
 

@@ -281,6 +281,10 @@ class Run:
         if self.traces.reason and self.traces.warn:
             self._warn(f"trace count unavailable: {self.traces.reason}")
         keras = ", ".join(k.name for k in backends.loaded()) or None
+        # the runs that judge what runs leave read it; a --no-clear cell pays nothing
+        pool = (
+            self._attempt("reading TF's CPU pool", self._host_pool) if self.options.clear else None
+        )
         self.record = RunRecord(
             label=self.label,
             status=status,
@@ -314,8 +318,15 @@ class Run:
             kernel_id=self.key.kernel_id if self.key else None,
             pid=self.key.pid if self.key else None,
             deep_clean=self._clean,
+            host_pool_in_use=pool[0] if pool else None,
+            host_pool_peak=pool[1] if pool else None,
         )
         return self.record
+
+    def _host_pool(self) -> tuple[int, int] | None:
+        """For the trend of what runs leave (``findings.pool_high_water``)."""
+        tf = self.services.tf_gpu()
+        return None if tf is None else tf.host_pool()
 
     # -- our own failures ------------------------------------------------------------------------
     def _attempt(self, step: str, action: Callable[[], T]) -> T | None:
