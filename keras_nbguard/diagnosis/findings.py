@@ -428,7 +428,7 @@ def pool_high_water(runs: Sequence[RunRecord], rss_rise: float) -> str | None:
     return (
         f"TensorFlow's CPU pool reached a higher peak, {fmt_bytes(peak_rise, signed=True)}, "
         f"while what it had in use after each run stayed {fmt_bytes(int(min(in_use)))}–"
-        f"{fmt_bytes(int(max(in_use)))}: it keeps the pages its peaks touched and reuses them"
+        f"{fmt_bytes(int(max(in_use)))}: it keeps the pages it touched and reuses them"
     )
 
 
