@@ -15,9 +15,9 @@ IPython shell, the setup cell once, the train cell N times. Per example it print
   (``mallinfo2``), which the allocator's slack (RSS swings +-15 MiB from run to run here, so a
   9-run RSS slope is +-2-5 MiB/run of noise) does not blur; ``p``, that of TensorFlow's CPU
   pool's peak (oneDNN on: the pool grows to the most a run has had in use at once and keeps
-  it), and a run past the goal says how much of its rise that was; with 20 runs or more, also
-  the slope over runs 13..N (least squares): a growth that levels off is the framework warming
-  up;
+  it), and a run past the goal says where its rise sat (the pool's regions, glibc's heap, the
+  threads' arenas, libraries); with 20 runs or more, also the slope over runs 13..N (least
+  squares): a growth that levels off is the framework warming up;
 - fit time of run 1 and run N (bare: ``Model.fit`` timed by a wrapper; n/a where the example
   has no ``fit``);
 - the cell's time, kerasrun / bare: median of runs 2..N each, their ratio and difference; the
@@ -47,7 +47,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.examples import examples
-from bench.examples.runner import MODES, measure
+from bench.examples.runner import KINDS, MODES, measure
 
 MIB = 2**20
 FIRST = 4  # runs 1-3 hold TensorFlow's and the example's one-time warm-up
@@ -97,10 +97,11 @@ def figures(seen: dict[str, Any]) -> dict[str, Any]:
         "pool": lsq(pool) if len(pool) == len(tail) else None,
         "pool_rise": pool[-1] - pool[0] if len(pool) == len(tail) and pool else None,
         "rss_rise": tail[-1] - tail[0] if tail else None,
-        # its regions (anonymous mappings of 64 MiB and more): resident, and mapped, at the end
-        "large_rise": _rise(runs[FIRST - 1 :], "large_rss"),
-        "large_rss": last.get("large_rss"),
-        "large_size": last.get("large_size"),
+        # where the RSS rise sat, by kind of mapping (runner._mapping_rss); the pool's regions:
+        # resident, and mapped, at the end
+        "rises": {k: _rise(runs[FIRST - 1 :], f"rss_{k}") for k in KINDS},
+        "pool_rss": last.get("rss_pool"),
+        "pool_size": last.get("pool_size"),
         "fit1": runs[0].get("fit_s") if runs else None,
         "fitN": last.get("fit_s"),
         "cell": statistics.median(r["cell_s"] for r in runs[1:]) if len(runs) > 1 else None,
@@ -168,17 +169,27 @@ def _rise(runs: list[dict[str, Any]], key: str) -> float | None:
     return float(values[-1] - values[0]) / MIB
 
 
+WHERE = {
+    "pool": "TensorFlow's CPU pool's regions",
+    "heap": "glibc's main heap",
+    "anon": "other anonymous memory (threads' arenas and stacks)",
+    "file": "file-backed",
+}
+
+
 def _pool_share(got: dict[str, Any]) -> str:
-    """What of the RSS rise over runs 4..N was TensorFlow's CPU pool's: the pages its regions
-    took (they take more as chunks land in new places, up to their size) and its peak."""
-    if got.get("large_rise") is None or not got.get("rss_rise"):
+    """Where the RSS rise over runs 4..N sat, by kind of mapping: TensorFlow's CPU pool's
+    regions (they take more pages as chunks land in new places, up to their size), glibc's
+    heap and the threads' arenas (free memory they keep resident), libraries."""
+    rises = got.get("rises") or {}
+    if not got.get("rss_rise") or any(rises.get(k) is None for k in KINDS):
         return ""
-    peak = "" if got.get("pool_rise") is None else f"; its peak in use {got['pool_rise']:+.1f}"
+    parts = ", ".join(f"{rises[k]:+.1f} {WHERE[k]}" for k in KINDS)
+    size = got.get("pool_size") or 0
+    peak = "" if got.get("pool_rise") is None else f", its peak in use {got['pool_rise']:+.1f}"
     return (
-        f" [why: {got['large_rise']:+.1f} of the RSS's {got['rss_rise']:+.1f} MiB over runs "
-        f"{FIRST}-N in TensorFlow's CPU pool's regions (anonymous mappings of 64 MiB and more, "
-        f"{got['large_rss'] / MIB:.0f} of {got['large_size'] / MIB:.0f} MiB resident{peak}): "
-        f"pages it touched, kept and reused]"
+        f" [where the RSS's {got['rss_rise']:+.1f} MiB over runs {FIRST}-N sat: {parts}; the "
+        f"pool: {got['pool_rss'] / MIB:.0f} of {size / MIB:.0f} MiB resident{peak}]"
     )
 
 

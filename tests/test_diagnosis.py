@@ -380,6 +380,7 @@ def test_the_summary_names_tensorflows_pool_when_its_peak_rose_with_the_runs():
     assert "TensorFlow's CPU pool reached a higher peak, +14.0 MiB, while what it had in use" in (
         note
     )
+    assert "in use between runs stayed" in note
     assert "stayed 32.0 MiB–41.0 MiB" in note and note.endswith("keeps the kernel flat")
     # a pool that stayed where it was, or was not read (oneDNN off): not named
     for flat in (int(130 * MiB), None):

@@ -91,3 +91,7 @@ def test_runs_record_tensorflows_cpu_pool_where_onednn_keeps_one():
     assert all(isinstance(p, int) and p > 2**20 for p in recorded), recorded
     assert recorded == sorted(recorded)  # a peak since the process began
     assert all(a >= r for a, r in zip(read_after, recorded, strict=True))
+    # in use as run 2 started, after its collection: what run 1 left (none of this convnet's
+    # tensors is large enough for the pool); run 1 found no runtime up at its start
+    in_use = [r["pool_in_use_recorded"] for r in seen["runs"]]
+    assert in_use[0] is None and isinstance(in_use[1], int) and in_use[1] <= recorded[0], in_use

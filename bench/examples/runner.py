@@ -172,7 +172,7 @@ def run_example(shell: Any, name: str, mode: str, runs: int, keras: str) -> dict
                 "rss": process.memory_info().rss,
                 "heap": _heap_in_use(),
                 "pool": _tf_pool_peak(),
-                **_large_mappings(),
+                **_mapping_rss(),
             }
             if not result.success:
                 run["error"] = _error_text(result)
@@ -236,30 +236,41 @@ def _tf_pool_peak() -> int | None:
 
 
 LARGE_MAPPING = 64 * 2**20
+KINDS = ("pool", "heap", "anon", "file")
 
 
-def _large_mappings() -> dict[str, int]:
-    """RSS and size of the anonymous mappings of ``LARGE_MAPPING`` bytes or more: TensorFlow's
-    CPU pool's regions (oneDNN: its BFC allocator asks glibc for 128 MiB and more at a time,
-    which glibc maps apart). The pool touches more of them as its chunks land in new places
-    from run to run, up to their size, and never gives a page back. {} off Linux."""
-    rss = size = 0
-    big = False
+def _mapping_rss() -> dict[str, int]:
+    """The process's RSS by kind of mapping (``/proc/self/smaps``), to say where a rise sits:
+    ``pool``, writable anonymous mappings of ``LARGE_MAPPING`` bytes or more — TensorFlow's CPU
+    pool's regions (oneDNN: its allocator asks glibc for 128 MiB and more at a time, which glibc
+    maps apart; the pool touches more of them as its chunks land in new places, up to their
+    size, and never gives a page back), and ``pool_size``, what they map; ``heap``, glibc's
+    main heap; ``anon``, other anonymous memory (threads' arenas and stacks, Python's own
+    arenas); ``file``, file-backed (libraries). {} off Linux."""
+    rss = dict.fromkeys(KINDS, 0)
+    pool_size = 0
+    kind = "file"
     try:
         with open("/proc/self/smaps") as maps:
             for line in maps:
                 if line[0] in "0123456789abcdef" and "-" in line.split(" ", 1)[0]:
                     fields = line.split()
                     start, end = (int(x, 16) for x in fields[0].split("-"))
-                    big = (  # anonymous (no path), writable: not a reservation
-                        len(fields) < 6 and "w" in fields[1] and end - start >= LARGE_MAPPING
-                    )
-                    size += (end - start) if big else 0
-                elif big and line.startswith("Rss:"):
-                    rss += int(line.split()[1]) * 1024
+                    path = fields[5] if len(fields) > 5 else ""
+                    if path == "[heap]":
+                        kind = "heap"
+                    elif path and not path.startswith("[anon"):
+                        kind = "file"
+                    elif "w" in fields[1] and end - start >= LARGE_MAPPING and not path:
+                        kind = "pool"
+                        pool_size += end - start
+                    else:
+                        kind = "anon"
+                elif line.startswith("Rss:"):
+                    rss[kind] += int(line.split()[1]) * 1024
     except OSError:
         return {}
-    return {"large_rss": rss, "large_size": size}
+    return {**{f"rss_{k}": v for k, v in rss.items()}, "pool_size": pool_size}
 
 
 def _flush_history() -> None:
@@ -315,6 +326,7 @@ def _record_of(label: str) -> dict[str, Any]:
         "findings": list(r.findings),
         "rss_trend": r.memory_note,  # the summary's row: whose the RSS the runs leave is
         "pool_recorded": r.host_pool_peak,
+        "pool_in_use_recorded": r.host_pool_in_use,
         "keras_seen": r.keras,
         "isolated": r.isolated,
         "cleared": r.cleared,

@@ -56,7 +56,7 @@ CPU_KEPT_PACE = 0.5  # ...and a slowdown of theirs raises their CPU time this sh
 NATIVE_RUNS = 10
 NOT_YOURS = "no name or model of yours grew"  # (native_growth)
 # TensorFlow's CPU pool (oneDNN) reaching higher peaks explains a native rise when its peak rose
-# by this share of the RSS's rise at least while what it had in use after each run did not rise
+# by this share of the RSS's rise at least while what it had in use between runs did not rise
 # (by half of GROWTH_BYTES_PER_RUN a run): Keras' text example, 40-80% (bench_examples.py, ``p``)
 POOL_SHARE = 1 / 3
 RECENT = 5  # the latest runs of a label whose own causes (within a run) are still shown
@@ -410,10 +410,11 @@ def _in_steps(runs: Sequence[RunRecord], values: Sequence[float]) -> str:
 
 def pool_high_water(runs: Sequence[RunRecord], rss_rise: float) -> str | None:
     """Why a rise nothing of the user's explains is TensorFlow's CPU pool, not a leak: its peak
-    rose by ``POOL_SHARE`` of ``rss_rise`` at least, while what it had in use after each run
-    did not rise. With oneDNN the pool keeps every page a peak touched and reuses them (the text
-    example: 17.6 of 22.0 MiB of its RSS rise in the pool's regions); tensors kept run after
-    run would raise its use after the runs as well. None: not so, or not read (oneDNN off)."""
+    rose by ``POOL_SHARE`` of ``rss_rise`` at least, while what it had in use between runs (as
+    each started, after its collection) did not rise. With oneDNN the pool keeps every page it
+    touched and reuses them (the text example: 17.6 of 22.0 MiB of its RSS rise in the pool's
+    regions); tensors kept run after run would raise its use between runs as well. None: not
+    so, or not read (oneDNN off)."""
     pool = [(r.host_pool_in_use, r.host_pool_peak) for r in runs]
     if len(pool) < 2 or any(use is None or peak is None for use, peak in pool):
         return None
@@ -427,7 +428,7 @@ def pool_high_water(runs: Sequence[RunRecord], rss_rise: float) -> str | None:
 
     return (
         f"TensorFlow's CPU pool reached a higher peak, {fmt_bytes(peak_rise, signed=True)}, "
-        f"while what it had in use after each run stayed {fmt_bytes(int(min(in_use)))}–"
+        f"while what it had in use between runs stayed {fmt_bytes(int(min(in_use)))}–"
         f"{fmt_bytes(int(max(in_use)))}: it keeps the pages it touched and reuses them"
     )
 

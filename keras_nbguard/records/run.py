@@ -155,8 +155,9 @@ class RunRecord:
     findings: tuple[str, ...] = ()  # the label's top causes after this run (diagnosis.py)
     # the RSS its runs leave rising past 1 MiB a run with no finding: whose it is, in words
     memory_note: str | None = None
-    # TensorFlow's CPU pool after the run: bytes in use, and the most in use at once since the
-    # process began (it keeps what a peak touched); None: not read (--no-clear, oneDNN off, no TF)
+    # TensorFlow's CPU pool: bytes in use as the run started (after our collection: what the
+    # runs before left), and the most in use at once since the process began, after the run (it
+    # keeps what it touched); None: not read (--no-clear, oneDNN off, no TF runtime yet)
     host_pool_in_use: int | None = None
     host_pool_peak: int | None = None
     growth: tuple[Growth, ...] = ()  # the user's names that grew most over this run, largest first

@@ -113,6 +113,7 @@ class Run:
         self.own_time: list[tuple[str, float]] = []  # (part, seconds) of ours, before and after
         self._last_lap = 0.0
         self._rss_before: int | None = None
+        self._pool_before: tuple[int, int] | None = None  # TF's CPU pool after our collection
         self.started_at = time.time()
         self._t0 = time.perf_counter()
 
@@ -176,6 +177,8 @@ class Run:
         if self.options.deep_clean:
             self._attempt("deep clean", self._mark)
         self._lap("deep clean")
+        if self.options.clear:  # the runs that judge what runs leave; --no-clear pays nothing
+            self._pool_before = self._attempt("reading TF's CPU pool", self._host_pool)
         self._prepare_seconds = time.perf_counter() - t0
         # The /proc reads and writes come before anything that wakes one of our threads: a
         # system call releases the interpreter lock, and a woken thread would take it meanwhile.
@@ -281,7 +284,6 @@ class Run:
         if self.traces.reason and self.traces.warn:
             self._warn(f"trace count unavailable: {self.traces.reason}")
         keras = ", ".join(k.name for k in backends.loaded()) or None
-        # the runs that judge what runs leave read it; a --no-clear cell pays nothing
         pool = (
             self._attempt("reading TF's CPU pool", self._host_pool) if self.options.clear else None
         )
@@ -318,13 +320,15 @@ class Run:
             kernel_id=self.key.kernel_id if self.key else None,
             pid=self.key.pid if self.key else None,
             deep_clean=self._clean,
-            host_pool_in_use=pool[0] if pool else None,
+            host_pool_in_use=self._pool_before[0] if self._pool_before else None,
             host_pool_peak=pool[1] if pool else None,
         )
         return self.record
 
     def _host_pool(self) -> tuple[int, int] | None:
-        """For the trend of what runs leave (``findings.pool_high_water``)."""
+        """For the trend of what runs leave (``findings.pool_high_water``): its use as the run
+        starts, after our collection (what the runs before left: at the run's end it still
+        counts what the next collection frees), and its peak at the end."""
         tf = self.services.tf_gpu()
         return None if tf is None else tf.host_pool()
 
