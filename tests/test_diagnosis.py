@@ -47,13 +47,53 @@ def kinds(findings) -> list[str]:
     return [f.kind for f in findings]
 
 
+def _retracing(runs):
+    """Each run traces one function more than the one before: something piles up."""
+    return [dataclasses.replace(r, traces=3 + i) for i, r in enumerate(runs)]
+
+
 def test_a_steady_slowdown_is_named_with_its_size():
     rng = random.Random(1)
     times = [1.0 + 0.05 * i + rng.uniform(-0.03, 0.03) for i in range(10)]
-    (finding,) = [f for f in diagnose(runs_of(times)) if f.kind == "run_slowdown"]
+    (finding,) = [f for f in diagnose(_retracing(runs_of(times))) if f.kind == "run_slowdown"]
     rise_ms = int(re.search(r"fit time rose (\d+) ms", finding.message).group(1))
     assert 320 <= rise_ms <= 480  # 0.05 s a run over the 8 steps of runs #2-#10: 400 ms
     assert finding.runs[0] == "mlp #2"  # the first run is a warm-up, left out
+
+
+def test_a_slowdown_with_nothing_piling_up_is_the_machines_pace_not_a_finding():
+    # Keras' convnet under the magic on a shared VM: fits 0.9 -> 1.4 s over 12 runs, CPU time
+    # along, traces, steps, callbacks, names, models and RSS flat
+    rng = random.Random(1)
+    times = [1.0 + 0.05 * i + rng.uniform(-0.03, 0.03) for i in range(10)]
+    runs = runs_of(times)
+    assert kinds(diagnose(runs)) == []
+    assert "nothing of the runs piles up with it" in trends_text("mlp", runs)
+    # each of the causes a slowdown across runs has, piling up with it: named again
+    fit = runs[0].fits[0]
+    more_steps = [
+        dataclasses.replace(r, fits=(dataclasses.replace(fit, seconds=t, steps=10 + i),))
+        for i, (r, t) in enumerate(zip(runs, times, strict=True))
+    ]
+    slower_callbacks = [
+        dataclasses.replace(
+            r, fits=(dataclasses.replace(fit, seconds=t, callback_seconds=0.05 * i),)
+        )
+        for i, (r, t) in enumerate(zip(runs, times, strict=True))
+    ]
+    pipelines = [dataclasses.replace(r, dataset_traces=1) for r in runs]
+    held = HeldModels(count=2, runs=(1, 2), paths=("models",), weight_bytes=MiB)
+    kept = [*runs[:-1], dataclasses.replace(runs[-1], stale_models=held)]
+    for piling in (_retracing(runs), more_steps, slower_callbacks, pipelines, kept):
+        assert "run_slowdown" in kinds(diagnose(piling))
+    # callbacks a little slower, by far less than the fits: still the machine's
+    a_little = [
+        dataclasses.replace(
+            r, fits=(dataclasses.replace(fit, seconds=t, callback_seconds=0.001 * i),)
+        )
+        for i, (r, t) in enumerate(zip(runs, times, strict=True))
+    ]
+    assert "run_slowdown" not in kinds(diagnose(a_little))
 
 
 def test_a_slowdown_with_the_fits_cpu_time_flat_is_a_busier_machine_not_the_runs():
@@ -71,11 +111,11 @@ def test_a_slowdown_with_the_fits_cpu_time_flat_is_a_busier_machine_not_the_runs
     assert kinds(diagnose(busier)) == []
     assert "a busier machine: the fits' CPU time" in trends_text("mlp", busier)
     # more work every run (retracing, a growing graph): the CPU time rises with it
-    working = with_cpu([0.8 * t for t in times])
-    assert kinds(diagnose(working)) == ["run_slowdown"]
+    working = _retracing(with_cpu([0.8 * t for t in times]))
+    assert "run_slowdown" in kinds(diagnose(working))
     # a fit that waits on a GPU (CPU time a fifth of its time): judged on its time, as before
-    waiting = with_cpu([0.2] * len(times))
-    assert kinds(diagnose(waiting)) == ["run_slowdown"]
+    waiting = _retracing(with_cpu([0.2] * len(times)))
+    assert "run_slowdown" in kinds(diagnose(waiting))
 
 
 def test_noise_alone_raises_nothing():
