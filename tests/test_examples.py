@@ -81,7 +81,8 @@ def test_examples_run_under_kerasrun_on_tf_keras():
 
 def test_runs_record_tensorflows_cpu_pool_where_onednn_keeps_one():
     """oneDNN on (TensorFlow's default on x86, off in the tests' own process): every run records
-    the CPU pool's peak, what the summary's ``rss trend`` row names when the pool grew."""
+    the CPU pool's peak, what the summary's ``rss trend`` row names when the pool grew, and what
+    the allocators had in use as it started."""
     seen = measure(
         "mnist_convnet", "kerasrun", 2, timeout=600, environ={"TF_ENABLE_ONEDNN_OPTS": "1"}
     )["mnist_convnet"]
@@ -95,3 +96,6 @@ def test_runs_record_tensorflows_cpu_pool_where_onednn_keeps_one():
     # tensors is large enough for the pool); run 1 found no runtime up at its start
     in_use = [r["pool_in_use_recorded"] for r in seen["runs"]]
     assert in_use[0] is None and isinstance(in_use[1], int) and in_use[1] <= recorded[0], in_use
+    # and what glibc's heap and Python had in use then, read on every run that clears
+    for run in seen["runs"]:
+        assert run["heap_recorded"] > 2**20 and run["blocks_recorded"] > 10_000, run

@@ -327,6 +327,8 @@ def _record_of(label: str) -> dict[str, Any]:
         "rss_trend": r.memory_note,  # the summary's row: whose the RSS the runs leave is
         "pool_recorded": r.host_pool_peak,
         "pool_in_use_recorded": r.host_pool_in_use,
+        "heap_recorded": r.heap_in_use,
+        "blocks_recorded": r.python_blocks,
         "keras_seen": r.keras,
         "isolated": r.isolated,
         "cleared": r.cleared,

@@ -9,6 +9,7 @@ from keras_nbguard.diagnosis.findings import (
     NOT_YOURS,
     RECENT,
     Finding,
+    allocators_keep,
     fit_trend,
     name_of,
     names,
@@ -109,9 +110,9 @@ def memory_note(runs: list[RunRecord]) -> str | None:
     if not native_growth(trend.runs):  # a name or a model of yours: %nbguard leaks says which
         return None
     why = [NOT_YOURS]
-    # the pool first (a rise under 2 MiB a run gets no shape from the trend), then the shape:
-    # a warm-up, steps (or what _why_not_rss says first)
-    pool = pool_high_water(trend.runs, line.rise)
+    # the allocators first (a rise under 2 MiB a run gets no shape from the trend), then the
+    # shape: a warm-up, steps (or what _why_not_rss says first)
+    pool = pool_high_water(trend.runs, line.rise) or allocators_keep(trend.runs)
     shape = trend.unflagged_because()
     why += [reason for reason in (pool, shape) if reason and not reason.startswith(NOT_YOURS)]
     why = list(dict.fromkeys(why))
