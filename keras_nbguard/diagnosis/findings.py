@@ -456,20 +456,20 @@ def allocators_keep(runs: Sequence[RunRecord]) -> str | None:
     blocks_step = median_increase([float(b or 0) for b in blocks])
     if heap_step >= HEAP_KEPT or blocks_step >= BLOCKS_KEPT:
         return None
-    from keras_nbguard.records.formatting import fmt_bytes  # formatting imports records
+    from keras_nbguard.records.formatting import fmt_size  # formatting imports records
 
+    sign = "+" if heap_step >= 0 else "-"
     parts = [
-        f"glibc's heap {fmt_bytes(int(heap_step), signed=True)} a run",
+        f"glibc's heap {sign}{fmt_size(int(abs(heap_step)))} a run",
         f"Python's objects {blocks_step:+,.0f} blocks a run",
     ]
     pool = [r.host_pool_in_use for r in runs]
     if None not in pool:
-        used = [float(p or 0) for p in pool]
-        if median_increase(used) >= HEAP_KEPT:
+        used = [int(p or 0) for p in pool]
+        if median_increase([float(u) for u in used]) >= HEAP_KEPT:
             return None
-        parts.append(
-            f"TensorFlow's CPU pool {fmt_bytes(int(min(used)))}–{fmt_bytes(int(max(used)))}"
-        )
+        low, high = fmt_size(min(used)), fmt_size(max(used))
+        parts.append(f"TensorFlow's CPU pool {low if low == high else f'{low}–{high}'}")
     return (
         f"what the allocators had in use between runs stayed flat ({', '.join(parts)}): the "
         f"rise is freed memory they keep resident and reuse, not memory kept"
