@@ -362,16 +362,20 @@ def _after_each(runs):
     return done
 
 
-def test_a_summary_says_whose_the_memory_is_when_runs_leave_over_a_mib_with_no_finding():
-    # Keras' text example under the magic, some runs: +1.1 to +2.7 MiB a run, heap in use flat,
-    # by steps of TensorFlow's pool: below what a finding needs, above what the magic promises
+def _text_example_steps():
+    """Keras' text example under the magic, some runs: +1.1 to +2.7 MiB a run, heap in use flat,
+    by steps of TensorFlow's pool: below what a finding needs, above what the magic promises."""
     steps = [0.2, 9.0, 0.3, 0.1, 6.0, 0.2, 0.1, 0.3, 0.2, 0.1, 0.2]
     left = [800.0]
     for step in steps:
         left.append(left[-1] + step)
     after = [int((mib + 15) * MiB) for mib in left]
     before = [int(mib * MiB) for mib in left[:1] + left[:-1]]
-    runs = _after_each(runs_of([1.0] * len(left), after, rss_before=before))
+    return runs_of([1.0] * len(left), after, rss_before=before)
+
+
+def test_a_summary_says_whose_the_memory_is_when_runs_leave_over_a_mib_with_no_finding():
+    runs = _after_each(_text_example_steps())
     last = runs[-1]
     assert last.findings == ()
     assert last.memory_note.startswith("+1.")
@@ -405,14 +409,8 @@ def _with_pool(runs, in_use, peak):
 def test_the_summary_names_tensorflows_pool_when_its_peak_rose_with_the_runs():
     # The text example under the magic (oneDNN on): RSS steps where TensorFlow's CPU pool
     # reaches a higher peak (114 -> 134 MiB over runs 2-12 in one run of the harness)
-    steps = [0.2, 9.0, 0.3, 0.1, 6.0, 0.2, 0.1, 0.3, 0.2, 0.1, 0.2]
-    left = [800.0]
-    for step in steps:
-        left.append(left[-1] + step)
-    after = [int((mib + 15) * MiB) for mib in left]
-    before = [int(mib * MiB) for mib in left[:1] + left[:-1]]
-    n = len(left)
-    runs = runs_of([1.0] * n, after, rss_before=before)
+    runs = _text_example_steps()
+    n = len(runs)
     in_use = [int((32 + 9 * (i % 2)) * MiB) for i in range(n)]  # 32-41 MiB, no rise
     peak = [int((100 + min(i, 8) * 2) * MiB) for i in range(n)]  # +2 a run to run 9
     note = _after_each(_with_pool(runs, in_use, peak))[-1].memory_note

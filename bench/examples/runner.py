@@ -195,34 +195,12 @@ def _trim_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in (
-            "arena",
-            "ordblks",
-            "smblks",
-            "hblks",
-            "hblkhd",
-            "usmblks",
-            "fsmblks",
-            "uordblks",
-            "fordblks",
-            "keepcost",
-        )
-    ]
-
-
 def _heap_in_use() -> int | None:
     """Bytes glibc has handed out and not had back (``mallinfo2``: in-use chunks plus mmapped
     ones): what is kept, without the free heap that makes RSS swing. None off glibc >= 2.33."""
-    try:
-        mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
-    except (OSError, AttributeError):
-        return None
-    mallinfo2.restype = _MallInfo2
-    info = mallinfo2()
-    return int(info.uordblks + info.hblkhd)
+    from keras_nbguard.collectors.allocated import heap_in_use
+
+    return heap_in_use()
 
 
 def _tf_pool_peak() -> int | None:
