@@ -549,12 +549,13 @@ def _nothing_piles_up(
     runs: Sequence[RunRecord], timed: Sequence[RunRecord], trend: Trend
 ) -> str | None:
     """Why a rising fit time is no finding: none of the causes a slowdown across runs has in
-    Keras grew over the same runs — traces (retracing, a graph rebuilt), a tf.data pipeline
-    traced anew, more steps, the user's callbacks or Python input taking longer (by a quarter
-    of the rise at least), memory kept (a name or model of the user's, an RSS rise a finding
-    names). Then it is the machine's pace: on a shared VM a neighbour slows every instruction,
-    CPU time included (Keras' convnet under the magic, fits 0.9 -> 1.4 s over 12 runs with
-    nothing else changed: bench_examples.py). None: something piles up, or traces unknown."""
+    Keras grew over the same runs — traces (retracing, a graph rebuilt), tf.data pipelines
+    traced (more of them rebuilt), more steps, the user's callbacks or Python input taking
+    longer (by a quarter of the rise at least), memory kept (a name or model of the user's, an
+    RSS rise a finding names). Then it is the machine's pace: on a shared VM a neighbour slows
+    every instruction, CPU time included (Keras' convnet under the magic, fits 0.9 -> 1.4 s over
+    12 runs with nothing else changed: bench_examples.py). None: something piles up, or traces
+    unknown."""
     half = len(timed) // 2
     if half < HALF_RUNS or any(r.traces is None for r in timed):
         return None
@@ -577,7 +578,7 @@ def _nothing_piles_up(
     latest = timed[-1]
     piles_up = (
         rise(lambda r: float(r.traces or 0)) > 0
-        or any(r.dataset_traces for r in late)
+        or rise(lambda r: float(r.dataset_traces or 0)) > 0
         or rise(steps) > 0
         or rise(callbacks) >= trend.rise / 4
         or rise(making_input) >= trend.rise / 4
