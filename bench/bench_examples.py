@@ -135,7 +135,7 @@ def verdict(by_mode: dict[str, dict[str, Any]]) -> str:
         if k["lsq"] is not None:
             (passes if k["lsq"] <= GOAL_KERASRUN_MIB else fails).append(
                 f"kerasrun {k['lsq']:+.2f} MiB/run (<= {GOAL_KERASRUN_MIB})"
-                + (_pool_share(k) if k["lsq"] > GOAL_KERASRUN_MIB else "")
+                + (_where_it_sat(k) if k["lsq"] > GOAL_KERASRUN_MIB else "")
             )
         if k["earlier_alive"]:
             fails.append(f"{k['earlier_alive']} earlier model(s) alive")
@@ -177,7 +177,7 @@ WHERE = {
 }
 
 
-def _pool_share(got: dict[str, Any]) -> str:
+def _where_it_sat(got: dict[str, Any]) -> str:
     """Where the RSS rise over runs 4..N sat, by kind of mapping: TensorFlow's CPU pool's
     regions (they take more pages as chunks land in new places, up to their size), glibc's
     heap and the threads' arenas (free memory they keep resident), libraries."""
