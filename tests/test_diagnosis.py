@@ -488,3 +488,37 @@ def test_a_native_rise_with_the_allocators_use_flat_is_their_slack_not_a_leak():
         runs,  # not read (an older record, not glibc): judged on RSS as before
     ):
         assert _after_each(leak)[-1].findings[0].startswith("state_growth")
+
+
+NATIVE_LEAK_CELL = """%%kerasrun --label seed --quiet --no-deep-clean
+model = keras.Sequential(
+    [keras.Input((32,)), keras.layers.Dense(512, activation="relu"), keras.layers.Dense(1)]
+)
+model.compile("adam", "mse")
+model.fit(seed_x, seed_y, epochs=1, batch_size=32, verbose=0)
+del model
+"""
+
+
+@pytest.mark.slow
+def test_tensorflows_own_leak_is_still_named_where_the_allocators_use_grows(keras_shell):
+    # Without the deep clean, TensorFlow keeps every run's gradient-registry entries: a leak of
+    # the framework's, +3.8 MiB a run here, raising glibc's heap in use (+2.8 MiB) and Python's
+    # blocks (~14k) a run along; the allocators' slack must not hide it
+    from keras_nbguard.diagnosis.findings import BLOCKS_KEPT, HEAP_KEPT, median_increase
+
+    run(
+        keras_shell,
+        "import numpy as np\nseed_x = np.random.default_rng(0).random((1024, 32), dtype='float32')"
+        "\nseed_y = np.random.default_rng(1).random((1024, 1), dtype='float32')",
+    )
+    for _ in range(13):
+        run(keras_shell, NATIVE_LEAK_CELL)
+    runs = keras_nbguard.runs("seed")
+    heap = [float(r.heap_in_use) for r in runs[1:]]
+    blocks = [float(r.python_blocks) for r in runs[1:]]
+    assert median_increase(heap) >= HEAP_KEPT or median_increase(blocks) >= BLOCKS_KEPT
+    assert runs[-1].findings and runs[-1].findings[0].startswith("state_growth"), (
+        runs[-1].findings,
+        runs[-1].memory_note,
+    )
