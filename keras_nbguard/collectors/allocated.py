@@ -33,7 +33,7 @@ class _MallInfo2(ctypes.Structure):
 def _mallinfo2() -> Callable[[], _MallInfo2] | None:
     try:
         function = ctypes.CDLL(None).mallinfo2  # glibc >= 2.33
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no such symbol; Windows has no CDLL(None)
         return None
     function.restype = _MallInfo2
     return function
