@@ -70,8 +70,8 @@ class TfGpu:
         try:
             info = self.config.experimental.get_memory_info("CPU:0")
             return int(info["current"]), int(info["peak"])
-        except (ValueError, KeyError, TypeError):  # "Allocator stats not available"
-            return None
+        except Exception:  # "Allocator stats not available" (ValueError), or another build's
+            return None  # error: a figure no summary row shows must not warn at every run
 
 
 def _real_runtime_initialized() -> bool:
