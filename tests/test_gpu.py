@@ -303,3 +303,27 @@ def test_too_late_gpu_limit_through_the_magic_warns_once_and_the_cell_runs(shell
     records = keras_nbguard.runs("cap")
     assert any("can't be applied" in w for w in records[0].warnings)
     assert records[1].gpu.tf_peak == 700 * MB
+
+
+def test_tensorflows_cpu_pool_is_read_only_once_its_runtime_is_up():
+    """Reading the pool before TensorFlow's runtime exists would start it (and claim the GPUs
+    before a GPU setup); where the allocator keeps no count (oneDNN off) there is no figure."""
+    asked: list[str] = []
+
+    def get_memory_info(device: str) -> dict[str, int]:
+        asked.append(device)
+        if device != "CPU:0":
+            raise AssertionError(device)
+        if stats is None:
+            raise ValueError("Allocator stats not available for device 'CPU:0'")
+        return stats
+
+    config = SimpleNamespace(experimental=SimpleNamespace(get_memory_info=get_memory_info))
+    up = [False]
+    tf = TfGpu(config, lambda: up[0])
+    stats: dict[str, int] | None = {"current": 5, "peak": 9}
+    assert tf.host_pool() is None and asked == []  # never asked before the runtime is up
+    up[0] = True
+    assert tf.host_pool() == (5, 9)
+    stats = None
+    assert tf.host_pool() is None and asked == ["CPU:0", "CPU:0"]
