@@ -10,6 +10,7 @@ import sys
 import time
 
 import psutil
+from helpers import wait_until
 
 from keras_nbguard.collectors import process
 from keras_nbguard.collectors.process import RssSampler
@@ -20,11 +21,19 @@ def sampling_threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
+def taken(sampler: RssSampler) -> list[tuple[float, int]]:
+    """The samples taken so far: those drained, then those still in the helper's ring (read in
+    that order, a drain in between can only hide some, never count one twice)."""
+    drained = list(sampler.samples)
+    watch = sampler._watch
+    return drained + (watch.read(sampler._next)[1] if watch is not None else [])
+
+
 def test_consecutive_runs_share_one_thread_and_each_is_sampled():
     for _ in range(3):  # the first may start the shared thread
         sampler = RssSampler(interval=0.005)
         sampler.start()
-        time.sleep(0.1)
+        wait_until(lambda: len(taken(sampler)) >= 5)  # noqa: B023 (called before the loop goes on)
         sampler.stop()
         assert len(sampler.samples) >= 5
     threads = sampling_threads()
@@ -40,7 +49,7 @@ def test_two_samplers_at_once_are_both_sampled():
     first, second = RssSampler(interval=0.005), RssSampler(interval=0.005)
     first.start()
     second.start()  # the shared thread is busy: this one gets a thread of its own
-    time.sleep(0.15)
+    wait_until(lambda: len(taken(first)) >= 5 and len(taken(second)) >= 5)
     second.stop()
     first.stop()
     assert len(first.samples) >= 5 and len(second.samples) >= 5
@@ -59,13 +68,12 @@ def test_a_broken_reader_ends_sampling_with_a_reason_and_the_next_run_is_sampled
 
     broken = RssSampler(read=flaky, interval=0.005)
     broken.start()
-    time.sleep(0.1)
-    assert not broken.running  # it gave up on the broken reader, without waiting for stop()
+    wait_until(lambda: not broken.running)  # it gave up on the broken reader, without stop()
     broken.stop()
     assert broken.error and "gone" in broken.error
     healthy = RssSampler(interval=0.005)
     healthy.start()
-    time.sleep(0.1)
+    wait_until(lambda: len(taken(healthy)) >= 5)
     healthy.stop()
     assert len(healthy.samples) >= 5 and healthy.error is None
 
@@ -73,16 +81,18 @@ def test_a_broken_reader_ends_sampling_with_a_reason_and_the_next_run_is_sampled
 def test_samples_come_from_a_helper_process_and_catch_a_short_peak():
     sampler = RssSampler(interval=0.01)
     sampler.start()
-    time.sleep(0.2)
-    blob = bytearray(200 * 2**20)  # 200 MiB for a moment
-    time.sleep(0.2)
+    wait_until(lambda: len(taken(sampler)) >= 10)
+    first = taken(sampler)[0][1]
+    blob = bytearray(200 * 2**20)  # 200 MiB for a moment, until a sample has seen it
+    wait_until(lambda: max(rss for _, rss in taken(sampler)) - first > 150 * 2**20)
+    seen = len(taken(sampler))
     del blob
-    time.sleep(0.2)
+    wait_until(lambda: len(taken(sampler)) >= max(30, seen + 10))  # and some after it
     sampler.stop()
     helper = process._helper()
     assert helper is not None and helper.process.pid != os.getpid() and helper.alive()
     assert sampler._watch is helper and sampler.lost == 0
-    assert len(sampler.samples) >= 30  # 100 Hz asked for, 0.6 s and more
+    assert len(sampler.samples) >= 30
     first, peak, last = sampler.samples[0][1], sampler.peak, sampler.samples[-1][1]
     assert peak - first > 150 * 2**20 and peak - last > 150 * 2**20
     times = [t for t, _ in sampler.samples]
@@ -167,7 +177,8 @@ def test_a_helper_that_ended_gives_way_to_the_sampling_thread(monkeypatch):
     helper.process.wait()
     sampler = RssSampler(interval=0.005)
     sampler.start()
-    time.sleep(0.1)
+    assert sampler._watch is None
+    wait_until(lambda: len(taken(sampler)) >= 5)
     sampler.stop()
-    assert sampler._watch is None and len(sampler.samples) >= 5  # sampled by the thread
+    assert len(sampler.samples) >= 5  # sampled by the thread
     assert process._helper() is None  # and no new helper is started for every run

@@ -59,7 +59,15 @@ def test_a_killed_run_is_reported_died_with_its_last_samples(history_database):
     """)
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "running"
-    time.sleep(2.5)  # past one flush
+
+    def flushed_two_seconds_in() -> bool:
+        with sqlite3.connect(history_database) as db:
+            row = db.execute(
+                "SELECT updated_at - started_at, last_rss FROM runs WHERE label = 'doomed'"
+            ).fetchone()
+        return row is not None and row[0] >= 2 and (row[1] or 0) > 100 * 2**20
+
+    wait_until(flushed_two_seconds_in, timeout=60, step=0.1)  # what the run wrote as it went
     child.send_signal(signal.SIGKILL)
     child.wait()
     store = Store(str(history_database))
