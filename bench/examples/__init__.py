@@ -21,6 +21,10 @@ MODULES = (
     "text_classification",
     "tf_data_pipeline",
     "transfer_learning",
+    "vae",
+    "feature_space",
+    "timeseries_transformer",
+    "image_classification",
 )
 
 
