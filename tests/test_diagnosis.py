@@ -441,6 +441,11 @@ def test_a_steady_native_rise_with_the_pools_peak_is_no_leak_but_tensors_kept_ar
     last = _after_each(_with_pool(runs, flat_use, peak))[-1]
     assert last.findings == ()
     assert "TensorFlow's CPU pool reached a higher peak, +16.5 MiB" in last.memory_note
+    assert "between runs stayed 40.0 MiB: it keeps" in last.memory_note  # one value, not 40–40
+    # a pool that held nothing between runs (the timeseries transformer: only its activations
+    # are large enough for it) says so, not "0.0 MiB–0.0 MiB"
+    empty = _after_each(_with_pool(runs, [0] * n, peak))[-1]
+    assert empty.findings == () and "between runs stayed at nothing: it keeps" in empty.memory_note
     # tensors kept run after run raise what the pool has in use too: still a leak
     kept = [int((40 + 2 * i) * MiB) for i in range(n)]
     assert _after_each(_with_pool(runs, kept, peak))[-1].findings[0].startswith("state_growth")

@@ -435,10 +435,12 @@ def pool_high_water(runs: Sequence[RunRecord], rss_rise: float) -> str | None:
         return None
     from keras_nbguard.records.formatting import fmt_bytes  # formatting imports records
 
+    low, high = fmt_bytes(int(min(in_use))), fmt_bytes(int(max(in_use)))
+    held = "at nothing" if max(in_use) == 0 else low if low == high else f"{low}–{high}"
     return (
         f"TensorFlow's CPU pool reached a higher peak, {fmt_bytes(peak_rise, signed=True)}, "
-        f"while what it had in use between runs stayed {fmt_bytes(int(min(in_use)))}–"
-        f"{fmt_bytes(int(max(in_use)))}: it keeps the pages it touched and reuses them"
+        f"while what it had in use between runs stayed {held}: it keeps the pages it touched "
+        f"and reuses them"
     )
 
 
