@@ -88,11 +88,13 @@ def test_a_run_killed_in_its_first_second_says_how_far_it_got(history_database):
     """)
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "running"
+    began = time.monotonic()
     time.sleep(0.7)
     child.send_signal(signal.SIGKILL)
+    killed_after = time.monotonic() - began  # more than 0.7 s where the machine is loaded
     child.wait()
     (died,) = Store(str(history_database)).mark_dead_runs(process_alive)
-    assert 0.3 <= died.seconds <= 2.0, died.text()  # not "killed 0 ms into the run"
+    assert 0.3 <= died.seconds <= killed_after + 0.5, died.text()  # not "killed 0 ms into it"
     assert died.last_rss is not None
 
 
