@@ -150,13 +150,7 @@ def test_trend_is_this_kernels_never_mixed_with_an_earlier_one():
     ]
     now = [
         dataclasses.replace(r, kernel_id="k", pid=2, run_number=r.run_number + 3)
-        for r in runs(3, grow_mb=8)
-    ]
-    now += [
-        dataclasses.replace(
-            r, kernel_id="k", pid=2, run_number=r.run_number + 6, rss_after=r.rss_after + 24 * MB
-        )
-        for r in runs(4, grow_mb=8)
+        for r in runs(7, grow_mb=8)  # each starting where the one before ended
     ]
     text = trend_text(earlier + now, "mlp")
     assert text.startswith("mlp: RSS left +8.0 MiB per run over runs 5–10")  # not mixed: -300

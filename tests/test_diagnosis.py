@@ -409,6 +409,28 @@ def _with_pool(runs, in_use, peak):
     ]
 
 
+def test_the_latest_runs_unsettled_rss_is_not_read_as_growth():
+    # FeatureSpace's example in JupyterLab, 6 runs (its figures): each run ends ~10 MiB above
+    # what the next run starts from once it has collected and trimmed; the latest run's RSS
+    # after, beside the settled values of the runs before it, read as over 1 MiB a run left
+    # (the summary said +2.3)
+    after = [765.0, 779.0, 780.5, 780.8, 782.1, 782.6]
+    before = [728.0, 761.0, 769.0, 770.0, 772.0, 772.1]
+    runs = runs_of(
+        [1.5] * 6, [int(a * MiB) for a in after], "features", [int(b * MiB) for b in before]
+    )
+    assert _after_each(runs)[-1].memory_note is None  # under 1 MiB a run: nothing to explain
+    # memory really kept, 3 MiB a run, is in what the next run starts from and in the latest
+    # run's after alike, and still shows at its size
+    after = [a + 3 * i for i, a in enumerate(after)]
+    before = [b + 3 * (i - 1) if i else b for i, b in enumerate(before)]
+    runs = runs_of(
+        [1.5] * 6, [int(a * MiB) for a in after], "features", [int(b * MiB) for b in before]
+    )
+    note = _after_each(runs)[-1].memory_note
+    assert note is not None and note.startswith("+3."), note
+
+
 def test_the_summary_names_tensorflows_pool_when_its_peak_rose_with_the_runs():
     # The text example under the magic (oneDNN on): RSS steps where TensorFlow's CPU pool
     # reaches a higher peak (114 -> 134 MiB over runs 2-12 in one run of the harness)
@@ -478,6 +500,9 @@ def test_a_native_rise_with_the_allocators_use_flat_is_their_slack_not_a_leak():
     pooled = [dataclasses.replace(r, host_pool_in_use=int(40 * MiB)) for r in runs]
     note = _after_each(_with_allocators(pooled, heap, blocks))[-1].memory_note
     assert "TensorFlow's CPU pool 40.0 MiB)" in note  # the same between every run
+    empty = [dataclasses.replace(r, host_pool_in_use=0) for r in runs]
+    note = _after_each(_with_allocators(empty, heap, blocks))[-1].memory_note
+    assert "TensorFlow's CPU pool held nothing)" in note  # not "0.0 KiB"
     # memory kept through any of them raises its use: a leak, named
     for leak in (
         _with_allocators(runs, [h + i * MiB for i, h in enumerate(heap)], blocks),  # C's
