@@ -251,6 +251,8 @@ def test_reports_render(holders_report):
     report, _ = holders_report
     text = "\n".join(report.lines())
     assert "STALE" in text and "unreachable" in text
+    (line,) = [li for li in report.lines() if li.startswith("  unreachable unreachable ")]
+    assert "(Sequential, " in line and "no tracked run): no path from your names" in line
     assert report._repr_html_().startswith("<pre")
     assert len(report) == len(report.leaks) and list(report) == list(report.leaks)
 

@@ -76,20 +76,20 @@ class LeakReport:
             f"{len(self.leaks)} live Keras model(s), {len(self.stale)} stale, "
             f"{len(self.unreachable)} unreachable"
         ]
-        for leak in self.leaks:
+
+        def sized(leak: Leak) -> str:
             run = f"{leak.run_label!r} #{leak.run_number}" if leak.run_label else "no tracked run"
             opt = f" + {fmt_size(leak.optimizer_bytes)} optimizer" if leak.optimizer_bytes else ""
+            return f"({leak.class_name}, {fmt_size(leak.weight_bytes)} weights{opt}, {run})"
+
+        for leak in self.leaks:
             words = f" ({leak.held_as})" if leak.held_as else ""
             out.append(
-                f"  {'STALE' if leak.stale else 'ok   '} {leak.model_name} "
-                f"({leak.class_name}, {fmt_size(leak.weight_bytes)} weights{opt}, {run}): "
+                f"  {'STALE' if leak.stale else 'ok   '} {leak.model_name} {sized(leak)}: "
                 f"{', '.join(leak.paths)}{words}"
             )
-        for leak in self.unreachable:
-            out.append(
-                f"  unreachable {leak.model_name} ({leak.class_name}, "
-                f"{fmt_size(leak.weight_bytes)} weights): {leak.reason}"
-            )
+        for leak in self.unreachable:  # which run made it says whose garbage it is
+            out.append(f"  unreachable {leak.model_name} {sized(leak)}: {leak.reason}")
         if self.leaks or self.unreachable:
             out.append(
                 "  (sizes count weights and optimizer state; the graphs a model pins show "
