@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from keras_nbguard import backends
 from keras_nbguard.backends import DEFAULT_POLICY
-from keras_nbguard.prepare import gpu_setup
+from keras_nbguard.prepare import gpu_setup, tracing_warnings
 from keras_nbguard.records.options import (
     RunOptions,  # checked in options.py; here, what a run is prepared with
 )
@@ -66,10 +66,13 @@ def clear_keeping_policy(
     the button. Returns what could not be done, in words. ``collect=False``: the caller collects.
 
     Keras 3's ``clear_session`` silently resets the global dtype policy to float32: a user's own
-    mixed precision would be lost between runs.
+    mixed precision would be lost between runs. On TensorFlow, its count of recent traces goes
+    too: the new models' first traces, run after run, are no retracing (``tracing_warnings``).
     """
     policy_before = keras.policy_name()
     keras.clear_session(collect=collect)
+    if keras.backend == "tensorflow":
+        tracing_warnings.forget_recent_traces()
     wanted = policy or policy_before
     problems: list[str] = []
     if wanted and wanted != DEFAULT_POLICY and keras.policy_name() != wanted:
