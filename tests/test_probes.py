@@ -257,6 +257,20 @@ def test_reports_render(holders_report):
     assert len(report) == len(report.leaks) and list(report) == list(report.leaks)
 
 
+def test_a_line_shows_the_paths_you_can_type_first_and_three_at_most():
+    # the VAE example's encoder: held by the user's name, the VAE and Out[n], and seven more
+    # times through Keras' own _compiled_trainable_state, which no expression reaches
+    inner = (
+        "vae._compiled_trainable_state — a _DictWrapper that holds it (no expression reaches it)"
+    )
+    paths = ("encoder", inner, inner + " 2", "vae.encoder", "Out[7].model.encoder", "_7.m.encoder")
+    leak = Leak(
+        *(paths[0], paths, "encoder", "Functional", 10, 4096, 0, None, None, False, "current")
+    )
+    (line,) = LeakReport((leak,), ()).lines()[1:2]
+    assert line.endswith(": encoder, vae.encoder, Out[7].model.encoder and 3 more"), line
+
+
 def test_importing_costs_no_keras_and_finds_nothing_without_it():
     code = (
         "import sys; import keras_nbguard.models as p, keras_nbguard.models.freeing\n"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from keras_nbguard.models.frameworks import FRAMEWORKS, instance_dict, package_of
+from keras_nbguard.models.records import UNTYPEABLE
 
 _HIDDEN_NAME = re.compile(r"_+|_\d+|_i+\d*|_(ih|oh|dh)|In|Out|exit|quit|get_ipython")
 
@@ -75,10 +76,10 @@ class Chain:
         ``a repeat that holds it internally``."""
         what = f"a {type(self.objs[i]).__qualname__} that holds it"
         if self.edges[i].text == ".keys()":
-            return f"{what} as a key (no expression reaches it)"
+            return f"{what} as a key {UNTYPEABLE}"
         hops = [type(o).__qualname__ for o in self.objs[i + 1 : -1]]
         where = f"in its internal {' → '.join(hops)}" if hops else "internally"
-        return f"{what} {where} (no expression reaches it)"
+        return f"{what} {where} {UNTYPEABLE}"
 
     @property
     def user(self) -> bool:

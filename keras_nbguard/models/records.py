@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+UNTYPEABLE = "(no expression reaches it)"  # ends a path only words can say (naming.py)
 UNREACHABLE_HINT = (
     "alive, but nothing you can name holds it: its own reference cycles waiting for the garbage "
     "collector, or framework internals (e.g. a tf.function cache). keras_nbguard.free() runs gc "
@@ -86,7 +87,7 @@ class LeakReport:
             words = f" ({leak.held_as})" if leak.held_as else ""
             out.append(
                 f"  {'STALE' if leak.stale else 'ok   '} {leak.model_name} {sized(leak)}: "
-                f"{', '.join(leak.paths)}{words}"
+                f"{_some_paths(leak.paths)}{words}"
             )
         for leak in self.unreachable:  # which run made it says whose garbage it is
             out.append(f"  unreachable {leak.model_name} {sized(leak)}: {leak.reason}")
@@ -107,3 +108,15 @@ class LeakReport:
         import html
 
         return "<pre class='keras-nbguard-leaks'>" + html.escape("\n".join(self.lines())) + "</pre>"
+
+
+PATHS_SHOWN = 3  # a model held by the user's names is also held through Keras' own state
+
+
+def _some_paths(paths: tuple[str, ...]) -> str:
+    """The paths a user can type first, then those only words can say, ``PATHS_SHOWN`` of them
+    at most: a VAE's encoder listed ten, seven through ``_compiled_trainable_state``."""
+    typed = [p for p in paths if UNTYPEABLE not in p]
+    ordered = typed + [p for p in paths if UNTYPEABLE in p]
+    more = len(ordered) - PATHS_SHOWN
+    return ", ".join(ordered[:PATHS_SHOWN]) + (f" and {more} more" if more > 0 else "")
