@@ -247,6 +247,20 @@ def test_the_walk_is_bounded(ip):
     assert by_name(unbounded, "deep").path == "deep[0][0][0][0][0][0][0]"
 
 
+def test_a_module_that_came_after_a_walk_ends_the_next_ones_chains(ip):
+    # The modules' namespaces are made once and remade when sys.modules changed (roots.py):
+    # one imported between two walks is a root of the second, named as you would type it.
+    run(ip, "kept = tiny('before_the_module')")
+    assert by_name(find_leaks(shell=ip), "before_the_module").path == "kept"
+    run(ip, "sys.modules['latecomer'] = types.ModuleType('latecomer')")
+    run(ip, "sys.modules['latecomer'].model = tiny('in_latecomer')")
+    try:
+        leak = by_name(find_leaks(shell=ip), "in_latecomer")
+        assert leak.path == "sys.modules['latecomer'].model", leak.paths
+    finally:
+        sys.modules.pop("latecomer", None)
+
+
 def test_reports_render(holders_report):
     report, _ = holders_report
     text = "\n".join(report.lines())

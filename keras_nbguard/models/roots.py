@@ -21,9 +21,10 @@ _MAPPED = ("ns", "out", "hidden", "displayhook", "exec", "traceback")
 _PACKAGE = __name__.rpartition(".")[0]  # keras_nbguard.models: the leak finder and free()
 
 
-def find_roots(ns: Mapping[str, Any], shell: Any) -> tuple[Roots, dict[int, str]]:
-    """Every object a chain may end at, by id, with how the user names it; and the modules the
-    user imported under a name of their own (id of the module -> that name)."""
+def find_roots(ns: Mapping[str, Any], shell: Any) -> tuple[Roots, dict[int, str], list[Any]]:
+    """Every object a chain may end at, by id, with how the user names it; the modules the user
+    imported under a name of their own (id of the module -> that name); and the roots that are
+    not a module's namespace (a few dozen, of the thousands)."""
     roots: Roots = {}
 
     def add(obj: Any, root: Root) -> None:
@@ -70,12 +71,39 @@ def find_roots(ns: Mapping[str, Any], shell: Any) -> tuple[Roots, dict[int, str]
     aliases = {
         id(v): k for k, v in ns.items() if isinstance(v, types.ModuleType) and k not in hidden
     }
-    for name, module in list(sys.modules.items()):  # named lazily: there are thousands
-        if isinstance(module, types.ModuleType) and id(module.__dict__) not in roots:
-            roots[id(module.__dict__)] = (module.__dict__, name)
-    for frame in _running_frames():
-        add(frame, Root("frame", f"<frame {frame.f_code.co_name}>", False))
-    return roots, aliases
+    frames = [f for f in _running_frames() if id(f) not in roots]
+    named = [obj for obj, _ in roots.values()] + frames
+    roots = {**MODULES.roots(), **roots}  # a namespace of yours is named as yours, not a module
+    for frame in frames:
+        roots[id(frame)] = (frame, Root("frame", f"<frame {frame.f_code.co_name}>", False))
+    return roots, aliases, named
+
+
+class ModuleNamespaces:
+    """Every module's namespace as a root (named lazily by its module's name), remade only when
+    ``sys.modules`` changed: thousands of them, the same from one walk to the next (~4 ms a
+    walk to make)."""
+
+    def __init__(self) -> None:
+        self._modules: tuple[Any, ...] = ()
+        self._roots: Roots = {}
+        self.namespaces: tuple[dict[str, Any], ...] = ()  # the same tuple while nothing changed
+
+    def roots(self) -> Roots:
+        # ~50 us: compared item by item, by identity first (a module that came, or went, or was
+        # imported afresh moves the rest)
+        modules = tuple(sys.modules.values())
+        if modules != self._modules:
+            self._roots = {}
+            for name, module in list(sys.modules.items()):
+                if isinstance(module, types.ModuleType):
+                    self._roots.setdefault(id(module.__dict__), (module.__dict__, name))
+            self._modules = modules
+            self.namespaces = tuple(namespace for namespace, _ in self._roots.values())
+        return self._roots
+
+
+MODULES = ModuleNamespaces()
 
 
 def module_root(name: str, aliases: Mapping[int, str]) -> Root:
@@ -87,6 +115,7 @@ def module_root(name: str, aliases: Mapping[int, str]) -> Root:
 
 def name_map(
     roots: Roots,
+    named: list[Any],  # the roots that are not modules' (``find_roots``): where the map starts
     class_ids: set[int],
     callback: tuple[type, ...],
     max_depth: int = 3,
@@ -98,7 +127,7 @@ def name_map(
     Models, modules and framework objects are not entered."""
     down: dict[int, list[int]] = {}
     down_objs: dict[int, Any] = {}
-    level = [obj for obj, root in roots.values() if isinstance(root, Root) and root.kind in _MAPPED]
+    level = [obj for obj in named if _mapped(roots[id(obj)][1])]  # the roots not modules'
     budget = 20 * max_nodes  # references looked at, in all
     for _ in range(max_depth):
         nxt = []
@@ -130,6 +159,10 @@ def name_map(
                 ups.append(pid)
         level = nxt
     return down, down_objs
+
+
+def _mapped(root: Root | str) -> bool:
+    return isinstance(root, Root) and root.kind in _MAPPED
 
 
 def _traceback_objects(source: str, tb: Any) -> Iterator[tuple[Any, str]]:

@@ -179,28 +179,35 @@ def _subclasses(base: type) -> list[type]:
     return seen
 
 
-def frozen_boxes(containers: Iterable[tuple[Any, bool]]) -> list[Any]:
-    """Of ``containers`` ((object, whether it is a module's namespace)), those a heap scan cannot
-    see once frozen: namespaces, IPython's caches and the user's own modules, with the
-    attributes of the instances among them. Asked once per walk: ``frozen_holders`` looks in
-    them at each of its levels.
+def frozen_boxes(
+    containers: Iterable[Any], module_namespaces: tuple[dict[str, Any], ...]
+) -> list[Any]:
+    """Of ``containers`` and ``module_namespaces``, those a heap scan cannot see once frozen:
+    namespaces, IPython's caches and the user's own modules, with the attributes of the
+    instances among ``containers``. Asked once per walk: ``frozen_holders`` looks in them at each
+    of its levels.
 
     Installed packages' and the standard library's modules are left out (thousands of dicts,
     twice a heap scan's cost per level of a walk): a model they hold is held by a framework's
-    container anyway, which the leak finder does not follow."""
+    container anyway, which the leak finder does not follow. Which modules are the user's is
+    remembered for the same tuple of namespaces (the roots' own, remade when a module comes)."""
     if not _frozen_here():
         return []
-    boxes: list[Any] = []
-    for box, module in containers:
-        if module:
-            if isinstance(box, dict) and _users_module(box):
-                boxes.append(box)
-            continue
+    boxes: list[Any] = list(_users_modules(module_namespaces))
+    for box in containers:
         boxes.append(box)
         inner = getattr(box, "__dict__", None)  # an instance's attributes live in its own dict
         if isinstance(inner, dict):
             boxes.append(inner)
     return boxes
+
+
+def _users_modules(namespaces: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+    asked, found = _USERS_MODULES
+    if asked is not namespaces:
+        found = [ns for ns in namespaces if isinstance(ns, dict) and _users_module(ns)]
+        _USERS_MODULES[:] = [namespaces, found]
+    return found
 
 
 def frozen_holders(targets: Iterable[int], boxes: list[Any]) -> list[Any]:
@@ -226,6 +233,7 @@ def _users_module(namespace: dict[str, Any]) -> bool:
 
 
 _MODULE_KINDS: dict[int, tuple[Any, bool]] = {}  # id(namespace) -> (its __file__, users?)
+_USERS_MODULES: list[Any] = [None, []]  # the namespaces asked about last, the user's among them
 _INSTALLED = tuple(
     dict.fromkeys(
         os.path.join(os.path.realpath(p), "")
