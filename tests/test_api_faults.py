@@ -128,6 +128,26 @@ def test_a_flag_the_subcommand_does_not_take_is_a_usage_error(shell, tmp_path, l
     assert not (tmp_path / "x.sqlite").exists()
 
 
+def test_runs_and_diagnose_take_a_label_as_typed_after_their_name(shell):
+    # %nbguard diagnose mlp: the label a user types after the name, as with --label
+    for _ in range(2):
+        assert shell.run_cell("%%kerasrun --no-clear --quiet --label mlp\nx1 = 1").success
+    assert shell.run_cell("%%kerasrun --no-clear --quiet --label cnn\nx1 = 1").success
+    table = str(shell.run_line_magic("nbguard", "runs mlp"))
+    assert table == str(shell.run_line_magic("nbguard", "runs --label mlp"))
+    assert "mlp" in table and "cnn" not in table
+    assert shell.run_line_magic("nbguard", "diagnose mlp") is not None
+    for line, message in (
+        ("diagnose typo", "no run labelled 'typo' in this kernel (its labels: mlp, cnn)"),
+        ("diagnose mlp cnn", "takes one label (got mlp, cnn)"),
+        ("diagnose mlp --label cnn", "takes one label (got mlp and --label cnn)"),
+        ("leaks mlp", "%nbguard leaks takes nothing after its name but its options (got 'mlp')"),
+    ):
+        with pytest.raises(UsageError) as error:
+            shell.run_line_magic("nbguard", line)
+        assert message in str(error.value), line
+
+
 def test_every_subcommand_has_its_method():
     from keras_nbguard.ipython.magic import SUBCOMMANDS, KerasMagics
 

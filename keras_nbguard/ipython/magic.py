@@ -48,7 +48,7 @@ class Subcommand:
     """A ``%nbguard`` subcommand: the flags it takes (as typed) and the words after its name."""
 
     flags: tuple[str, ...] = ()
-    operands: str = ""  # e.g. "FILE"; "" when it takes none
+    operands: str = ""  # e.g. "FILE"; "[LABEL]": the label, as with --label; "" when it takes none
 
 
 CONFIG_FLAGS = (
@@ -65,14 +65,14 @@ CONFIG_FLAGS = (
 # entry, its flags (``@argument`` on ``nbguard``) and its method.
 SUBCOMMANDS: dict[str, Subcommand] = {
     "status": Subcommand(),
-    "runs": Subcommand(("--label", "--this-kernel")),
+    "runs": Subcommand(("--label", "--this-kernel"), "[LABEL]"),
     "config": Subcommand(CONFIG_FLAGS),
     "leaks": Subcommand(),
     "free": Subcommand(("--all", "--containers")),
     "dashboard": Subcommand(("--side", "--compact")),
     "export": Subcommand(("--label", "--this-kernel", "--force"), "FILE"),
     "reset": Subcommand(("--label", "--undo")),
-    "diagnose": Subcommand(("--label",)),
+    "diagnose": Subcommand(("--label",), "[LABEL]"),
     "compare": Subcommand(("--label", "--this-kernel"), "RUN RUN"),
 }
 
@@ -115,7 +115,19 @@ def _check_subcommand(parser: argparse.ArgumentParser, args: argparse.Namespace)
         takes = f"it takes {', '.join(command.flags)}" if command.flags else "it takes no options"
         raise UsageError(f"%nbguard {args.command} has no option {', '.join(wrong)}; {takes}")
     if args.operands and not command.operands:
-        raise UsageError(f"%nbguard {args.command} takes no file name (got {args.operands[0]!r})")
+        raise UsageError(
+            f"%nbguard {args.command} takes nothing after its name but its options "
+            f"(got {args.operands[0]!r})"
+        )
+    if command.operands == "[LABEL]" and args.operands:  # %nbguard diagnose mlp
+        label, *more = args.operands
+        if more or (args.label is not None and args.label != label):
+            raise UsageError(
+                f"%nbguard {args.command} takes one label (got {', '.join(args.operands)}"
+                + (f" and --label {args.label}" if args.label is not None else "")
+                + ")"
+            )
+        args.label, args.operands = label, []
 
 
 @functools.lru_cache(maxsize=64)
@@ -262,7 +274,11 @@ class KerasMagics(Magics):
 
     @magic_arguments()
     @argument("command", choices=SUBCOMMANDS, help=" | ".join(SUBCOMMANDS))
-    @argument("operands", nargs="*", help="export: the CSV file; compare: two runs (mlp:3 mlp:7).")
+    @argument(
+        "operands",
+        nargs="*",
+        help="export: the CSV file; compare: two runs (mlp:3 mlp:7); runs, diagnose: a label.",
+    )
     @argument("--all", dest="free_all", action="store_true", help="free: current models too.")
     @argument("--undo", action="store_true", help="reset: show the hidden runs again.")
     @argument(
@@ -329,9 +345,10 @@ class KerasMagics(Magics):
         """keras_nbguard commands; each takes only its own options.
 
         status   what the extension sees: configuration, GPU setup, runs so far, RSS now.
-        runs     the runs of this notebook as a table (``--label NAME`` for one label).
+        runs     the runs of this notebook as a table (``runs NAME``, ``--label NAME``: one label).
         leaks    every live Keras model, with the paths that hold it; stale ones flagged.
-        diagnose why runs got slower or fatter, in words, with the numbers (``--label``).
+        diagnose why runs got slower or fatter, in words, with the numbers (``diagnose NAME``
+                 or ``--label NAME``: one label's runs).
         compare  two runs side by side: ``%nbguard compare mlp:3 mlp:7`` (a label: its last).
         free     drop references to stale models (``--all``: current ones too;
                  ``--containers``: also inside your lists/dicts/attributes), then clear.
@@ -375,6 +392,12 @@ class KerasMagics(Magics):
         return self.session.leaks()
 
     def _nbguard_diagnose(self, args: argparse.Namespace) -> Any:
+        if args.label is not None and not self.session.runs(args.label, this_kernel=True):
+            labels = dict.fromkeys(r.label for r in self.session.runs(this_kernel=True))
+            known = f"its labels: {', '.join(labels)}" if labels else "no run yet"
+            raise UsageError(
+                f"%nbguard diagnose: no run labelled {args.label!r} in this kernel ({known})"
+            )
         return self.session.diagnose(args.label)
 
     def _nbguard_free(self, args: argparse.Namespace) -> Any:
