@@ -257,8 +257,11 @@ def test_a_module_that_came_after_a_walk_ends_the_next_ones_chains(ip):
     try:
         leak = by_name(find_leaks(shell=ip), "in_latecomer")
         assert leak.path == "sys.modules['latecomer'].model", leak.paths
+        model = weakref.ref(sys.modules["latecomer"].model)
     finally:
         sys.modules.pop("latecomer", None)
+    gc.collect()
+    assert model() is None  # taken out of sys.modules, the module is not kept alive by the walk
 
 
 def test_reports_render(holders_report):

@@ -32,14 +32,7 @@ from keras_nbguard.models.naming import Chain, Root, awkwardness, named_chains
 from keras_nbguard.models.nodes import node_lists, node_types
 from keras_nbguard.models.own_parts import mark_own_parts
 from keras_nbguard.models.registry import ModelRegistry
-from keras_nbguard.models.roots import (
-    MODULES,
-    Roots,
-    find_roots,
-    is_own_frame,
-    module_root,
-    name_map,
-)
+from keras_nbguard.models.roots import Roots, find_roots, is_own_frame, module_root, name_map
 from keras_nbguard.prepare.gcfreeze import frozen_boxes, frozen_holders
 
 
@@ -90,7 +83,7 @@ class Probe:
         classes = [c for base in bases for c in all_subclasses(base)]
         class_ids = {id(c) for c in classes}
         self.models = models = self.registry.live() if self.registry is not None else []
-        roots, self._aliases, named = find_roots(self.user_ns, self.shell)
+        roots, self._aliases, named, users_modules = find_roots(self.user_ns, self.shell)
         objs: dict[int, Any] = {id(m): m for m in models}
         callback = callback_class()
         node_kinds = node_types()
@@ -106,8 +99,8 @@ class Probe:
         frontier: list[Any] = [*classes, *(m for m in models if id(m) not in self.internal)]
         discovered: list[Any] = []
         # frozen namespaces and modules (gcfreeze.py) are out of the scans' sight
-        boxes = frozen_boxes(named, MODULES.namespaces)
-        own.update((id(boxes), id(named)))
+        boxes = frozen_boxes(named, users_modules)
+        own.update((id(boxes), id(named), id(users_modules)))
         for depth in range(self.max_depth + 1):
             if not frontier or (depth and time.perf_counter() - t0 > self.time_limit):
                 break

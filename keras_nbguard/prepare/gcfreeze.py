@@ -179,35 +179,23 @@ def _subclasses(base: type) -> list[type]:
     return seen
 
 
-def frozen_boxes(
-    containers: Iterable[Any], module_namespaces: tuple[dict[str, Any], ...]
-) -> list[Any]:
-    """Of ``containers`` and ``module_namespaces``, those a heap scan cannot see once frozen:
-    namespaces, IPython's caches and the user's own modules, with the attributes of the
-    instances among ``containers``. Asked once per walk: ``frozen_holders`` looks in them at each
-    of its levels.
+def frozen_boxes(containers: Iterable[Any], users_modules: list[dict[str, Any]]) -> list[Any]:
+    """Of ``containers``, and the namespaces of the user's own modules (``is_users_module``),
+    those a heap scan cannot see once frozen, with the attributes of the instances among
+    ``containers``. Asked once per walk: ``frozen_holders`` looks in them at each of its levels.
 
     Installed packages' and the standard library's modules are left out (thousands of dicts,
     twice a heap scan's cost per level of a walk): a model they hold is held by a framework's
-    container anyway, which the leak finder does not follow. Which modules are the user's is
-    remembered for the same tuple of namespaces (the roots' own, remade when a module comes)."""
+    container anyway, which the leak finder does not follow."""
     if not _frozen_here():
         return []
-    boxes: list[Any] = list(_users_modules(module_namespaces))
+    boxes: list[Any] = list(users_modules)
     for box in containers:
         boxes.append(box)
         inner = getattr(box, "__dict__", None)  # an instance's attributes live in its own dict
         if isinstance(inner, dict):
             boxes.append(inner)
     return boxes
-
-
-def _users_modules(namespaces: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
-    asked, found = _USERS_MODULES
-    if asked is not namespaces:
-        found = [ns for ns in namespaces if isinstance(ns, dict) and _users_module(ns)]
-        _USERS_MODULES[:] = [namespaces, found]
-    return found
 
 
 def frozen_holders(targets: Iterable[int], boxes: list[Any]) -> list[Any]:
@@ -219,7 +207,7 @@ def frozen_holders(targets: Iterable[int], boxes: list[Any]) -> list[Any]:
     return [box for box in boxes if wanted.intersection(map(id, gc.get_referents(box)))]
 
 
-def _users_module(namespace: dict[str, Any]) -> bool:
+def is_users_module(namespace: dict[str, Any]) -> bool:
     """A module of the user's own: not installed, not the standard library's, not built in.
     Remembered per namespace (thousands of them, the same at every run), as long as its
     ``__file__`` is the same string."""
@@ -233,7 +221,6 @@ def _users_module(namespace: dict[str, Any]) -> bool:
 
 
 _MODULE_KINDS: dict[int, tuple[Any, bool]] = {}  # id(namespace) -> (its __file__, users?)
-_USERS_MODULES: list[Any] = [None, []]  # the namespaces asked about last, the user's among them
 _INSTALLED = tuple(
     dict.fromkeys(
         os.path.join(os.path.realpath(p), "")
