@@ -99,8 +99,9 @@ def diagnose(label: str | None = None) -> Findings:
 
 
 def leaks() -> LeakReport:
-    """Every live Keras model, with the paths that hold it; stale ones flagged."""
-    return get_session().leaks()
+    """Every live Keras model, with the paths that hold it; stale ones flagged. Garbage is
+    collected first: a model a cell rebound is not listed for waiting on the collector."""
+    return get_session().leaks(collect=True)
 
 
 def free(*, include_current: bool = False, containers: bool = False) -> FreeReport:

@@ -264,6 +264,27 @@ def test_a_module_that_came_after_a_walk_ends_the_next_ones_chains(ip):
     assert model() is None  # taken out of sys.modules, the module is not kept alive by the walk
 
 
+def test_collecting_first_lists_no_garbage_and_names_what_the_frameworks_hold(ip):
+    # what %nbguard leaks and keras_nbguard.leaks() ask for: a model the cell rebound (kept by
+    # its own cycles until a collection) is not listed; one only a framework object holds is
+    run(ip, "metric = keras.metrics.Mean()\nmetric.held = tiny('in_a_metric')")
+    gc.disable()  # keep the rebound model's cycles until the walk
+    try:
+        run(ip, "m = tiny('rebound')\nm.fit(x, y, verbose=0)\nm = tiny('kept')")
+        as_is = find_leaks(shell=ip)
+        collected = find_leaks(shell=ip, collect=True)
+    finally:
+        gc.enable()
+    assert {leak.model_name for leak in as_is.unreachable} == {"rebound", "in_a_metric"}
+    assert "its own cycles" in by_name(as_is, "rebound").reason
+    assert as_is.hint is not None and "reference cycles waiting" in as_is.hint
+    (held,) = collected.unreachable
+    assert held.model_name == "in_a_metric" and collected.collected
+    assert held.reason == "no path from your names; held only by framework internals (Mean)"
+    assert collected.hint is not None and "alive after a garbage collection" in collected.hint
+    assert f"  hint: {collected.hint}" in collected.lines()
+
+
 def test_reports_render(holders_report):
     report, _ = holders_report
     text = "\n".join(report.lines())

@@ -346,7 +346,8 @@ class KerasMagics(Magics):
 
         status   what the extension sees: configuration, GPU setup, runs so far, RSS now.
         runs     the runs of this notebook as a table (``runs NAME``, ``--label NAME``: one label).
-        leaks    every live Keras model, with the paths that hold it; stale ones flagged.
+        leaks    every live Keras model after a garbage collection, with the paths that hold it;
+                 stale ones flagged.
         diagnose why runs got slower or fatter, in words, with the numbers (``diagnose NAME``
                  or ``--label NAME``: one label's runs).
         compare  two runs side by side: ``%nbguard compare mlp:3 mlp:7`` (a label: its last).
@@ -389,7 +390,7 @@ class KerasMagics(Magics):
         return runs_table(self.session.runs(args.label, args.this_kernel))
 
     def _nbguard_leaks(self, args: argparse.Namespace) -> Any:
-        return self.session.leaks()
+        return self.session.leaks(collect=True)
 
     def _nbguard_diagnose(self, args: argparse.Namespace) -> Any:
         if args.label is not None and not self.session.runs(args.label, this_kernel=True):

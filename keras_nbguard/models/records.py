@@ -13,6 +13,12 @@ UNREACHABLE_HINT = (
     "collector, or framework internals (e.g. a tf.function cache). keras_nbguard.free() runs gc "
     "and keras.utils.clear_session(), which releases most of them."
 )
+# after the collection that %nbguard leaks makes first: what is left is no garbage
+HELD_INSIDE_HINT = (
+    "alive after a garbage collection, though nothing you can name holds it: the frameworks' "
+    "own objects keep it (e.g. a tf.function cache, a callback list). "
+    "keras.utils.clear_session(), or keras_nbguard.free(), releases most of them."
+)
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,7 @@ class LeakReport:
     scans: int = 0  # heap scans (gc.get_referrers calls) the walk made
     complete: bool = True  # False when the depth or time limit stopped the walk
     notes: tuple[str, ...] = ()
+    collected: bool = False  # garbage was collected first: no model is listed for being garbage
 
     @property
     def stale(self) -> tuple[Leak, ...]:
@@ -61,7 +68,9 @@ class LeakReport:
 
     @property
     def hint(self) -> str | None:
-        return UNREACHABLE_HINT if self.unreachable else None
+        if not self.unreachable:
+            return None
+        return HELD_INSIDE_HINT if self.collected else UNREACHABLE_HINT
 
     def __iter__(self) -> Iterator[Leak]:
         return iter(self.leaks)
@@ -96,8 +105,8 @@ class LeakReport:
                 "  (sizes count weights and optimizer state; the graphs a model pins show "
                 "as the RSS drop when it is freed)"
             )
-        if self.unreachable:
-            out.append(f"  hint: {UNREACHABLE_HINT}")
+        if self.hint:
+            out.append(f"  hint: {self.hint}")
         out.extend(f"  note: {n}" for n in self.notes)
         return out
 

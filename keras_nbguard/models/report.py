@@ -4,6 +4,7 @@ the entry point."""
 
 from __future__ import annotations
 
+import gc
 import sys
 import types
 from collections.abc import Mapping
@@ -79,18 +80,23 @@ def _count(variables: list[Any]) -> tuple[int, int | None]:
     return params, nbytes
 
 
-def leaks_of(probe: Probe, registry: ModelRegistry | None) -> list[tuple[Any, Leak]]:
-    """(model, its Leak) for every model the probe found, Keras' nested models left out."""
+def leaks_of(
+    probe: Probe, registry: ModelRegistry | None, collected: bool = False
+) -> list[tuple[Any, Leak]]:
+    """(model, its Leak) for every model the probe found, Keras' nested models left out.
+    ``collected``: garbage was collected right before the probe (the unreachable are no garbage)."""
     outside = untracked(probe, registry)
     return [
-        (m, _leak(m, probe, probe.paths(m), registry, id(m) in outside))
+        (m, _leak(m, probe, probe.paths(m), registry, id(m) in outside, collected))
         for m in probe.models
         if id(m) not in probe.internal
     ]
 
 
-def build_report(probe: Probe, registry: ModelRegistry | None) -> LeakReport:
-    pairs = leaks_of(probe, registry)
+def build_report(
+    probe: Probe, registry: ModelRegistry | None, *, collected: bool = False
+) -> LeakReport:
+    pairs = leaks_of(probe, registry, collected)
     reachable = sorted(
         (leak for _, leak in pairs if leak.paths), key=lambda leak: (not leak.stale, leak.path)
     )
@@ -104,7 +110,13 @@ def build_report(probe: Probe, registry: ModelRegistry | None) -> LeakReport:
         )
     )
     return LeakReport(
-        tuple(reachable), unreachable, probe.seconds, probe.scans, probe.complete, notes
+        tuple(reachable),
+        unreachable,
+        probe.seconds,
+        probe.scans,
+        probe.complete,
+        notes,
+        collected,
     )
 
 
@@ -114,6 +126,7 @@ def _leak(
     paths: list[tuple[str, bool]],
     registry: ModelRegistry | None,
     through_nodes_only: bool = False,
+    collected: bool = False,
 ) -> Leak:
     origin = registry.origin(model) if registry is not None else None
     last = registry.last_run(model) if registry is not None else None
@@ -124,7 +137,8 @@ def _leak(
     user = any(u for _, u in paths)
     if not paths:
         blockers = probe.blockers.get(id(model)) or []
-        reason = "no path from your names; held only by its own cycles or framework internals" + (
+        held = "framework internals" if collected else "its own cycles or framework internals"
+        reason = f"no path from your names; held only by {held}" + (
             f" ({', '.join(blockers[:4])})" if blockers else ""
         )
         if not probe.complete:
@@ -212,13 +226,18 @@ def find_leaks(
     max_depth: int = 12,
     time_limit: float = 1.0,
     max_paths: int = 12,
+    collect: bool = False,
 ) -> LeakReport:
     """Every live Keras model, with every path that holds it, its size and its run.
 
     ``user_ns`` defaults to ``shell.user_ns``; ``shell`` adds IPython's hidden holders (output
     cache, ``_``, last result, traceback). A model is stale when ``registry`` saw a later run of
-    its label than the one that last used it. Never keeps a model alive.
+    its label than the one that last used it. Never keeps a model alive. ``collect``: collect
+    garbage first, so a model a cell rebound (its own cycles keep it until a collection) is not
+    listed: what is left unreachable, the frameworks' objects hold.
     """
+    if collect:
+        gc.collect()
     probe = Probe(
         user_ns,
         registry,
@@ -228,6 +247,6 @@ def find_leaks(
         max_paths=max_paths,
     )
     try:
-        return build_report(probe.run(), registry)
+        return build_report(probe.run(), registry, collected=collect)
     finally:
         probe.close()

@@ -267,9 +267,11 @@ class Session:
         return record
 
     # -- live models (live_models.py) ----------------------------------------------------------
-    def leaks(self) -> LeakReport:
-        """Every live Keras model, with the paths that hold it; stale ones flagged."""
-        return self.live.leaks()
+    def leaks(self, *, collect: bool = False) -> LeakReport:
+        """Every live Keras model, with the paths that hold it; stale ones flagged. ``collect``:
+        garbage collected first (what you ask for; the dashboard's list after each cell does
+        not, and says what awaits a collection)."""
+        return self.live.leaks(collect=collect)
 
     def free(self, *, include_current: bool = False, containers: bool = False) -> FreeReport:
         """Drop the references to stale models (current ones too with ``include_current``)."""

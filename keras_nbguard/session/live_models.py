@@ -121,11 +121,12 @@ class LiveModels:
         cuts, self._cuts, self._going = self._cuts, [], []
         return went(cuts, self.registry)
 
-    def leaks(self) -> LeakReport:
-        """Every live Keras model, with the paths that hold it; stale ones flagged."""
+    def leaks(self, *, collect: bool = False) -> LeakReport:
+        """Every live Keras model, with the paths that hold it; stale ones flagged (after a
+        garbage collection with ``collect``)."""
         from keras_nbguard.models import find_leaks
 
-        return find_leaks(self._user_ns(), self.registry, shell=self.shell)
+        return find_leaks(self._user_ns(), self.registry, shell=self.shell, collect=collect)
 
     def free(
         self, *, include_current: bool, containers: bool, deep_clean: Callable[[], Any] | None
