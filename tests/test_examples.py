@@ -22,7 +22,13 @@ RUNS_TF_KERAS = 2  # in a process of its own (TensorFlow imported again): kept s
 EXAMPLES = examples()
 # Where the cell's value is fit's History (``Out[n]`` holds it, and through it the model): the
 # next run releases the run before it from there
-HISTORY_IS_THE_VALUE = ("mnist_convnet", "custom_train_step", "vae", "image_classification")
+HISTORY_IS_THE_VALUE = (
+    "mnist_convnet",
+    "custom_train_step",
+    "vae",
+    "image_classification",
+    "callbacks_guide",
+)
 
 
 def _check_runs(seen: dict, keras_name: str, count: int = RUNS) -> None:

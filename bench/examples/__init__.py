@@ -25,6 +25,7 @@ MODULES = (
     "feature_space",
     "timeseries_transformer",
     "image_classification",
+    "callbacks_guide",
 )
 
 
