@@ -50,6 +50,12 @@ def pids_in(path) -> list[int]:
         return [int(word) for word in f.read().split()]
 
 
+def holds_pids(path, count: int) -> bool:
+    """Whether ``path`` holds ``count`` pids yet: a cell's ``open(path, 'w')`` creates the file
+    before its ``write``, so waiting for the file alone can read it empty."""
+    return path.exists() and len(pids_in(path)) >= count
+
+
 def child_pid(record) -> int:
     return int(re.search(r"pid (\d+)", record.isolated).group(1))
 
@@ -138,7 +144,7 @@ def test_stop_button_ends_a_parallel_sweep_at_once(shell, tmp_path):
 
     def stop_when_one_is_in():
         wait_until(lambda: keras_nbguard.runs("stop"), timeout=240)
-        wait_until(lambda: pids.exists() and len(pids_in(pids)) >= 6, timeout=120)
+        wait_until(lambda: holds_pids(pids, 6), timeout=120)
         _thread.interrupt_main()
 
     threading.Thread(target=stop_when_one_is_in, daemon=True).start()
@@ -161,7 +167,11 @@ def test_stop_button_on_an_isolated_run_takes_its_processes(shell, tmp_path):
         "time.sleep(120)\n"
     )
     threading.Thread(
-        target=lambda: (wait_until(pids.exists, timeout=120), _thread.interrupt_main()), daemon=True
+        target=lambda: (
+            wait_until(lambda: holds_pids(pids, 2), timeout=120),
+            _thread.interrupt_main(),
+        ),
+        daemon=True,
     ).start()
     with capture_output():
         result = run(shell, cell)
@@ -195,7 +205,7 @@ def test_a_kernel_killed_mid_run_leaves_no_child_or_grandchild(tmp_path):
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_until(pids.exists, timeout=180)
+        wait_until(lambda: holds_pids(pids, 2), timeout=180)
         child, grandchild = pids_in(pids)
         assert psutil.Process(child).ppid() == kernel.pid
         kernel.kill()  # SIGKILL: the kernel can do nothing
