@@ -548,7 +548,8 @@ def test_tensorflows_own_leak_is_still_named_where_the_allocators_use_grows(kera
     heap = [float(r.heap_in_use) for r in runs[1:]]
     blocks = [float(r.python_blocks) for r in runs[1:]]
     assert median_increase(heap) >= HEAP_KEPT or median_increase(blocks) >= BLOCKS_KEPT
-    assert runs[-1].findings and runs[-1].findings[0].startswith("state_growth"), (
+    # named, whatever else the run shows first (its fits slowing as the registry grows, say)
+    assert any(f.startswith("state_growth") for f in runs[-1].findings), (
         runs[-1].findings,
         runs[-1].memory_note,
     )
