@@ -31,6 +31,11 @@ KERAS_ADAPTERS = (
     f"{os.sep}trainers{os.sep}data_adapters{os.sep}",  # Keras 3
     f"{os.sep}tf_keras{os.sep}src{os.sep}engine{os.sep}data_adapter",
 )  # Keras 2
+# TensorFlow's own tf.functions, traced for what the user asked: a distribution strategy's
+# multi-device iterator traces six of them for every iterator it makes (84 in a small fit and
+# evaluate on MirroredStrategy). They are the framework's machinery, not the user's to fix:
+# counted apart, so "traces" stays what a new model or a user's tf.function adds.
+FRAMEWORK_MODULE = "tensorflow."
 FRAMES_LOOKED_AT = 60
 SIGNATURES_KEPT = 3  # functions kept in a run's record, those traced for the most inputs first
 
@@ -49,7 +54,8 @@ def trace_counter_for(backend: str) -> TraceCounter | JaxCompileCounter | NoTrac
 class TraceCounter:
     """Top-level traces while installed: ``count`` of tf.functions (a new model or a recompile
     retraces its train step), ``dataset_count`` of the functions of tf.data pipelines the user
-    built (a rebuilt dataset retraces its maps). Both None when they can't be read."""
+    built (a rebuilt dataset retraces its maps), ``framework_count`` of TensorFlow's own
+    functions (a strategy's iterators). All None when they can't be read."""
 
     kind = "tf.function"
     warn = True  # a reason here means TensorFlow changed: worth one warning
@@ -57,6 +63,7 @@ class TraceCounter:
     def __init__(self) -> None:
         self.count: int | None = 0
         self.dataset_count: int | None = 0
+        self.framework_count: int | None = 0
         self.names: Counter[str] = Counter()  # the tf.functions traced, by name
         self.reason: str | None = None
         # per tf.function traced in the run (its trace cache, held only while the run goes): its
@@ -90,7 +97,7 @@ class TraceCounter:
     def _patch(self, module: ModuleType) -> AttributePatch | None:
         original = getattr(module, TRACE_FUNCTION, None)
         if original is None:
-            self.count = self.dataset_count = None
+            self.count = self.dataset_count = self.framework_count = None
             self.reason = "this TensorFlow version has no trace hook we know"
             return None
         counter = self
@@ -112,12 +119,14 @@ class TraceCounter:
         return AttributePatch(module, TRACE_FUNCTION, traced)
 
     def _count(self, tracing_options: Any, function_type: Any) -> None:
-        if self.count is None or self.dataset_count is None:
+        if self.count is None or self.dataset_count is None or self.framework_count is None:
             return
         name = str(getattr(tracing_options, "name", ""))
         if name.startswith(DATASET_PREFIX):
             if not _inside_keras_adapter():
                 self.dataset_count += 1
+        elif _is_tensorflows_own(getattr(tracing_options, "python_function", None)):
+            self.framework_count += 1
         else:
             self.count += 1
             self.names[name or "<unnamed>"] += 1
@@ -129,6 +138,13 @@ class TraceCounter:
                 seen.add(hash(function_type))  # the same input traced twice (variables) is one
             except TypeError:
                 seen.add(-len(seen) - 1)  # can't tell: a distinct one
+
+
+def _is_tensorflows_own(function: Any) -> bool:
+    """Whether the traced Python function is defined in TensorFlow's package (a bound method's
+    ``__module__`` is its function's)."""
+    module = getattr(function, "__module__", None)
+    return isinstance(module, str) and module.startswith(FRAMEWORK_MODULE)
 
 
 def _inside_keras_adapter() -> bool:

@@ -162,6 +162,8 @@ def fmt_traces(record: RunRecord) -> str:
         text += f", {data} tf.data of yours"
     if record.traced:  # what was traced: a strategy's many steady traces don't read as retracing
         text += "; most: " + ", ".join(f"{name} {count}×" for name, count in record.traced)
+    if record.framework_traces:
+        text += f"; {record.framework_traces} more of TensorFlow's own functions"
     return text
 
 

@@ -128,6 +128,9 @@ class RunRecord:
     run_number: int = 1
     traced: tuple[tuple[str, int], ...] = ()  # the functions traced most, with their counts
     dataset_traces: int | None = None  # functions traced of tf.data pipelines the user built
+    # TensorFlow's own tf.functions traced in the run (a strategy's multi-device iterators): not
+    # in ``traces``; None where not counted (not TensorFlow, or a record from before)
+    framework_traces: int | None = None
     prepare_seconds: float | None = None  # gc, clear_session and GPU setup before the cell
     # our own time around the cell, by part ("clear", "gc", "leak check", ...): what the magic
     # adds to the time the cell holds the kernel, beside ``wall`` (the cell itself)
