@@ -73,3 +73,14 @@ def test_our_own_time_names_each_part_once():
     laps._parts = [("leak check", 0.002), ("diagnosis", 0.001)]
     merged = laps.added_to((("clear", 0.004), ("leak check", 0.011)))
     assert merged == (("clear", 0.004), ("leak check", pytest.approx(0.013)), ("diagnosis", 0.001))
+
+
+def test_a_size_under_a_kib_is_said_in_bytes_not_as_zero():
+    from keras_nbguard.records.formatting import fmt_size
+
+    # plain SGD's state (its step count and learning rate) in the leak list's "+ ... optimizer"
+    assert fmt_size(12) == "12 B"
+    assert fmt_size(0) == "0 B"
+    assert fmt_size(1536) == "1.5 KiB"
+    assert fmt_size(3 * 2**20) == "3.0 MiB"
+    assert fmt_size(None) == "n/a"

@@ -24,7 +24,10 @@ def fmt_bytes(n: int | None, signed: bool = False) -> str:
 
 
 def fmt_size(n: int | None) -> str:
-    """A model's size: KiB below a MiB, so a small model never reads "0.0 MiB"."""
+    """A model's size: KiB below a MiB, so a small model never reads "0.0 MiB"; bytes below a
+    KiB (plain SGD's state is its step count and learning rate: 12 B, not "0.0 KiB")."""
+    if n is not None and n < 2**10:
+        return f"{n:,} B"
     if n is not None and n < 2**20:
         return f"{n / 2**10:,.1f} KiB"
     return fmt_bytes(n)
