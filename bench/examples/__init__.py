@@ -26,6 +26,7 @@ MODULES = (
     "timeseries_transformer",
     "image_classification",
     "callbacks_guide",
+    "training_builtin",
 )
 
 
