@@ -162,7 +162,7 @@ def test_the_summary_says_what_was_released_and_what_is_still_alive(keras_shell)
         in (rows["stale"])
     )
     assert rows["released"].startswith("1 model from #3 held by Out[")
-    assert "(its History): " in rows["released"] and "0.6 KiB weights" in rows["released"]
+    assert "(its History): " in rows["released"] and "644 B weights" in rows["released"]
     bundle = last("io").summary_bundle()
     assert "keep[0], keep[1] — %nbguard free --containers" in bundle["text/html"]
     assert "released     1 model from #3" in bundle["text/plain"]
