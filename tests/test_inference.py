@@ -12,6 +12,7 @@ from helpers import run
 from IPython.utils.capture import capture_output
 
 import keras_nbguard
+from keras_nbguard.records.formatting import fmt_seconds
 
 CELL = """%%kerasrun --label infer
 model = make_model()
@@ -73,3 +74,55 @@ def test_a_keras_we_cannot_patch_is_named_not_a_false_no_fit(shell, odd_keras):
     assert record.fits == () and "tf_keras 2.99.0 has no public Model class" in record.fit_reason
     assert "n/a: tf_keras 2.99.0 has no public Model class" in record.summary_text()
     assert any("no public Model class" in w for w in record.warnings)
+
+
+LOOP_CELL = """%%kerasrun --label loop
+model = make_model()
+for _ in range(6):  # keras.io's text generation: fit a round, then predict char by char
+    model.fit(x, y, epochs=1, batch_size=64, verbose=0)
+model.fit(x, y, epochs=10, batch_size=64, verbose=0)
+for i in range(24):
+    model.predict(x[i : i + 1], verbose=0)
+model.evaluate(x, y, verbose=0)
+try:
+    model.predict(x[:, :3], verbose=0)
+except Exception:
+    pass
+"""
+
+
+def test_calls_in_a_loop_are_counted_in_a_bounded_record_and_summed_in_the_summary(keras_shell):
+    from keras_nbguard.records.calls import KEPT_INFERENCE
+
+    assert run(keras_shell, LOOP_CELL).success
+    (record,) = keras_nbguard.runs("loop")
+    # every call counted, in a bounded number of records (a loop of 10,000 keeps as many)
+    assert len(record.inference) <= KEPT_INFERENCE + 2
+    by_kind = {
+        kind: sum(c.calls for c in record.inference if c.kind == kind and c.completed)
+        for kind in ("predict", "evaluate")
+    }
+    assert by_kind == {"predict": 24, "evaluate": 1}
+    assert [c.completed for c in record.inference].count(False) == 1  # the bad predict, apart
+    assert all(0 < c.rss_peak <= record.rss_peak for c in record.inference)
+    summary = record.summary_text()
+    inference = next(line for line in summary.splitlines() if line.strip().startswith("inference"))
+    total = sum(c.seconds for c in record.inference if c.kind == "predict")
+    assert f"predict 25× {fmt_seconds(total)} (1 raised)" in inference, inference
+    assert "evaluate " in inference and "peak RSS" in inference
+    # seven fits read as totals, and the ten-epoch fit's epochs would read the same way
+    fit = next(line for line in summary.splitlines() if line.strip().startswith("fit"))
+    assert re.search(r"in 7 fits: [\d.]+ m?s first, then [\d.]+ m?s–[\d.]+ m?s each", fit), fit
+    assert "; 16 epochs, batch 64, your callbacks " in fit, fit
+    assert keras_nbguard.runs("loop")[0].inference == record.inference  # stored as it is
+
+
+def test_a_long_fits_epochs_read_first_last_and_a_count():
+    from helpers import make_record
+
+    from keras_nbguard.records.calls import FitRecord
+    from keras_nbguard.records.formatting import fmt_fit
+
+    epochs = (0.839, 0.512, 0.498, *([0.5] * 94), 0.502, 0.497)
+    record = make_record(fits=(FitRecord(seconds=sum(epochs), epochs=99, epoch_seconds=epochs),))
+    assert "epochs [839 ms, 512 ms, 498 ms, … 94 more …, 502 ms, 497 ms]" in fmt_fit(record)

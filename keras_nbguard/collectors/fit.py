@@ -24,7 +24,7 @@ from keras_nbguard.collectors.call_peaks import CallPeaks
 from keras_nbguard.collectors.callback_clock import CallbackClock
 from keras_nbguard.collectors.input_clock import InputClock
 from keras_nbguard.collectors.patching import AttributePatch, PatchEveryKeras, PatchGroup
-from keras_nbguard.records.calls import FitRecord, InferenceRecord
+from keras_nbguard.records.calls import KEPT_INFERENCE, FitRecord, InferenceRecord
 
 KERAS_DEFAULT_BATCH_SIZE = 32
 INFERENCE = ("evaluate", "predict")
@@ -190,7 +190,7 @@ class FitTimer:
         )
 
         def record(call: _Call) -> None:
-            self.inference.append(
+            self._keep_inference(
                 InferenceRecord(
                     kind=kind,
                     seconds=call.seconds,
@@ -206,6 +206,16 @@ class FitTimer:
             result = original(*bound.args, **bound.kwargs)
             call.completed = True
             return result
+
+    def _keep_inference(self, call: InferenceRecord) -> None:
+        """Append ``call``; past ``KEPT_INFERENCE`` records, fold it into its kind's last one
+        (one that raised stays a record of its own: the summary counts those)."""
+        if len(self.inference) >= KEPT_INFERENCE and call.completed:
+            for i in range(len(self.inference) - 1, -1, -1):
+                if self.inference[i].kind == call.kind and self.inference[i].completed:
+                    self.inference[i] = self.inference[i].folded(call)
+                    return
+        self.inference.append(call)
 
     # -- one fit ---------------------------------------------------------------------------------
     def _timed_fit(

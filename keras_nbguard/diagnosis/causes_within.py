@@ -197,7 +197,8 @@ def _retracing(run: RunRecord) -> Finding | None:
 def _recompiling(run: RunRecord) -> Finding | None:
     """JAX compiles each eager op once per shape on a kernel's first run: only Keras' steps
     compiled again (a new shape, a last partial batch) are retracing there."""
-    calls = max(1, len(run.fits) + len(run.inference))  # evaluate and predict compile their own
+    inference = sum(c.calls for c in run.inference)  # evaluate and predict compile their own
+    calls = max(1, len(run.fits) + inference)
     counted = sum(count for name, count in run.traced if "step" in name)
     if counted <= TRACES_PER_FIT * calls:
         return None
@@ -211,7 +212,7 @@ def _recompiling(run: RunRecord) -> Finding | None:
         (
             (run.trace_kind, str(counted)),
             ("fits", str(len(run.fits))),
-            ("evaluate/predict", str(len(run.inference))),
+            ("evaluate/predict", str(inference)),
         ),
         (name_of(run),),
         min(1.0, counted / (10 * calls)),

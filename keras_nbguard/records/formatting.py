@@ -40,9 +40,15 @@ def fmt_seconds(s: float | None, signed: bool = False) -> str:
     return f"{sign}{s * 1000:.0f} ms" if abs(s) < 1 else f"{sign}{s:.2f} s"
 
 
+LISTED_CALLS = 4  # fits, or evaluate/predict calls, a summary lists one by one; more: totals
+LISTED_EPOCHS = 8  # epoch times listed in full; more: the first ones, a count, the last ones
+
+
 def fmt_fit(record: RunRecord) -> str:
     if not record.fits:
         return f"{NA}: {record.fit_reason}" if record.fit_reason else "no fit in this run"
+    if len(record.fits) > LISTED_CALLS:  # fit in a loop: one epoch a call, say
+        return _fmt_many_fits(record)
     parts = [fmt_seconds(record.fit_seconds)]
     for i, fit in enumerate(record.fits, 1):
         prefix = f"fit {i}: " if len(record.fits) > 1 else ""
@@ -51,24 +57,81 @@ def fmt_fit(record: RunRecord) -> str:
                 f"{prefix}failed before its first epoch ended ({fmt_seconds(fit.seconds)} spent)"
             )
             continue
-        epochs = ", ".join(fmt_seconds(s) for s in fit.epoch_seconds) or NA
         bs = "set by your input" if fit.batch_size is None else str(fit.batch_size)
         cb = fmt_seconds(fit.callback_seconds)
-        parts.append(f"{prefix}epochs [{epochs}], batch {bs}, your callbacks {cb}")
+        parts.append(
+            f"{prefix}epochs [{_fmt_epochs(fit.epoch_seconds)}], batch {bs}, your callbacks {cb}"
+        )
     return "; ".join(parts)
+
+
+def _fmt_epochs(seconds: tuple[float, ...]) -> str:
+    """``839 ms, 512 ms``; past ``LISTED_EPOCHS``, ``839 ms, 512 ms, 498 ms, … 94 more …,
+    502 ms, 497 ms``: the first epochs trace, the last ones show where the fit ended up."""
+    shown = [fmt_seconds(s) for s in seconds]
+    if len(shown) > LISTED_EPOCHS:
+        shown = [*shown[:3], f"… {len(shown) - 5} more …", *shown[-2:]]
+    return ", ".join(shown) or NA
+
+
+def _fmt_many_fits(record: RunRecord) -> str:
+    """``13.2 s in 40 fits: 1.53 s first, then 258–412 ms each; 40 epochs, batch 128, your
+    callbacks 12 ms``."""
+    trained = [f for f in record.fits if f.reached_training]
+    times = [f.seconds for f in trained]
+    text = f"{fmt_seconds(record.fit_seconds)} in {len(record.fits)} fits"
+    if times:
+        later = times[1:]
+        then = f", then {_fmt_range(min(later), max(later))} each" if later else ""
+        text += f": {fmt_seconds(times[0])} first{then}"
+    epochs = sum(len(f.epoch_seconds) for f in trained)
+    sizes = sorted({f.batch_size for f in trained}, key=lambda b: (b is None, b or 0))
+    batch = (
+        "batch set by your input"
+        if sizes == [None]
+        else f"batch {sizes[0]}"
+        if len(sizes) == 1
+        else f"batches {', '.join('set by your input' if b is None else str(b) for b in sizes)}"
+    )
+    callbacks = [f.callback_seconds for f in trained if f.callback_seconds is not None]
+    text += f"; {epochs} epochs, {batch}, your callbacks "
+    text += fmt_seconds(sum(callbacks)) if callbacks else NA
+    failed = len(record.fits) - len(trained)
+    if failed:
+        text += f"; {failed} failed before their first epoch ended"
+    return text
+
+
+def _fmt_range(low: float, high: float) -> str:
+    a, b = fmt_seconds(low), fmt_seconds(high)
+    return a if a == b else f"{a}–{b}"
 
 
 def fmt_inference(record: RunRecord) -> str:
     """One line for a run's evaluate and predict calls, beside fit's peak RSS: training needs
-    more memory than inference, and this shows by how much."""
-    calls = ", ".join(
-        f"{call.kind} {fmt_seconds(call.seconds)}" + ("" if call.completed else " (raised)")
-        for call in record.inference
-    )
-    peaks = [c.rss_peak for c in record.inference if c.rss_peak is not None]
+    more memory than inference, and this shows by how much. Past ``LISTED_CALLS`` calls, a
+    total per kind (``predict 60× 3.11 s``): a predict in a loop."""
+    calls = record.inference
+    if sum(c.calls for c in calls) <= LISTED_CALLS:
+        said = ", ".join(
+            f"{call.kind} {fmt_seconds(call.seconds)}" + ("" if call.completed else " (raised)")
+            for call in calls
+        )
+    else:
+        kinds = dict.fromkeys(c.kind for c in calls)  # in the order first called
+        said = ", ".join(_fmt_kind(kind, [c for c in calls if c.kind == kind]) for kind in kinds)
+    peaks = [c.rss_peak for c in calls if c.rss_peak is not None]
     fit_peaks = [f.rss_peak for f in record.fits if f.rss_peak is not None]
     fit = f" vs fit {fmt_bytes(max(fit_peaks))}" if fit_peaks else ""
-    return f"{calls} (peak RSS {fmt_bytes(max(peaks) if peaks else None)}{fit})"
+    return f"{said} (peak RSS {fmt_bytes(max(peaks) if peaks else None)}{fit})"
+
+
+def _fmt_kind(kind: str, calls: list[Any]) -> str:
+    count = sum(c.calls for c in calls)
+    seconds = fmt_seconds(sum(c.seconds for c in calls))
+    raised = sum(c.calls for c in calls if not c.completed)
+    text = f"{kind} {seconds}" if count == 1 else f"{kind} {count}× {seconds}"
+    return text + (f" ({raised} raised)" if raised else "")
 
 
 def fmt_gpu(gpu: GpuReading) -> str:
