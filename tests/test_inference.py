@@ -112,7 +112,7 @@ def test_calls_in_a_loop_are_counted_in_a_bounded_record_and_summed_in_the_summa
     assert "evaluate " in inference and "peak RSS" in inference
     # seven fits read as totals, and the ten-epoch fit's epochs would read the same way
     fit = next(line for line in summary.splitlines() if line.strip().startswith("fit"))
-    assert re.search(r"in 7 fits: [\d.]+ m?s first, then [\d.]+ m?s–[\d.]+ m?s each", fit), fit
+    assert re.search(r"in 7 fits: [\d.]+ m?s first, then [\d.]+( m?s)?–[\d.]+ m?s each", fit), fit
     assert "; 16 epochs, batch 64, your callbacks " in fit, fit
     assert keras_nbguard.runs("loop")[0].inference == record.inference  # stored as it is
 

@@ -103,8 +103,12 @@ def _fmt_many_fits(record: RunRecord) -> str:
 
 
 def _fmt_range(low: float, high: float) -> str:
+    """``643–693 ms``, ``820 ms–1.20 s``."""
     a, b = fmt_seconds(low), fmt_seconds(high)
-    return a if a == b else f"{a}–{b}"
+    if a == b:
+        return a
+    (number, unit), (_, high_unit) = a.split(), b.split()
+    return f"{number}–{b}" if unit == high_unit else f"{a}–{b}"
 
 
 def fmt_inference(record: RunRecord) -> str:
