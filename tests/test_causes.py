@@ -152,3 +152,48 @@ def test_a_list_growing_every_run_is_named_with_its_size(keras_shell):
     assert "`hoard` (list) +1 item, +20.0 MiB in the last run" in finding.message
     rate = float(re.search(r"grows ([\d.]+) MiB a run", finding.message).group(1))
     assert 18 <= rate <= 22
+
+
+def test_predict_called_batch_by_batch_is_named_with_what_to_call_instead():
+    # keras.io's character-level text generation: 80 predicts of one sample, 58% of the run
+    from helpers import make_record
+
+    from keras_nbguard.diagnosis.diagnose import diagnose
+    from keras_nbguard.records.calls import InferenceRecord
+
+    def with_calls(kind: str, count: int, seconds: float, steps: int | None = 1, wall=8.0):
+        one = InferenceRecord(kind=kind, seconds=seconds / count, batch_size=32, steps=steps)
+        folded = one
+        for _ in range(count - 1):
+            folded = folded.folded(one)
+        return make_record(label="gen", run_number=1, wall_seconds=wall, inference=(folded,))
+
+    (finding,) = diagnose([with_calls("predict", 80, 4.67)])
+    assert finding.kind == "inference_loop"
+    assert finding.message.startswith(
+        "80 predict calls of one batch each took 4.67 s in gen #1 (58 ms a call, 58% of the run)"
+    )
+    assert "`model.predict_on_batch(x)`" in finding.advice
+    evaluate = diagnose([with_calls("evaluate", 20, 2.0)])
+    assert [f.kind for f in evaluate] == ["inference_loop"]
+    assert "`model.test_on_batch(x, y)`" in evaluate[0].advice
+    # a few calls, a small share of the run, calls of many batches, or unknown steps: nothing
+    for quiet in (
+        with_calls("predict", 9, 4.0),
+        with_calls("predict", 80, 1.0, wall=20.0),
+        with_calls("predict", 80, 0.4, wall=0.8),  # 50% of the run, but 0.4 s in all
+        with_calls("predict", 80, 4.67, steps=8),
+        with_calls("predict", 80, 4.67, steps=None),
+    ):
+        assert diagnose([quiet]) == [], quiet.inference
+
+
+def test_a_one_sample_predict_records_one_step_and_folds_into_a_bounded_record(keras_shell):
+    cell = (
+        "%%kerasrun --label onebyone --quiet\nmodel = make_model()\n"
+        "for i in range(20):\n    model.predict(x[i : i + 1], verbose=0)\n"
+    )
+    assert run(keras_shell, cell).success
+    (record,) = keras_nbguard.runs("onebyone")
+    assert all(c.kind == "predict" and c.steps == 1 for c in record.inference)
+    assert sum(c.calls for c in record.inference) == 20 and len(record.inference) == 16

@@ -1,5 +1,5 @@
 """Causes read within one run: models kept, callbacks, checkpoints, a slow input, retracing,
-epochs slowing down, running out of memory, a GPU held whole."""
+epochs slowing down, predict called batch by batch, running out of memory, a GPU held whole."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ from keras_nbguard.diagnosis.findings import (
     GPU_HELD_SHARE,
     GPU_USED_SHARE,
     INPUT_SHARE,
+    LOOP_CALLS,
+    LOOP_SECONDS,
+    LOOP_SHARE,
     MIN_EPOCHS,
     RETRACE_THRESHOLD,
     TRACES_PER_FIT,
@@ -28,7 +31,7 @@ from keras_nbguard.records.run import HeldModels, RunRecord
 def within_run(run: RunRecord) -> list[Finding]:
     checks = (
         _stale_models, _callbacks, _checkpoint_io, _input_pipeline, _retracing, _epoch_slowdown,
-        _oom_batch, _gpu_growth_not_set,
+        _inference_loop, _oom_batch, _gpu_growth_not_set,
     )  # fmt: skip
     return [f for f in (check(run) for check in checks) if f]
 
@@ -240,6 +243,41 @@ def _epoch_slowdown(run: RunRecord) -> Finding | None:
                 trend.share,
             )
     return None
+
+
+# what to call instead, for one batch: the call without Keras' per-call setup
+ON_BATCH = {"predict": "predict_on_batch(x)", "evaluate": "test_on_batch(x, y)"}
+
+
+def _inference_loop(run: RunRecord) -> Finding | None:
+    """``predict`` (or ``evaluate``) called again and again on one batch: each call sets up its
+    data pipeline and callbacks anew (keras.io's text generation, 60 predicts of one sample a
+    run: 86 ms each on TensorFlow, 57% of the cell; ``predict_on_batch`` takes 2)."""
+    wall = run.wall_seconds or 0.0
+    found = None
+    for kind, instead in ON_BATCH.items():
+        calls = [c for c in run.inference if c.kind == kind and c.steps == 1]
+        count, seconds = sum(c.calls for c in calls), sum(c.seconds for c in calls)
+        if count < LOOP_CALLS or seconds < LOOP_SECONDS or wall <= 0 or seconds < LOOP_SHARE * wall:
+            continue
+        if found and found.weight >= seconds / wall:
+            continue
+        found = Finding(
+            "inference_loop",
+            f"{count} {kind} calls of one batch each took {fmt_seconds(seconds)} in "
+            f"{name_of(run)} ({fmt_seconds(seconds / count)} a call, {seconds / wall:.0%} of "
+            f"the run): {kind} sets up its data pipeline and callbacks for every call",
+            f"for one batch at a time call `model.{instead}`: no setup per call (keras.io's "
+            f"text-generation LSTM on a CPU: 2 ms a call, against 60 ms for predict)",
+            (
+                (f"{kind} calls", str(count)),
+                ("in all", fmt_seconds(seconds)),
+                ("a call", fmt_seconds(seconds / count)),
+            ),
+            (name_of(run),),
+            min(1.0, seconds / wall),
+        )
+    return found
 
 
 def _oom_batch(run: RunRecord) -> Finding | None:

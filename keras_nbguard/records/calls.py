@@ -69,7 +69,8 @@ class InferenceRecord:
     completed: bool = True
     # the calls it stands for: past a run's first ``KEPT_INFERENCE`` records, a kind's further
     # calls that complete fold into its last record (a predict in a loop: a run of 10,000 calls
-    # kept 10,000 records); seconds summed, peaks the highest, batch and steps the first's
+    # kept 10,000 records); seconds summed, peaks the highest, batch and steps None where
+    # the calls' differ
     calls: int = 1
 
     def folded(self, other: InferenceRecord) -> InferenceRecord:
@@ -77,6 +78,8 @@ class InferenceRecord:
         return replace(
             self,
             seconds=self.seconds + other.seconds,
+            batch_size=self.batch_size if self.batch_size == other.batch_size else None,
+            steps=self.steps if self.steps == other.steps else None,
             rss_peak=_highest(self.rss_peak, other.rss_peak),
             gpu_peak=_highest(self.gpu_peak, other.gpu_peak),
             calls=self.calls + other.calls,
