@@ -69,6 +69,14 @@ def test_example_runs_under_kerasrun_on_keras3(shell, name):
     assert [r["earlier_alive"] for r in seen["runs"]] == [0] * RUNS
     if name in HISTORY_IS_THE_VALUE:
         assert seen["runs"][-1]["released"] == 1  # run 2's, from Out[n] (its History)
+    _check_expected(name, seen)
+
+
+def _check_expected(name: str, seen: dict) -> None:
+    """What the example does wrong is named on every run (text generation: predict per sample)."""
+    for expected in EXAMPLES[name].expects:
+        for r in seen["runs"]:
+            assert any(f.startswith(f"{expected}:") for f in r["findings"]), r["findings"]
 
 
 def test_convnet_history_is_the_cells_result(shell):
@@ -85,6 +93,7 @@ def test_examples_run_under_kerasrun_on_tf_keras():
     assert list(seen) == names
     for name in names:
         _check_runs(seen[name], "Keras 2", RUNS_TF_KERAS)
+        _check_expected(name, seen[name])
 
 
 def test_runs_record_tensorflows_cpu_pool_where_onednn_keeps_one():

@@ -27,6 +27,7 @@ MODULES = (
     "image_classification",
     "callbacks_guide",
     "training_builtin",
+    "text_generation",
 )
 
 
@@ -34,7 +35,9 @@ MODULES = (
 class Example:
     """One example: ``setup`` runs once, ``train`` is the cell re-run; ``kerases``: where the
     same code runs (``tf_keras``: the same modulo ``import tf_keras as keras``); ``fits``:
-    whether the train cell calls ``fit`` (so a run's fit time must be known)."""
+    whether the train cell calls ``fit`` (so a run's fit time must be known); ``expects``: the
+    findings it must raise, where the example itself does something wrong (none: it must
+    raise none)."""
 
     name: str
     follows: str
@@ -42,6 +45,7 @@ class Example:
     train: str
     kerases: tuple[str, ...] = ("keras3",)
     fits: bool = True
+    expects: tuple[str, ...] = ()
 
     def cell(self, which: str, keras: str = "keras3") -> str:
         """The source of the ``setup`` or ``train`` cell for ``keras``."""
