@@ -37,6 +37,7 @@ model.fit(x, y, epochs=3, verbose=0, callbacks=[Slow()])
     (hook,) = fit.callbacks
     assert (hook.name, hook.calls) == ("Slow.on_epoch_end", 3)
     assert 0.6 <= hook.seconds <= fit.callback_seconds < fit.seconds  # 3 x 0.2 s
+    assert 0.2 <= hook.slowest < hook.seconds / 2  # its slowest call: one of the three
     assert f"{fit.callback_seconds / fit.seconds:.0%})" in finding.message
     assert "Slow.on_epoch_end" in finding.message
     assert not [f for f in keras_nbguard.diagnose("cb") if f.kind == "checkpoint_io"]
@@ -197,3 +198,29 @@ def test_a_one_sample_predict_records_one_step_and_folds_into_a_bounded_record(k
     (record,) = keras_nbguard.runs("onebyone")
     assert all(c.kind == "predict" and c.steps == 1 for c in record.inference)
     assert sum(c.calls for c in record.inference) == 20 and len(record.inference) == 16
+
+
+def test_a_callbacks_one_time_work_is_not_named_as_its_cost_per_batch():
+    # keras.io's guide to the built-in training methods: TensorBoard writes the model's graph
+    # at its first batch end (~130 ms): with the rest, 11% of a 1.45 s fit; ~0.2 ms a batch after
+    from helpers import make_record
+
+    from keras_nbguard.diagnosis.diagnose import diagnose
+    from keras_nbguard.records.calls import CallbackTime, FitRecord
+
+    def fit_with(*hooks: CallbackTime):
+        fit = FitRecord(seconds=1.45, epochs=3, epoch_seconds=(0.6, 0.45, 0.4), callbacks=hooks)
+        return make_record(label="tb", run_number=1, fits=(fit,), fit_seconds=1.45)
+
+    once = CallbackTime("TensorBoard.on_train_batch_end", 0.160, 150, 0, slowest=0.130)
+    assert diagnose([fit_with(once)]) == []
+    # every batch slow: named, with the whole time
+    every = CallbackTime("Logger.on_train_batch_end", 0.300, 150, 0, slowest=0.003)
+    (finding,) = diagnose([fit_with(every)])
+    assert finding.kind == "callbacks" and "took 300 ms of the 1.45 s fit (21%)" in finding.message
+    # a hook called once per fit is all one-time work and counts whole (a slow on_train_begin)
+    begin = CallbackTime("Setup.on_train_begin", 0.300, 1, 0, slowest=0.300)
+    assert [f.kind for f in diagnose([fit_with(begin)])] == ["callbacks"]
+    # a record from before the slowest call was kept: judged on the whole time, as before
+    old = CallbackTime("TensorBoard.on_train_batch_end", 0.160, 150, 0)
+    assert [f.kind for f in diagnose([fit_with(old)])] == ["callbacks"]

@@ -39,7 +39,8 @@ class CallbackClock:
     def __init__(self, callbacks: Any, clock: Callable[[], float]) -> None:
         self.clock = clock
         self.complete = True  # False: a callback could not be timed (slots, a CallbackList)
-        self._times: dict[str, list[float]] = {}  # "Class.method": [seconds, calls, bytes]
+        # "Class.method": [seconds, calls, bytes, the slowest call's seconds]
+        self._times: dict[str, list[float]] = {}
         self._wrapped: list[tuple[Any, str, Any]] = []
         self._io = _ThreadWrites()
         self._io_known = self._io.known
@@ -57,8 +58,8 @@ class CallbackClock:
         """Each timed hook, slowest first."""
         known = self._io_known
         times = (
-            CallbackTime(name, seconds, int(calls), int(written) if known else None)
-            for name, (seconds, calls, written) in self._times.items()
+            CallbackTime(name, seconds, int(calls), int(written) if known else None, slowest)
+            for name, (seconds, calls, written, slowest) in self._times.items()
         )
         return tuple(sorted(times, key=lambda t: -t.seconds))
 
@@ -79,7 +80,9 @@ class CallbackClock:
             previous = callback.__dict__.get(name) if hasattr(callback, "__dict__") else None
             key = f"{type(callback).__name__}.{name}"
             try:
-                setattr(callback, name, self._timed(method, self._times.setdefault(key, [0, 0, 0])))
+                setattr(
+                    callback, name, self._timed(method, self._times.setdefault(key, [0, 0, 0, 0]))
+                )
             except (AttributeError, TypeError):  # __slots__ or a frozen object
                 self.complete = False
                 continue
@@ -94,9 +97,11 @@ class CallbackClock:
             try:
                 return method(*args, **kwargs)
             finally:
-                totals[0] += clock() - start
+                took = clock() - start
+                totals[0] += took
                 totals[1] += 1
                 totals[2] += written() - before
+                totals[3] = max(totals[3], took)
 
         return hook
 

@@ -14,6 +14,17 @@ class CallbackTime:
     seconds: float
     calls: int
     bytes_written: int | None = None  # by the fit's thread inside it; None: not readable here
+    # its slowest call in the fit: one-time work (TensorBoard writes the model's graph at the
+    # first batch end, ~130 ms) that no other call repeats; None: recorded before it was kept
+    slowest: float | None = None
+
+    @property
+    def repeated_seconds(self) -> float:
+        """Its time less its slowest call, for a hook called more than once: what it costs
+        again and again, which a longer fit multiplies."""
+        if self.calls > 1 and self.slowest is not None:
+            return self.seconds - self.slowest
+        return self.seconds
 
 
 @dataclass(frozen=True)
