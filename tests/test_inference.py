@@ -126,3 +126,14 @@ def test_a_long_fits_epochs_read_first_last_and_a_count():
     epochs = (0.839, 0.512, 0.498, *([0.5] * 94), 0.502, 0.497)
     record = make_record(fits=(FitRecord(seconds=sum(epochs), epochs=99, epoch_seconds=epochs),))
     assert "epochs [839 ms, 512 ms, 498 ms, … 94 more …, 502 ms, 497 ms]" in fmt_fit(record)
+
+
+def test_fits_in_a_loop_that_all_failed_read_so():
+    from helpers import make_record
+
+    from keras_nbguard.records.calls import FitRecord
+    from keras_nbguard.records.formatting import fmt_fit
+
+    failed = FitRecord(seconds=0.1, epochs=None, completed=False)
+    text = fmt_fit(make_record(fits=(failed,) * 5, fit_seconds=None))
+    assert text == "n/a in 5 fits; 5 failed before their first epoch ended"

@@ -78,26 +78,21 @@ def _fmt_many_fits(record: RunRecord) -> str:
     """``13.2 s in 40 fits: 1.53 s first, then 258–412 ms each; 40 epochs, batch 128, your
     callbacks 12 ms``."""
     trained = [f for f in record.fits if f.reached_training]
-    times = [f.seconds for f in trained]
     text = f"{fmt_seconds(record.fit_seconds)} in {len(record.fits)} fits"
-    if times:
+    if trained:
+        times = [f.seconds for f in trained]
         later = times[1:]
         then = f", then {_fmt_range(min(later), max(later))} each" if later else ""
-        text += f": {fmt_seconds(times[0])} first{then}"
-    epochs = sum(len(f.epoch_seconds) for f in trained)
-    sizes = sorted({f.batch_size for f in trained}, key=lambda b: (b is None, b or 0))
-    batch = (
-        "batch set by your input"
-        if sizes == [None]
-        else f"batch {sizes[0]}"
-        if len(sizes) == 1
-        else f"batches {', '.join('set by your input' if b is None else str(b) for b in sizes)}"
-    )
-    callbacks = [f.callback_seconds for f in trained if f.callback_seconds is not None]
-    text += f"; {epochs} epochs, {batch}, your callbacks "
-    text += fmt_seconds(sum(callbacks)) if callbacks else NA
-    failed = len(record.fits) - len(trained)
-    if failed:
+        epochs = sum(len(f.epoch_seconds) for f in trained)
+        sizes = sorted({f.batch_size for f in trained}, key=lambda b: (b is None, b or 0))
+        said = ["set by your input" if b is None else str(b) for b in sizes]
+        batch = f"batch {said[0]}" if len(said) == 1 else f"batches {', '.join(said)}"
+        callbacks = [f.callback_seconds for f in trained if f.callback_seconds is not None]
+        text += (
+            f": {fmt_seconds(times[0])} first{then}; {epochs} epochs, {batch}, your callbacks "
+            f"{fmt_seconds(sum(callbacks)) if callbacks else NA}"
+        )
+    if failed := len(record.fits) - len(trained):
         text += f"; {failed} failed before their first epoch ended"
     return text
 
