@@ -396,6 +396,14 @@ def test_free_button_says_when_the_action_is_not_there(board):
         assert "free: not available in this build" in bottom(board)
 
 
+def cleared(reports: str) -> bool:
+    """Whether the reports show a clear that ran: "cleared" once Keras is imported, "Keras is
+    not imported; ran gc" before (as in a process that runs this file's tests alone)."""
+    return any(
+        f"clear_session: {done}" in reports for done in ("cleared", "Keras is not imported; ran gc")
+    )
+
+
 def test_a_click_during_a_run_is_queued_then_done(board):
     session = board.session
     with using(session), keras_nbguard.track("busy"):
@@ -404,7 +412,7 @@ def test_a_click_during_a_run_is_queued_then_done(board):
         clicker.join()
         assert "clear_session: queued: runs when 'busy' ends" in bottom(board)
         assert "running: busy #1" in board._top.value
-    assert "clear_session: cleared" in bottom(board).split("queued")[0]  # newest first
+    assert cleared(bottom(board).split("queued")[0])  # newest first
 
 
 def test_a_click_on_a_subshell_during_an_untracked_cell_waits_for_the_cell(board):
@@ -413,9 +421,9 @@ def test_a_click_on_a_subshell_during_an_untracked_cell_waits_for_the_cell(board
     clicker.start()
     clicker.join()
     assert "clear_session: queued: runs when the running cell ends" in bottom(board)
-    assert "clear_session: cleared" not in bottom(board)
+    assert not cleared(bottom(board))
     board._after_cell()
-    assert "clear_session: cleared" in bottom(board)
+    assert cleared(bottom(board))
     board.buttons["reset_history"].click()  # on the main thread: that cell is over, now
     assert "reset_history: hid" in bottom(board)
 
