@@ -169,8 +169,11 @@ def test_predict_called_batch_by_batch_is_named_with_what_to_call_instead():
             folded = folded.folded(one)
         return make_record(label="gen", run_number=1, wall_seconds=wall, inference=(folded,))
 
-    (finding,) = diagnose([with_calls("predict", 80, 4.67)])
+    found = diagnose([with_calls("predict", 80, 4.67)])
+    (finding,) = found
     assert finding.kind == "inference_loop"
+    # in a notebook the call to type reads as code, not between backticks
+    assert "call <code>model.predict_on_batch(x)</code>: no setup" in found._repr_html_()
     assert finding.message.startswith(
         "80 predict calls of one batch each took 4.67 s in gen #1 (58 ms a call, 58% of the run)"
     )

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from keras_nbguard.diagnosis.findings import Finding
+from keras_nbguard.records.formatting import html_code
 
 SHOWN = 5
 
@@ -38,8 +39,8 @@ def findings_html(findings: Sequence[Finding], records: int) -> str:
     if not findings:
         return "<div class='nbguard-findings'><b>Findings</b>: none, nothing stands out</div>"
     items = "".join(
-        f"<li><b>{html.escape(f.kind)}</b>: {html.escape(f.message)}<br>"
-        f"<i>→ {html.escape(f.advice)}</i></li>"
+        f"<li><b>{html.escape(f.kind)}</b>: {html_code(f.message)}<br>"
+        f"<i>→ {html_code(f.advice)}</i></li>"
         for f in findings[:SHOWN]
     )
     more = (

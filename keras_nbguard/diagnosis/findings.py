@@ -95,9 +95,11 @@ class Findings(list[Finding]):
     def _repr_html_(self) -> str:
         if not self:
             return "<p>keras_nbguard: no finding — nothing stands out.</p>"
+        from keras_nbguard.records.formatting import html_code  # formatting imports records
+
         items = "".join(
-            f"<li><b>{html.escape(f.kind)}</b>: {html.escape(f.message)}<br>"
-            f"<i>{html.escape(f.advice)}</i></li>"
+            f"<li><b>{html.escape(f.kind)}</b>: {html_code(f.message)}<br>"
+            f"<i>{html_code(f.advice)}</i></li>"
             for f in self
         )
         return f"<ul>{items}</ul>"

@@ -3,12 +3,22 @@ sizes in KiB, so that a small model never reads "0.0 MiB"."""
 
 from __future__ import annotations
 
+import html
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from keras_nbguard.records.run import CleanReport, GpuReading, Growth, HeldModels, RunRecord
 
 NA = "n/a"
+_BACKTICKED = re.compile(r"`([^`]+)`")
+
+
+def html_code(text: str) -> str:
+    """``text`` escaped for HTML, with its backticked spans (a name, a call to type) shown as
+    code, as a notebook shows Markdown: ``model.predict_on_batch(x)``, not its backticks."""
+    escaped = html.escape(text)
+    return _BACKTICKED.sub(r"<code>\1</code>", escaped) if "`" in escaped else escaped
 
 
 def fmt_params(params: dict[str, Any] | None) -> str:

@@ -23,6 +23,7 @@ from keras_nbguard.records.formatting import (
     fmt_seconds,
     fmt_stale,
     fmt_traces,
+    html_code,
 )
 
 STATUSES = ("ok", "error", "interrupted", "oom", "died")  # died: the kernel was killed mid-run
@@ -315,7 +316,7 @@ class RunRecord:
         colour = {"ok": "#2e7d32", "error": "#c62828", "oom": "#c62828"}.get(self.status, "#ef6c00")
         cells = "".join(
             f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(name)}</th>"
-            f"<td style='text-align:left'>{html.escape(value)}</td></tr>"
+            f"<td style='text-align:left'>{html_code(value)}</td></tr>"
             for name, value in rows[1:]
         )
         return (
