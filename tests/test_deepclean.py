@@ -274,3 +274,33 @@ def test_without_tensorflow_there_is_nothing_to_clean_and_nothing_is_imported():
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_a_runs_clear_keeps_tensorflows_kernel_cache_and_every_other_clear_empties_it(
+    keras_shell, monkeypatch
+):
+    # A model kept across runs (keras.io's text generation) instantiated its functions anew at
+    # each run's fit once the cache was emptied: +200-270 ms a fit. The run's clear keeps it;
+    # the user's own clear_session, the button and free() still empty it.
+    from helpers import run
+    from tensorflow.python.eager import context
+
+    from keras_nbguard import free
+    from keras_nbguard.prepare.actions import clear_keras_session
+
+    emptied: list[str] = []
+    real = context.Context.clear_kernel_cache
+    monkeypatch.setattr(
+        context.Context, "clear_kernel_cache", lambda self: emptied.append("x") or real(self)
+    )
+    cell = "%%kerasrun --quiet --label kc\nmodel = make_model()\nmodel.fit(x, y, verbose=0)\n"
+    assert run(keras_shell, cell).success  # (one whose clear starts TensorFlow may empty it)
+    emptied.clear()
+    assert run(keras_shell, cell).success and run(keras_shell, cell).success
+    assert emptied == []  # both runs cleared the session, neither emptied the cache
+    assert "clear_kernel_cache" not in vars(context.context())  # nothing of ours left on it
+    user = "%%kerasrun --quiet --label kc\nkeras.utils.clear_session()\n"
+    assert run(keras_shell, user).success and emptied == ["x"]  # the user's own, in a run
+    clear_keras_session()
+    free()
+    assert len(emptied) >= 3

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from keras_nbguard import backends
 from keras_nbguard.backends import DEFAULT_POLICY
-from keras_nbguard.prepare import gpu_setup, tracing_warnings
+from keras_nbguard.prepare import deepclean, gpu_setup, tracing_warnings
 from keras_nbguard.records.options import (
     RunOptions,  # checked in options.py; here, what a run is prepared with
 )
@@ -38,8 +38,13 @@ def prepare(
     if options.mixed_precision and not kerases:
         kerases = _import_for_policy(result)  # the user asked for a Keras policy: the price
     if options.clear and kerases:
-        for keras in kerases:  # no gc here: the run collects once, after it let go of all
-            result.warnings += clear_keeping_policy(keras, options.mixed_precision, collect=False)
+        # no gc here: the run collects once, after it let go of all; TensorFlow's kernel cache
+        # stays (a kept model would instantiate its functions anew: deepclean.kernel_cache_kept)
+        with deepclean.kernel_cache_kept():
+            for keras in kerases:
+                result.warnings += clear_keeping_policy(
+                    keras, options.mixed_precision, collect=False
+                )
         result.cleared = True
     elif options.mixed_precision and not options.clear:
         for keras in kerases:
