@@ -114,8 +114,15 @@ def measure_apart(setup: str, train: str, runs: int, rounds: int) -> dict:
             got = _child(SEQUENCE, [setup, train, runs, way == "magic"])
             if "error" in got:
                 return got
-            times[way] += got["times"]
+            _add_kernel(times, way, got["times"])
     return times
+
+
+def _add_kernel(times: dict, way: str, runs: list[float]) -> None:
+    """One kernel's re-runs into ``times``, and its median apart (``kernels``): kernels of one
+    way differ by more than the magic costs on some examples, and the verdict should show it."""
+    times[way] += runs
+    times.setdefault("kernels", {"bare": [], "magic": []})[way].append(statistics.median(runs))
 
 
 def measure_jupyter(setup: str, train: str, runs: int, rounds: int) -> dict:
@@ -133,7 +140,7 @@ def measure_jupyter(setup: str, train: str, runs: int, rounds: int) -> dict:
                     _execute(client, "%load_ext keras_nbguard")
                 _execute(client, setup)
                 cell = ("%%kerasrun --label bench\n" if way == "magic" else "") + train
-                times[way] += [_execute(client, cell) for _ in range(runs + 1)][1:]  # warmed up
+                _add_kernel(times, way, [_execute(client, cell) for _ in range(runs + 1)][1:])
             except RuntimeError as exc:
                 return {"error": [str(exc)]}
             finally:
@@ -244,6 +251,19 @@ def _each_way(chosen: list[str], cases: dict, measured: Any) -> None:
             print(f"  {name:<20} failed: {times['error']}")
             continue
         print(verdict(name, times))
+        kernels = times.get("kernels")
+        if kernels:
+            print(f"  {'':<20} {_kernels_line(kernels)}")
+
+
+def _kernels_line(kernels: dict[str, list[float]]) -> str:
+    """Each kernel's median, by way, and how far kernels of one way lie apart."""
+    spread = max(max(each) - min(each) for each in kernels.values())
+    return (
+        f"each kernel's median: bare {', '.join(f'{t:.3f}' for t in kernels['bare'])} s; "
+        f"%%kerasrun {', '.join(f'{t:.3f}' for t in kernels['magic'])} s "
+        f"(kernels of one way up to {spread * 1000:.0f} ms apart)"
+    )
 
 
 if __name__ == "__main__":
