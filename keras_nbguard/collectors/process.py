@@ -161,8 +161,9 @@ class RssSampler:
             if self._watch is not None:
                 try:
                     self._next = self._watch.begin(self.interval)
-                except OSError:  # it ended meanwhile: sample here
+                except OSError:  # it ended: sample here, and from now on
                     self._watch = None
+                    _helper_ended()
         self._started = True
         if not _shared_thread().take_on(self):  # it is sampling another run: a thread of our own
             _thread.start_new_thread(self._loop, ())
@@ -300,14 +301,12 @@ _watch_failed_for: int | None = None
 def _helper() -> RssWatch | None:
     """This process's helper (started on first use), or None where there is none: no /proc (not
     Linux), it could not be started, or it ended (then runs go back to a sampling thread rather
-    than start a helper each time)."""
+    than start a helper each time). Whether it lives is not asked here (a system call a run):
+    a run's ``begin`` finds out, its write to a helper gone raising, and calls _helper_ended."""
     global _watch, _watch_failed_for
     pid = os.getpid()
     if _watch is not None and _watch.pid == pid:  # (a forked child starts one of its own)
-        if _watch.alive():
-            return _watch
-        _watch.close()
-        _watch, _watch_failed_for = None, pid
+        return _watch
     if _watch_failed_for == pid or not os.path.exists(f"/proc/{pid}/statm"):
         return None
     try:
@@ -316,3 +315,11 @@ def _helper() -> RssWatch | None:
         _watch_failed_for = pid
         return None
     return _watch
+
+
+def _helper_ended() -> None:
+    """The helper is gone: runs sample with a thread in this process from now on."""
+    global _watch, _watch_failed_for
+    if _watch is not None:
+        _watch.close()
+    _watch, _watch_failed_for = None, os.getpid()
