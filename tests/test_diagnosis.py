@@ -308,7 +308,20 @@ def test_compare_names_runs_in_the_users_terms():
     assert (first.run_number, second.run_number) == (1, 3)  # a label alone: its last run
     rows = {name: rest for name, *rest in Comparison(first, second).rows()}
     assert rows["fit"] == ["1.10 s", "1.30 s", "+200 ms"]
-    assert rows["tf.function traces"] == ["n/a", "n/a", "n/a"]  # unknown, never 0
+    assert rows["tf.function traces"] == ["n/a (not counted)"] * 2 + ["n/a"]  # never 0
+    assert rows["gpu peak"][:2] == ["n/a (no GPU: TensorFlow sees none)"] * 2
+    one_epoch = dataclasses.replace(
+        first.fits[0], epochs=1, epoch_seconds=(0.7,), callback_seconds=None
+    )
+    plain = dataclasses.replace(second, fits=(), fit_seconds=None, trace_reason="no tf.function")
+    rows = {
+        name: rest
+        for name, *rest in Comparison(dataclasses.replace(first, fits=(one_epoch,)), plain).rows()
+    }  # every n/a says why: the first epoch traces, the other run fit nothing
+    assert rows["epoch (mean, after the first)"] == ["n/a (one epoch)", "n/a (no fit)", "n/a"]
+    assert rows["your callbacks"][:2] == ["n/a (not timed)", "n/a (no fit)"]
+    assert rows["fit"] == ["1.10 s", "n/a (no fit)", "n/a"]
+    assert rows["tf.function traces"][1] == "n/a (no tf.function)"
     same = "retracing: 12 tf.function traces in my mlp #{} (12 per fit) — %nbguard diagnose"
     kept = Comparison(
         dataclasses.replace(first, findings=(same.format(1),)),

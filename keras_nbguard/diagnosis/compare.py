@@ -47,7 +47,10 @@ def compare_runs(records: Sequence[RunRecord], specs: Sequence[str]) -> Comparis
     return Comparison(find_run(records, specs[0]), find_run(records, specs[1]))
 
 
-Figure = tuple[str, Callable[[RunRecord], float | None], Callable[[float | None, bool], str]]
+Value = Callable[[RunRecord], float | None]
+Show = Callable[[float | None, bool], str]
+Why = Callable[[RunRecord], str]  # why a run's figure is unknown, in a few words
+Figure = tuple[str, Value, Show, Why]
 
 
 def _seconds(value: float | None, signed: bool = False) -> str:
@@ -72,18 +75,27 @@ def _callbacks(record: RunRecord) -> float | None:
     return sum(values) if values else None
 
 
+def _no_fit_or(otherwise: str) -> Why:
+    return lambda record: "no fit" if not record.fits else otherwise
+
+
+def _said(reason: str) -> Why:
+    return lambda record: reason
+
+
 FIGURES: tuple[Figure, ...] = (
-    ("wall", lambda r: r.wall_seconds, _seconds),
-    ("fit", lambda r: r.fit_seconds, _seconds),
-    ("epoch (mean, after the first)", _mean_epoch, _seconds),
-    ("your callbacks", _callbacks, _seconds),
-    ("prepare", lambda r: r.prepare_seconds, _seconds),
-    ("rss before", lambda r: r.rss_before, _bytes),
-    ("rss after", lambda r: r.rss_after, _bytes),
-    ("rss peak", lambda r: r.rss_peak, _bytes),
-    ("gpu peak", lambda r: r.gpu.tf_peak, _bytes),
-    ("tf.function traces", lambda r: r.traces, _count),
-    ("tf.data traces", lambda r: r.dataset_traces, _count),
+    ("wall", lambda r: r.wall_seconds, _seconds, _said("not timed")),
+    ("fit", lambda r: r.fit_seconds, _seconds, _no_fit_or("not timed")),
+    # the first epoch traces: a fit of one epoch has none after it
+    ("epoch (mean, after the first)", _mean_epoch, _seconds, _no_fit_or("one epoch")),
+    ("your callbacks", _callbacks, _seconds, _no_fit_or("not timed")),
+    ("prepare", lambda r: r.prepare_seconds, _seconds, _said("nothing prepared")),
+    ("rss before", lambda r: r.rss_before, _bytes, _said("unreadable")),
+    ("rss after", lambda r: r.rss_after, _bytes, _said("unreadable")),
+    ("rss peak", lambda r: r.rss_peak, _bytes, _said("unreadable")),
+    ("gpu peak", lambda r: r.gpu.tf_peak, _bytes, lambda r: r.gpu.reason or "unknown"),
+    ("tf.function traces", lambda r: r.traces, _count, lambda r: r.trace_reason or "not counted"),
+    ("tf.data traces", lambda r: r.dataset_traces, _count, _said("not counted")),
 )
 
 
@@ -93,12 +105,20 @@ class Comparison:
     second: RunRecord
 
     def rows(self) -> list[tuple[str, str, str, str]]:
-        """(figure, first, second, change); "n/a" where either side is unknown."""
+        """(figure, first, second, change); "n/a (why)" where a side is unknown, and the change
+        then "n/a" (the side says why)."""
         rows = [("status", self.first.status, self.second.status, "")]
-        for name, value, show in FIGURES:
+        for name, value, show, why in FIGURES:
             a, b = value(self.first), value(self.second)
             change = show(b - a, True) if a is not None and b is not None else NA
-            rows.append((name, show(a, False), show(b, False), change))
+            rows.append(
+                (
+                    name,
+                    show(a, False) if a is not None else f"{NA} ({why(self.first)})",
+                    show(b, False) if b is not None else f"{NA} ({why(self.second)})",
+                    change,
+                )
+            )
         return rows
 
     def findings(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
