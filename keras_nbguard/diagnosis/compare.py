@@ -84,12 +84,12 @@ def _said(reason: str) -> Why:
 
 
 FIGURES: tuple[Figure, ...] = (
-    ("wall", lambda r: r.wall_seconds, _seconds, _said("not timed")),
+    ("wall", lambda r: r.wall_seconds, _seconds, _said("not recorded")),
     ("fit", lambda r: r.fit_seconds, _seconds, _no_fit_or("not timed")),
     # the first epoch traces: a fit of one epoch has none after it
     ("epoch (mean, after the first)", _mean_epoch, _seconds, _no_fit_or("one epoch")),
     ("your callbacks", _callbacks, _seconds, _no_fit_or("not timed")),
-    ("prepare", lambda r: r.prepare_seconds, _seconds, _said("nothing prepared")),
+    ("prepare", lambda r: r.prepare_seconds, _seconds, _said("not recorded")),
     ("rss before", lambda r: r.rss_before, _bytes, _said("unreadable")),
     ("rss after", lambda r: r.rss_after, _bytes, _said("unreadable")),
     ("rss peak", lambda r: r.rss_peak, _bytes, _said("unreadable")),
