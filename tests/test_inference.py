@@ -128,6 +128,25 @@ def test_a_long_fits_epochs_read_first_last_and_a_count():
     assert "epochs [839 ms, 512 ms, 498 ms, … 94 more …, 502 ms, 497 ms]" in fmt_fit(record)
 
 
+def test_a_fits_time_outside_its_epochs_is_said_where_they_dont_add_up():
+    # keras.io's weather forecasting: 1-2.4 s after on_train_end before fit returned, some runs
+    from helpers import make_record
+
+    from keras_nbguard.records.calls import FitRecord
+    from keras_nbguard.records.formatting import fmt_fit
+
+    def fit_row(seconds: float, epochs: tuple[float, ...], completed: bool = True) -> str:
+        fit = FitRecord(seconds=seconds, epochs=len(epochs), epoch_seconds=epochs,
+                        completed=completed)  # fmt: skip
+        return fmt_fit(make_record(fit_seconds=seconds, fits=(fit,)))
+
+    assert "epochs [3.88 s] (+2.05 s outside them), batch" in fit_row(5.93, (3.88,))
+    assert "+700 ms outside them" in fit_row(1.2, (0.5,))
+    assert "outside" not in fit_row(1.2, (0.9,))  # under half a second: an iterator made
+    assert "outside" not in fit_row(30.0, (29.0,))  # a second, but not a fifth of the fit
+    assert "outside" not in fit_row(9.0, (3.88,), completed=False)  # stopped inside an epoch
+
+
 def test_fits_in_a_loop_that_all_failed_read_so():
     from helpers import make_record
 

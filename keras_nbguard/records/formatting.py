@@ -8,6 +8,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from keras_nbguard.records.calls import FitRecord
     from keras_nbguard.records.run import CleanReport, GpuReading, Growth, HeldModels, RunRecord
 
 NA = "n/a"
@@ -70,9 +71,25 @@ def fmt_fit(record: RunRecord) -> str:
         bs = "set by your input" if fit.batch_size is None else str(fit.batch_size)
         cb = fmt_seconds(fit.callback_seconds)
         parts.append(
-            f"{prefix}epochs [{_fmt_epochs(fit.epoch_seconds)}], batch {bs}, your callbacks {cb}"
+            f"{prefix}epochs [{_fmt_epochs(fit.epoch_seconds)}]{_outside_epochs(fit)}, "
+            f"batch {bs}, your callbacks {cb}"
         )
     return "; ".join(parts)
+
+
+OUTSIDE_SHOWN = 0.5  # seconds, and a fifth of the fit: time a fit spent outside its epochs
+
+
+def _outside_epochs(fit: FitRecord) -> str:
+    """`` (+2.05 s outside them)``, where a finished fit spent much of its time before its first
+    epoch or after its last (keras.io's weather forecasting: 1-2.4 s after ``on_train_end``,
+    bare as under the magic, its tf.data iterators going): the epochs alone don't add up."""
+    if not fit.completed or not fit.epoch_seconds:
+        return ""  # a fit stopped in an epoch: that epoch's time is in no figure
+    outside = fit.seconds - sum(fit.epoch_seconds)
+    if outside < max(OUTSIDE_SHOWN, 0.2 * fit.seconds):
+        return ""
+    return f" (+{fmt_seconds(outside)} outside them)"
 
 
 def _fmt_epochs(seconds: tuple[float, ...]) -> str:
