@@ -83,7 +83,7 @@ OUTSIDE_SHOWN = 0.5  # seconds, and a fifth of the fit: time a fit spent outside
 def _outside_epochs(fit: FitRecord) -> str:
     """`` (+2.05 s outside them)``, where a finished fit spent much of its time before its first
     epoch or after its last (keras.io's weather forecasting: 1-2.4 s after ``on_train_end``,
-    bare as under the magic, its tf.data iterators going): the epochs alone don't add up."""
+    bare as under the magic; most likely its tf.data iterators going): the epochs don't add up."""
     if not fit.completed or not fit.epoch_seconds:
         return ""  # a fit stopped in an epoch: that epoch's time is in no figure
     outside = fit.seconds - sum(fit.epoch_seconds)
