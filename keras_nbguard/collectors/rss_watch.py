@@ -71,9 +71,6 @@ class RssWatch:
         self._path = path
         self.pid = pid
 
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
     def begin(self, interval: float) -> int:
         """A run starts sampling; returns the number written so far (its first index).
         ``OSError`` if the helper is gone."""
