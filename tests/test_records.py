@@ -5,7 +5,8 @@ import dataclasses
 import pytest
 from helpers import make_record
 
-from keras_nbguard.records.run import RunRecord
+from keras_nbguard.records.run import GpuReading, RunRecord
+from keras_nbguard.records.tables import runs_table
 
 
 def test_dict_round_trip_keeps_every_field():
@@ -18,10 +19,11 @@ def test_unknown_figures_show_as_na_never_zero():
         rss_before=None, rss_after=None, rss_peak=None, traces=None, fit_seconds=None, fits=()
     )
     text = dict(record.summary_rows())
-    assert text["rss"] == "n/a → n/a (peak n/a)"
-    assert text["traces"] == "n/a"
+    assert text["rss"] == "n/a (RSS unreadable)"
+    assert text["traces"] == "n/a (not counted)"
     assert text["gpu"] == "n/a (no GPU: TensorFlow sees none)"
     assert "0" not in text["rss"]
+    assert text["fit"] == "no fit in this run"
 
 
 def test_deltas_against_previous_run_of_the_label():
@@ -84,3 +86,31 @@ def test_a_size_under_a_kib_is_said_in_bytes_not_as_zero():
     assert fmt_size(1536) == "1.5 KiB"
     assert fmt_size(3 * 2**20) == "3.0 MiB"
     assert fmt_size(None) == "n/a"
+
+
+def test_the_runs_table_says_why_each_figure_is_unknown():
+    first = make_record(fit_seconds=None, fits=(), traces=None, trace_reason="no tf.function")
+    second = make_record(run_number=2, traces=None).compared_to(first)
+    table = runs_table([first, second])
+    (row1, row2) = table.rows
+    columns = dict(zip(table.header, zip(row1, row2, strict=True), strict=True))
+    notes = dict(line.split(" ", 1) for line in table.notes)
+    assert notes == {
+        "n/a¹": "no fit",
+        "n/a²": "first run of its label",
+        "n/a³": "no GPU: TensorFlow sees none",
+        "n/a⁴": "no tf.function",
+        "n/a⁵": "no fit in the run before",
+        "n/a⁶": "not counted",
+    }
+    assert columns["fit"] == ("n/a¹", "1.20 s")
+    assert columns["Δ fit"] == ("n/a²", "n/a⁵")
+    assert columns["Δ RSS"] == ("n/a²", "+0.0 MiB")
+    assert columns["GPU peak"] == ("n/a³", "n/a³")  # each reason once, however many cells
+    assert columns["traces"] == ("n/a⁴", "n/a⁶")
+    assert table.text().endswith("\n".join(table.notes))
+    assert "<div>n/a⁶ not counted</div>" in table._repr_html_()
+    # nothing unknown: no marks, no notes
+    gpu = GpuReading(tf_peak=2**20)
+    known = make_record(run_number=2, gpu=gpu).compared_to(make_record(gpu=gpu))
+    assert runs_table([known]).notes == () and "n/a" not in runs_table([known]).text()

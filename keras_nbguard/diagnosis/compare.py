@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from keras_nbguard.records import unknowns
 from keras_nbguard.records.formatting import NA, fmt_bytes, fmt_seconds
 from keras_nbguard.records.run import RunRecord
 
@@ -75,26 +76,22 @@ def _callbacks(record: RunRecord) -> float | None:
     return sum(values) if values else None
 
 
-def _no_fit_or(otherwise: str) -> Why:
-    return lambda record: "no fit" if not record.fits else otherwise
-
-
 def _said(reason: str) -> Why:
     return lambda record: reason
 
 
 FIGURES: tuple[Figure, ...] = (
     ("wall", lambda r: r.wall_seconds, _seconds, _said("not recorded")),
-    ("fit", lambda r: r.fit_seconds, _seconds, _no_fit_or("not timed")),
+    ("fit", lambda r: r.fit_seconds, _seconds, unknowns.fit_unknown),
     # the first epoch traces: a fit of one epoch has none after it
-    ("epoch (mean, after the first)", _mean_epoch, _seconds, _no_fit_or("one epoch")),
-    ("your callbacks", _callbacks, _seconds, _no_fit_or("not timed")),
+    ("epoch (mean, after the first)", _mean_epoch, _seconds, unknowns.epoch_unknown),
+    ("your callbacks", _callbacks, _seconds, unknowns.fit_unknown),
     ("prepare", lambda r: r.prepare_seconds, _seconds, _said("not recorded")),
     ("rss before", lambda r: r.rss_before, _bytes, _said("unreadable")),
     ("rss after", lambda r: r.rss_after, _bytes, _said("unreadable")),
     ("rss peak", lambda r: r.rss_peak, _bytes, _said("unreadable")),
-    ("gpu peak", lambda r: r.gpu.tf_peak, _bytes, lambda r: r.gpu.reason or "unknown"),
-    ("tf.function traces", lambda r: r.traces, _count, lambda r: r.trace_reason or "not counted"),
+    ("gpu peak", lambda r: r.gpu.tf_peak, _bytes, unknowns.gpu_unknown),
+    ("tf.function traces", lambda r: r.traces, _count, unknowns.traces_unknown),
     ("tf.data traces", lambda r: r.dataset_traces, _count, _said("not counted")),
 )
 

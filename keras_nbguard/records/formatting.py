@@ -7,6 +7,8 @@ import html
 import re
 from typing import TYPE_CHECKING, Any
 
+from keras_nbguard.records import unknowns
+
 if TYPE_CHECKING:
     from keras_nbguard.records.calls import FitRecord
     from keras_nbguard.records.run import CleanReport, GpuReading, Growth, HeldModels, RunRecord
@@ -117,7 +119,7 @@ def _fmt_many_fits(record: RunRecord) -> str:
         callbacks = [f.callback_seconds for f in trained if f.callback_seconds is not None]
         text += (
             f": {fmt_seconds(times[0])} first{then}; {epochs} epochs, {batch}, your callbacks "
-            f"{fmt_seconds(sum(callbacks)) if callbacks else NA}"
+            f"{fmt_seconds(sum(callbacks)) if callbacks else NA + ' (not timed)'}"
         )
     if failed := len(record.fits) - len(trained):
         text += f"; {failed} failed before their first epoch ended"
@@ -247,7 +249,7 @@ def fmt_released(held: HeldModels) -> str:
 
 def fmt_traces(record: RunRecord) -> str:
     if record.traces is None:
-        return f"{NA} ({record.trace_reason})" if record.trace_reason else NA
+        return f"{NA} ({unknowns.traces_unknown(record)})"
     text = f"{record.traces} {record.trace_kind}"
     if record.trace_kind == "tf.function":
         data = NA if record.dataset_traces is None else str(record.dataset_traces)

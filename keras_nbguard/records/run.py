@@ -8,8 +8,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from keras_nbguard.records import unknowns
 from keras_nbguard.records.calls import FitRecord, InferenceRecord
 from keras_nbguard.records.formatting import (
+    NA,
     clean_worth_showing,
     fmt_bytes,
     fmt_clean,
@@ -249,6 +251,14 @@ class RunRecord:
             return "the kernel's, in parts on the isolated line"
         return "the cell's own code"
 
+    def _rss_row(self) -> str:
+        if self.rss_before is None and self.rss_after is None and self.rss_peak is None:
+            return f"{NA} ({unknowns.RSS_UNREADABLE})"
+        return (
+            f"{fmt_bytes(self.rss_before)} → {fmt_bytes(self.rss_after)} "
+            f"(peak {fmt_bytes(self.rss_peak)})"
+        )
+
     def summary_rows(self) -> list[tuple[str, str]]:
         """(name, value) rows shared by the text and HTML summaries."""
         rows = [
@@ -261,11 +271,7 @@ class RunRecord:
             ),
             ("fit", fmt_fit(self)),
             *([("inference", fmt_inference(self))] if self.inference else []),
-            (
-                "rss",
-                f"{fmt_bytes(self.rss_before)} → {fmt_bytes(self.rss_after)} "
-                f"(peak {fmt_bytes(self.rss_peak)})",
-            ),
+            ("rss", self._rss_row()),
             ("gpu", fmt_gpu(self.gpu)),
             ("traces", fmt_traces(self)),
             ("vs previous", fmt_deltas(self)),

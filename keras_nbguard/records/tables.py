@@ -6,7 +6,8 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from keras_nbguard.records.formatting import fmt_bytes, fmt_params, fmt_seconds
+from keras_nbguard.records import unknowns
+from keras_nbguard.records.formatting import NA, fmt_bytes, fmt_params, fmt_seconds
 from keras_nbguard.records.run import RunRecord
 
 COLUMNS = (
@@ -24,29 +25,61 @@ COLUMNS = (
 )
 
 
-def run_row(r: RunRecord) -> tuple[str, ...]:
+class Footnotes:
+    """Numbered reasons for a table's "n/a" cells: a reason per cell would not fit a column, so
+    each cell reads "n/a¹" and the table ends with what ¹ means (each reason once)."""
+
+    MARKS = "¹²³⁴⁵⁶⁷⁸⁹"
+
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+
+    def na(self, reason: str) -> str:
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+        return NA + self._mark(self.reasons.index(reason))
+
+    def lines(self) -> list[str]:
+        """A line per reason ("n/a¹ no fit"), in the order the cells first used them."""
+        return [f"{NA}{self._mark(i)} {reason}" for i, reason in enumerate(self.reasons)]
+
+    def _mark(self, number: int) -> str:
+        return self.MARKS[number] if number < len(self.MARKS) else f"[{number + 1}]"
+
+
+def run_row(r: RunRecord, notes: Footnotes) -> tuple[str, ...]:
+    def known(text: str, why: str) -> str:
+        return notes.na(why) if text == NA else text
+
     return (
         r.label,
         str(r.run_number),
         r.status,
         fmt_seconds(r.wall_seconds),
-        fmt_seconds(r.fit_seconds),
-        fmt_seconds(r.delta_fit_seconds, signed=True),
-        fmt_bytes(r.rss_after),
-        fmt_bytes(r.delta_rss_after, signed=True),
-        fmt_bytes(r.rss_peak),
-        fmt_bytes(r.gpu.tf_peak),
-        "n/a" if r.traces is None else str(r.traces),
+        known(fmt_seconds(r.fit_seconds), unknowns.fit_unknown(r)),
+        known(fmt_seconds(r.delta_fit_seconds, signed=True), unknowns.delta_fit_unknown(r)),
+        known(fmt_bytes(r.rss_after), unknowns.RSS_UNREADABLE),
+        known(fmt_bytes(r.delta_rss_after, signed=True), unknowns.delta_rss_unknown(r)),
+        known(fmt_bytes(r.rss_peak), unknowns.RSS_UNREADABLE),
+        known(fmt_bytes(r.gpu.tf_peak), unknowns.gpu_unknown(r)),
+        notes.na(unknowns.traces_unknown(r)) if r.traces is None else str(r.traces),
     )
 
 
 class Table:
     """A titled table that IPython shows as text or HTML."""
 
-    def __init__(self, title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    def __init__(
+        self,
+        title: str,
+        header: Sequence[str],
+        rows: Sequence[Sequence[str]],
+        notes: Sequence[str] = (),
+    ) -> None:
         self.title = title
         self.header = tuple(header)
         self.rows = [tuple(r) for r in rows]
+        self.notes = tuple(notes)  # lines under the table: what its marks mean
 
     def text(self) -> str:
         if not self.rows:
@@ -57,7 +90,7 @@ class Table:
         for row in (self.header, *self.rows):
             cells = (str(c).ljust(w) for c, w in zip(row, widths, strict=True))
             lines.append("  ".join(cells).rstrip())
-        return "\n".join(lines)
+        return "\n".join([*lines, *self.notes])
 
     def __repr__(self) -> str:
         return self.text()
@@ -71,18 +104,21 @@ class Table:
             "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
             for row in self.rows
         )
+        notes = "".join(f"<div>{html.escape(line)}</div>" for line in self.notes)
         return (
             f"<b>{html.escape(self.title)}</b><table><thead><tr>{head}</tr></thead>"
-            f"<tbody>{body}</tbody></table>"
+            f"<tbody>{body}</tbody></table>{notes}"
         )
 
 
 def runs_table(records: Sequence[RunRecord], title: str = "keras_nbguard runs") -> Table:
-    if not any(r.params for r in records):
-        return Table(title, COLUMNS, [run_row(r) for r in records])
-    # a sweep's runs: which point each was
-    rows = [(*run_row(r), fmt_params(r.params)) for r in records]
-    return Table(title, (*COLUMNS, "params"), rows)
+    notes = Footnotes()
+    rows: list[tuple[str, ...]] = [run_row(r, notes) for r in records]
+    header: tuple[str, ...] = COLUMNS
+    if any(r.params for r in records):  # a sweep's runs: which point each was
+        rows = [(*row, fmt_params(r.params)) for row, r in zip(rows, records, strict=True)]
+        header = (*COLUMNS, "params")
+    return Table(title, header, rows, notes.lines())
 
 
 def key_values(title: str, pairs: Sequence[tuple[str, str]]) -> Table:

@@ -1,0 +1,43 @@
+"""Why a run's figure is unknown, in a few words: what the "n/a" of a table, a comparison or a
+summary stands for. One place, so every view gives the same reason for the same gap."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the records' own formatting asks here too, and run.py imports it
+    from keras_nbguard.records.run import RunRecord
+
+FIRST_RUN = "first run of its label"
+RSS_UNREADABLE = "RSS unreadable"
+
+
+def fit_unknown(record: RunRecord) -> str:
+    if not record.fits:
+        return record.fit_reason or "no fit"
+    return "not timed"
+
+
+def epoch_unknown(record: RunRecord) -> str:
+    """Why there is no mean epoch after the first (which traces): no fit, or fits of one epoch."""
+    return fit_unknown(record) if not record.fits else "one epoch"
+
+
+def delta_fit_unknown(record: RunRecord) -> str:
+    if record.previous_run is None:
+        return FIRST_RUN
+    if record.fit_seconds is None:
+        return fit_unknown(record)
+    return "no fit in the run before"
+
+
+def delta_rss_unknown(record: RunRecord) -> str:
+    return FIRST_RUN if record.previous_run is None else RSS_UNREADABLE
+
+
+def gpu_unknown(record: RunRecord) -> str:
+    return record.gpu.reason or "GPU memory not read"
+
+
+def traces_unknown(record: RunRecord) -> str:
+    return record.trace_reason or "not counted"
