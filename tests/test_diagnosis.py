@@ -415,6 +415,31 @@ def test_a_summary_says_whose_the_memory_is_when_runs_leave_over_a_mib_with_no_f
     assert _after_each(yours)[-1].memory_note is None
 
 
+def test_diagnose_says_what_the_summarys_rss_trend_row_says():
+    """Asking why after a summary showed `rss trend +1.x MiB a run left …` must not answer
+    "nothing stands out" alone: the note comes with it, in the notebook's text and HTML."""
+    from keras_nbguard.board.findings_view import findings_html, findings_text
+
+    runs = _after_each(_text_example_steps())
+    found = diagnose(runs)
+    assert list(found) == [] and found.notes == (f"mlp #12: RSS {runs[-1].memory_note}",)
+    text = _pretty(found)
+    assert text.startswith("no finding: nothing stands out\nnote: mlp #12: RSS +1.")
+    assert "the framework&#x27;s own memory" in found._repr_html_()
+    assert "%%kerasrun --isolate keeps the kernel flat" in findings_html(found, len(runs))
+    assert findings_text(found) == [f"note: {found.notes[0]}"]
+    flat = _after_each(runs_of([1.0] * 12, [800 * MiB + i * MiB // 4 for i in range(12)]))
+    assert diagnose(flat).notes == () and _pretty(diagnose(flat)) == (
+        "no finding: nothing stands out"
+    )
+
+
+def _pretty(value) -> str:
+    from IPython.lib.pretty import pretty
+
+    return pretty(value)
+
+
 def _with_pool(runs, in_use, peak):
     return [
         dataclasses.replace(r, host_pool_in_use=u, host_pool_peak=p)

@@ -25,7 +25,7 @@ def current_findings(session: Any, warn: Callable[[str], object] | None = None) 
     warn = warn or getattr(session, "warn_once", None) or (lambda text: None)
     try:
         if hasattr(session, "live"):
-            return list(present(session))
+            return present(session)  # a list, with the rss trend notes
         mine = [r for r in session if r.pid in (None, os.getpid())]
         return [f for f in diagnose(mine) if f.kind != "stale_models"]
     except Exception as exc:
@@ -36,8 +36,11 @@ def current_findings(session: Any, warn: Callable[[str], object] | None = None) 
 def findings_html(findings: Sequence[Finding], records: int) -> str:
     if not records:
         return ""
+    notes = "".join(f"<div><i>note</i>: {html_code(note)}</div>" for note in _notes(findings))
     if not findings:
-        return "<div class='nbguard-findings'><b>Findings</b>: none, nothing stands out</div>"
+        return (
+            f"<div class='nbguard-findings'><b>Findings</b>: none, nothing stands out{notes}</div>"
+        )
     items = "".join(
         f"<li><b>{html.escape(f.kind)}</b>: {html_code(f.message)}<br>"
         f"<i>→ {html_code(f.advice)}</i></li>"
@@ -48,8 +51,15 @@ def findings_html(findings: Sequence[Finding], records: int) -> str:
         if len(findings) > SHOWN
         else ""
     )
-    return f"<div class='nbguard-findings'><b>Findings</b><ul>{items}</ul>{more}</div>"
+    return f"<div class='nbguard-findings'><b>Findings</b><ul>{items}</ul>{more}{notes}</div>"
 
 
 def findings_text(findings: Sequence[Finding]) -> list[str]:
-    return [f"finding: {f.text()}" for f in findings[:SHOWN]]
+    return [f"finding: {f.text()}" for f in findings[:SHOWN]] + [
+        f"note: {note}" for note in _notes(findings)
+    ]
+
+
+def _notes(findings: Sequence[Finding]) -> tuple[str, ...]:
+    """The rss trend notes ``diagnosis.present`` adds (none on a plain list of findings)."""
+    return getattr(findings, "notes", ())

@@ -43,12 +43,15 @@ def diagnose(
     takes the records' word (as they were when each run ended). ``recent``: the latest runs of
     each label whose own causes are read."""
     findings: list[Finding] = []
+    notes: list[str] = []
     by_label: dict[str, list[RunRecord]] = {}
     for record in records:
         by_label.setdefault(record.label, []).append(record)
     for runs in by_label.values():
         findings += _label_findings(runs[-WINDOW:], stale_now, recent)
-    return Findings(sorted(findings, key=lambda f: -f.weight))
+        if runs[-1].memory_note:  # the latest summary's rss trend row: no finding says it
+            notes.append(f"{name_of(runs[-1])}: RSS {runs[-1].memory_note}")
+    return Findings(sorted(findings, key=lambda f: -f.weight), notes)
 
 
 def _label_findings(

@@ -87,22 +87,30 @@ class Finding:
 
 
 class Findings(list[Finding]):
-    """``diagnose()``'s answer: most important first; shows itself in a notebook."""
+    """``diagnose()``'s answer: most important first; shows itself in a notebook. ``notes``: what
+    the runs' summaries say on their ``rss trend`` row (memory the framework keeps, no cause of
+    the user's), a line per label, so that asking why never contradicts the summary."""
+
+    def __init__(self, findings: Iterable[Finding] = (), notes: Sequence[str] = ()) -> None:
+        super().__init__(findings)
+        self.notes = tuple(notes)
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        p.text("\n".join(f.text() for f in self) if self else "no finding: nothing stands out")
+        lines = [f.text() for f in self] or ["no finding: nothing stands out"]
+        p.text("\n".join(lines + [f"note: {note}" for note in self.notes]))
 
     def _repr_html_(self) -> str:
-        if not self:
-            return "<p>keras_nbguard: no finding — nothing stands out.</p>"
         from keras_nbguard.records.formatting import html_code  # formatting imports records
 
+        notes = "".join(f"<p><i>note</i>: {html_code(note)}</p>" for note in self.notes)
+        if not self:
+            return f"<p>keras_nbguard: no finding — nothing stands out.</p>{notes}"
         items = "".join(
             f"<li><b>{html.escape(f.kind)}</b>: {html_code(f.message)}<br>"
             f"<i>{html_code(f.advice)}</i></li>"
             for f in self
         )
-        return f"<ul>{items}</ul>"
+        return f"<ul>{items}</ul>{notes}"
 
 
 class Trend:
