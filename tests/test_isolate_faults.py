@@ -244,6 +244,14 @@ def test_a_process_the_cell_left_running_is_named_and_ours_are_not(shell):
     assert run(shell, quiet).success
     (record,) = keras_nbguard.runs("none")
     assert "its cell started" not in record.isolated, record.isolated
+    # an array the cell only reads goes in shared memory: attaching it must start no process
+    # (Python's resource tracker) that is then called the cell's
+    assert run(shell, "import numpy as np\nbig = np.ones(2**19)\n").success
+    reads = "%%kerasrun --isolate --label reads --quiet\ntotal = float(big.sum())\n"
+    assert run(shell, reads).success and shell.user_ns["total"] == 2**19
+    (record,) = keras_nbguard.runs("reads")
+    assert "big (shared memory" in record.isolated, record.isolated
+    assert "its cell started" not in record.isolated, record.isolated
 
 
 PRESTART = "%%kerasrun --isolate --prestart --label warm --quiet\nimport os\nwhere = os.getcwd()\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import tempfile
 from typing import Any
 
@@ -132,17 +133,27 @@ def unpack(sent: tuple[Any, ...], attached: list[Any]) -> Any:
         mapped = numpy.memmap(sent[2], dtype=numpy.dtype(sent[4]), mode="r", shape=sent[3])
         attached.append(mapped)
         return mapped
-    from multiprocessing import resource_tracker, shared_memory
-
-    segment = shared_memory.SharedMemory(name=sent[2])
-    # before Python 3.13 attaching registers the segment too, and this process's exit would
-    # unlink it under the kernel (and warn of a leak): the kernel owns it
-    with contextlib.suppress(Exception):
-        resource_tracker.unregister(segment._name, "shared_memory")  # type: ignore[attr-defined]
+    segment = _attach(sent[2])
     attached.append(segment)
     array = numpy.ndarray(sent[3], numpy.dtype(sent[4]), buffer=segment.buf)
     array.flags.writeable = False
     return array
+
+
+def _attach(name: str) -> Any:
+    """The kernel's segment, untracked: the kernel owns it. Before Python 3.13 attaching
+    registers it with the resource tracker, which starts that tracker's process (then named as
+    a process the user's cell left running) and would unlink the segment at this process's exit."""
+    from multiprocessing import resource_tracker, shared_memory
+
+    if sys.version_info >= (3, 13):
+        return shared_memory.SharedMemory(name=name, track=False)  # type: ignore[call-arg]
+    register = resource_tracker.register
+    resource_tracker.register = lambda name, rtype: None  # briefly: nothing else registers now
+    try:
+        return shared_memory.SharedMemory(name=name)
+    finally:
+        resource_tracker.register = register
 
 
 def size_of(sent: Any) -> int:
