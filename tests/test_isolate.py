@@ -89,6 +89,34 @@ def test_a_cell_ending_in_fit_brings_its_model_back_once_and_lets_the_last_one_g
     assert len(parts) == len(set(parts)), last.own_time
 
 
+BEST_MODELS = """%%kerasrun --isolate --quiet --label best
+import keras
+def build(units):
+    m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(units), keras.layers.Dense(1)])
+    m.compile("adam", "mse")
+    return m
+models = [build(4), build(2)]  # as KerasTuner's get_best_models(num_models=2) gives them
+best_model = models[0]
+by_name = {"best": best_model, "runner-up": models[1]}
+best_model.fit(x, y, epochs=1, verbose=0)
+"""
+
+
+def test_a_model_in_several_names_comes_back_once_and_stays_one_object(iso_shell):
+    """keras.io's KerasTuner guide: ``models = tuner.get_best_models(2)``, ``best_model =
+    models[0]``. Each name pickled on its own brought two copies back: ``best_model is
+    models[0]`` was False, the same weights twice in the kernel."""
+    result = run(iso_shell, BEST_MODELS)
+    assert result.success, result.error_in_exec
+    ns = iso_shell.user_ns
+    assert ns["best_model"] is ns["models"][0] is ns["by_name"]["best"]
+    assert ns["by_name"]["runner-up"] is ns["models"][1]
+    assert [m.layers[0].units for m in ns["models"]] == [4, 2]
+    assert ns["best_model"].predict(ns["x"][:2], verbose=0).shape == (2, 1)
+    (record,) = keras_nbguard.runs("best")
+    assert "back 2 models + 4 names" in record.isolated, record.isolated  # each model once
+
+
 def test_a_rerun_lets_the_names_earlier_model_go_before_its_new_one_loads(iso_shell, monkeypatch):
     """Both in the kernel at once, TensorFlow's CPU pool kept the larger footprint: the text
     example's kernel grew 3 MiB a run (isolation/back.py ``_make_room``). The cell ends in

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import pickle
 import sys
 import tempfile
 import time
@@ -62,7 +63,7 @@ def received(
         if sent[0] == "keras":
             continue
         try:
-            value = _loads(sent[1])
+            value = _loads(sent[1], models)
         except Exception as exc:
             failed[key] = f"could not be unpickled here: {exc}"
             continue
@@ -189,13 +190,29 @@ def _load_model(package: str, data: bytes) -> Any:
             return keras.saving.load_model(path)
 
 
-def _loads(data: bytes) -> Any:
+_LOADED: dict[str, Any] = {}  # while a pickle loads: the models that came back, by key
+
+
+def model_sent_apart(key: str) -> Any:
+    """In a pickle from the child: the model it sent on its own (``child._model_keys``), the one
+    loaded here, so that ``best_model is models[0]`` still holds."""
+    try:
+        return _LOADED[key]
+    except KeyError:
+        raise pickle.UnpicklingError(f"the model it holds ({key}) did not load here") from None
+
+
+def _loads(data: bytes, models: dict[str, Any] | None = None) -> Any:
     """A pickle from the child: Keras objects in it (a History's model) made of the notebook's
-    classes are loaded with them."""
+    classes are loaded with them; ``models``: those loaded already, by key."""
     import cloudpickle
 
-    with keras_scope(_notebook_classes()):
-        return cloudpickle.loads(data)
+    _LOADED.update(models or {})
+    try:
+        with keras_scope(_notebook_classes()):
+            return cloudpickle.loads(data)
+    finally:
+        _LOADED.clear()
 
 
 def _notebook_classes() -> dict[str, type]:

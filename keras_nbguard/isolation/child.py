@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 import types
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, cast
 
@@ -173,7 +174,9 @@ def _collect(
     without it, naming the model to attach again (``("value", pickle, model_key)``). So does
     the cell's ``last`` value when it is one (a cell ending in ``model.fit(...)``), as ``LAST``:
     pickled whole, it brought a second copy of the model into the kernel, which nothing of ours
-    knew and ``Out[n]`` kept, one a run."""
+    knew and ``Out[n]`` kept, one a run. A model inside any other value (a list of the best
+    models beside ``best_model = models[0]``) travels once too, the pickle holding its key: in
+    the kernel, ``best_model is models[0]`` as it was in the cell."""
     from keras_nbguard import backends
     from keras_nbguard.isolation.names import describe
 
@@ -202,7 +205,7 @@ def _collect(
         slot, held = _held_model(value, models)
         try:
             if held is None:
-                outputs[name] = ("value", _pickled(value))
+                outputs[name] = ("value", _pickled(value, _model_keys(outputs, keys, name, models)))
                 continue
             key = keys.get(id(held))
             if key is None and not _send_model(outputs, keys, f"{name}.model", held):
@@ -229,10 +232,51 @@ def _symbolic(value: Any) -> bool:
     )
 
 
-def _pickled(value: Any) -> bytes:
+def _pickled(value: Any, model_key: Callable[[Any], str | None] | None = None) -> bytes:
+    """cloudpickle's bytes; with ``model_key``, a Keras model it gives a key for is pickled as
+    that key alone, to be the model loaded under it in the kernel (``back.model_sent_apart``).
+    (``reducer_override``, not ``persistent_id``: pickle asks it of objects only, never of each
+    int or str of a large list.)"""
     import cloudpickle
 
-    return cast(bytes, cloudpickle.dumps(value))
+    if model_key is None:
+        return cast(bytes, cloudpickle.dumps(value))
+    from keras_nbguard.isolation.back import model_sent_apart
+
+    key_of = model_key
+
+    class ModelsByKey(cloudpickle.CloudPickler):
+        def reducer_override(self, obj: Any) -> Any:
+            key = key_of(obj)
+            if key is not None:
+                return model_sent_apart, (key,)
+            return super().reducer_override(obj)
+
+    buffer = io.BytesIO()
+    ModelsByKey(buffer).dump(value)
+    return buffer.getvalue()
+
+
+def _model_keys(
+    outputs: dict[str, Any], keys: dict[int, str], name: str, models: tuple[type, ...]
+) -> Callable[[Any], str | None] | None:
+    """For pickling ``name``'s value: the key of each Keras model in it, sent on its own the
+    first time (``name#1``...: not a name the kernel binds); None for any other object, and for
+    a model that can't be saved (then pickled in place, as before)."""
+    if not models:
+        return None
+
+    def key_of(obj: Any) -> str | None:
+        if not isinstance(obj, models):
+            return None
+        key = keys.get(id(obj))
+        if key is None:
+            key = f"{name}#{len(keys) + 1}"
+            if _send_model(outputs, keys, key, obj):
+                return None
+        return key
+
+    return key_of
 
 
 def _held_model(value: Any, models: tuple[type, ...]) -> tuple[str, Any]:
