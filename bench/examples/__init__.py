@@ -28,6 +28,7 @@ MODULES = (
     "callbacks_guide",
     "training_builtin",
     "text_generation",
+    "tuner_search",
 )
 
 
