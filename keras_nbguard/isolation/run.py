@@ -142,8 +142,21 @@ class IsolatedRun(Run):
         words = f"{child.where} (pid {child.pid}): " + ", ".join(parts)
         extra = [*self.notes, *child.notes]
         if self.not_sent:
-            extra.append(
-                "not sent back: "
-                + ", ".join(f"{name} ({why})" for name, why in self.not_sent.items())
-            )
+            extra.append("not sent back: " + _by_reason(self.not_sent))
         return "; ".join([words, *extra])
+
+
+def _by_reason(not_sent: dict[str, str]) -> str:
+    """``np (a module: …), inputs, x and y (each a symbolic tensor of the cell's Keras graph: it
+    stays there)``: names with one reason said together (a Functional model built in the cell
+    leaves a symbolic tensor per layer output, and the reason written out eight times hid the
+    one name that mattered)."""
+    names: dict[str, list[str]] = {}
+    for name, why in not_sent.items():
+        names.setdefault(why, []).append(name)
+    return ", ".join(
+        f"{group[0]} ({why})"
+        if len(group) == 1
+        else f"{', '.join(group[:-1])} and {group[-1]} (each {why})"
+        for why, group in names.items()
+    )
