@@ -85,6 +85,7 @@ def test_a_cell_ending_in_fit_brings_its_model_back_once_and_lets_the_last_one_g
     assert [m() is not None for m in models] == [False, False, True]
     last = keras_nbguard.runs("last")[-1]
     assert last.released_models is not None and last.released_models.runs == (1,)
+    assert "back 1 model + the cell's value " in last.isolated, last.isolated  # not "1 name"
     parts = [part for part, _ in last.own_time]  # the child's leak check and the kernel's: one
     assert len(parts) == len(set(parts)), last.own_time
 
@@ -114,7 +115,7 @@ def test_a_model_in_several_names_comes_back_once_and_stays_one_object(iso_shell
     assert [m.layers[0].units for m in ns["models"]] == [4, 2]
     assert ns["best_model"].predict(ns["x"][:2], verbose=0).shape == (2, 1)
     (record,) = keras_nbguard.runs("best")
-    assert "back 2 models + 4 names" in record.isolated, record.isolated  # each model once
+    assert "back 2 models + 3 names + the cell's value" in record.isolated, record.isolated
 
 
 def test_a_rerun_lets_the_names_earlier_model_go_before_its_new_one_loads(iso_shell, monkeypatch):

@@ -67,13 +67,18 @@ def received(
         except Exception as exc:
             failed[key] = f"could not be unpickled here: {exc}"
             continue
-        back.names += 1
+        if key == LAST:  # the cell's value, not a name
+            back.value = True
+        else:
+            back.names += 1
         back.nbytes += len(sent[1])
         if len(sent) > 2 and sent[2] in models:
             _attach(value, models[sent[2]])
         bound[key] = value
     if result.get("value") is not None:
         bound[LAST] = _loads(result["value"])
+        back.value = True
+        back.nbytes += len(result["value"])
     elif result.get("bundle"):
         from IPython.display import publish_display_data
 

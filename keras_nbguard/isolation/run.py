@@ -24,6 +24,7 @@ class Transfer:
     models: int = 0
     nbytes: int = 0
     seconds: float | None = None  # loading what came back
+    value: bool = False  # the cell's last value came back too (a History: ``model.fit(...)``)
 
     def words(self, verb: str) -> str:
         parts = []
@@ -31,6 +32,8 @@ class Transfer:
             parts.append(f"{self.models} model{'s' if self.models > 1 else ''}")
         if self.names:
             parts.append(f"{self.names} name{'s' if self.names > 1 else ''}")
+        if self.value:
+            parts.append("the cell's value")
         if not parts:
             return f"{verb} nothing"
         took = "" if self.seconds is None else f" in {self.seconds:.2f} s"
