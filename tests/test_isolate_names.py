@@ -105,6 +105,49 @@ def test_an_adapted_text_vectorization_and_its_pipeline_reach_the_child(shell):
     assert "keras (module)" in words
 
 
+FEATURES_SETUP = """\
+import numpy as np
+import tensorflow as tf
+import keras
+from keras.utils import FeatureSpace
+data = {"cp": np.array([0, 1, 2, 3] * 8), "thal": np.array(["fixed", "normal"] * 16),
+        "chol": np.linspace(0, 1, 32, dtype="float32")}
+labels = np.array([0, 1] * 16)
+train_ds = tf.data.Dataset.from_tensor_slices((data, labels)).batch(8)
+feature_space = FeatureSpace(
+    features={"cp": FeatureSpace.integer_categorical(num_oov_indices=0),
+              "thal": FeatureSpace.string_categorical(num_oov_indices=0),
+              "chol": FeatureSpace.float_normalized()},
+    crosses=[FeatureSpace.cross(feature_names=("cp", "thal"), crossing_dim=8)],
+    output_mode="concat")
+feature_space.adapt(train_ds.map(lambda x, _: x))
+preprocessed_train_ds = train_ds.map(lambda x, y: (feature_space(x), y))
+"""
+
+FEATURES_TRAIN = """%%kerasrun --isolate --label features --quiet
+model = keras.Sequential([keras.layers.Dense(1, activation="sigmoid")])
+model.compile("adam", "binary_crossentropy")
+model.fit(preprocessed_train_ds, epochs=1, verbose=0)
+width = int(next(iter(preprocessed_train_ds))[0].shape[-1])
+"""
+
+
+def test_an_adapted_feature_space_feeds_a_replayed_pipeline_in_the_child(shell):
+    """keras.io's structured data example (FeatureSpace): the loaded ``feature_space`` built its
+    encoders at its first call, inside the replayed ``map``'s graph, and Keras failed there
+    (``OperatorNotAllowedInGraphError``): the example could not run with ``--isolate``."""
+    assert run(shell, FEATURES_SETUP).success
+    with capture_output() as seen:
+        result = run(shell, FEATURES_TRAIN)
+    assert result.success, (result.error_in_exec, seen.stdout, seen.stderr)
+    ns = shell.user_ns
+    assert ns["width"] == int(next(iter(ns["preprocessed_train_ds"]))[0].shape[-1])
+    (record,) = keras_nbguard.runs("features")
+    assert record.status == "ok" and record.fits and record.fits[0].epochs == 1
+    words = _sent("features")
+    assert "preprocessed_train_ds (replayed In[" in words, words  # feature_space with it
+
+
 PIPELINE_SETUP = """\
 import numpy as np
 import tensorflow as tf

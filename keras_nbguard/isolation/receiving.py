@@ -77,7 +77,7 @@ def _made(sent: tuple[Any, ...], attached: list[Any]) -> Any:
         classes = {**_classes(shared), **(cloudpickle.loads(extra) if extra else {})}
         try:
             with keras_scope(classes):
-                return cloudpickle.loads(sent[3])
+                return _built(cloudpickle.loads(sent[3]))
         except Exception as exc:
             raise InputFailed(
                 f"--isolate: Keras could not load the notebook's {sent[5]} in the new process: "
@@ -85,6 +85,18 @@ def _made(sent: tuple[Any, ...], attached: list[Any]) -> Any:
             ) from None
     with keras_scope(_classes(sent[3] if len(sent) > 3 else None)):
         return cloudpickle.loads(sent[2])
+
+
+def _built(value: Any) -> Any:
+    """A loaded, adapted ``FeatureSpace`` builds its encoders at its first call; a replayed
+    ``train_ds.map(lambda x, y: (feature_space(x), y))`` made that call in tf.data's graph,
+    where Keras 3.15's ``CategoryEncoding`` fails (``OperatorNotAllowedInGraphError``: keras.io's
+    structured data example never ran with ``--isolate``). In the kernel the user's own calls had
+    built it; here it is built now, eagerly."""
+    build = getattr(value, "_check_if_built", None)
+    if getattr(value, "_is_adapted", False) and callable(build):
+        build()
+    return value
 
 
 def _classes(ref: tuple[str, bytes] | None) -> dict[str, Any]:
