@@ -92,10 +92,11 @@ def _built(value: Any) -> Any:
     ``train_ds.map(lambda x, y: (feature_space(x), y))`` made that call in tf.data's graph,
     where Keras 3.15's ``CategoryEncoding`` fails (``OperatorNotAllowedInGraphError``: keras.io's
     structured data example never ran with ``--isolate``). In the kernel the user's own calls had
-    built it; here it is built now, eagerly."""
+    built it; here it is built now, eagerly (if that fails, the value still arrives as it was)."""
     build = getattr(value, "_check_if_built", None)
     if getattr(value, "_is_adapted", False) and callable(build):
-        build()
+        with contextlib.suppress(Exception):
+            build()
     return value
 
 
