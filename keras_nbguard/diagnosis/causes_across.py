@@ -15,6 +15,7 @@ from keras_nbguard.diagnosis.findings import (
     names,
     native_growth,
     pool_high_water,
+    rise_in_steps,
     rss_trend,
     span,
 )
@@ -95,6 +96,7 @@ def state_growth(runs: list[RunRecord]) -> Finding | None:
     )
 
 
+SHAPES = ("in steps", "slowing")  # the shapes of a rise findings._why_not_rss may give
 KEPT_IN_CHECK = 2**20  # what a run may leave under the magic (issue 23's goal: <= 1 MiB a run)
 
 
@@ -114,7 +116,10 @@ def memory_note(runs: list[RunRecord]) -> str | None:
     # shape: a warm-up, steps (or what _why_not_rss says first)
     pool = pool_high_water(trend.runs, line.rise) or allocators_keep(trend.runs)
     shape = trend.unflagged_because()
-    why += [reason for reason in (pool, shape) if reason and not reason.startswith(NOT_YOURS)]
+    # where the rise sat, when an allocator's reason came before the shape in unflagged_because
+    steps = None if shape and shape.startswith(SHAPES) else rise_in_steps(trend)
+    reasons = (pool, steps, shape)
+    why += [reason for reason in reasons if reason and not reason.startswith(NOT_YOURS)]
     why = list(dict.fromkeys(why))
     return (
         f"{fmt_bytes(int(line.slope), signed=True)} a run left over {trend.span}, the "
