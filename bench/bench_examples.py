@@ -126,6 +126,13 @@ def _f(value: float | None, fmt: str = "{:+.2f}") -> str:
     return "n/a" if value is None else fmt.format(value)
 
 
+def _fits(got: dict[str, Any], runs: int) -> str:
+    """The fit time of the first and last run, or why there is none."""
+    if got["fit1"] is None and got["fitN"] is None:
+        return "no fit (the cell trains in a loop of its own)"
+    return f"fit #1 {_f(got['fit1'], '{:.2f}')} s #{runs} {_f(got['fitN'], '{:.2f}')} s"
+
+
 def verdict(by_mode: dict[str, dict[str, Any]], expects: tuple[str, ...] = ()) -> str:
     """One line against the goals, for what was measured; ``expects``: the findings the
     example must raise (it does something wrong), and the only ones it may."""
@@ -242,8 +249,7 @@ def main() -> None:
                     if got["later"] is not None
                     else ""
                 )
-                + "), fit "
-                f"#1 {_f(got['fit1'], '{:.2f}')} s #{args.runs} {_f(got['fitN'], '{:.2f}')} s, "
+                + f"), {_fits(got, args.runs)}, "
                 f"cell {_f(got['cell'], '{:.2f}')} s (cpu {_f(got['cpu'], '{:.2f}')} s), "
                 f"ok {got['ok']} "
                 f"({time.perf_counter() - t0:.0f} s)",
@@ -292,7 +298,12 @@ def _table(table: dict[str, dict[str, dict[str, Any]]], modes: list[str], runs: 
     for name, by_mode in table.items():
         slopes = " | ".join(f"{_slope_cell(by_mode.get(m)):>20}" for m in modes)
         fits = by_mode.get("kerasrun") or by_mode.get("bare") or {}
-        fit = f"{_f(fits.get('fit1'), '{:.2f}')} / {_f(fits.get('fitN'), '{:.2f}')}"
+        no_fit = fits.get("fit1") is None and fits.get("fitN") is None
+        fit = (
+            "no fit"
+            if no_fit
+            else f"{_f(fits.get('fit1'), '{:.2f}')} / {_f(fits.get('fitN'), '{:.2f}')}"
+        )
         b, k = by_mode.get("bare"), by_mode.get("kerasrun")
         cell = "-"
         if b and k and b["cell"] and k["cell"]:

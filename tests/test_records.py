@@ -114,3 +114,16 @@ def test_the_runs_table_says_why_each_figure_is_unknown():
     gpu = GpuReading(tf_peak=2**20)
     known = make_record(run_number=2, gpu=gpu).compared_to(make_record(gpu=gpu))
     assert runs_table([known]).notes == () and "n/a" not in runs_table([known]).text()
+
+
+def test_a_release_that_gave_no_rss_back_says_so_not_minus_zero():
+    """keras.io's convnet on torch: the release of run #6's 136 KiB model gave 20 KiB back, and
+    the summary read `RSS -0.0 MiB with its graphs`."""
+    from keras_nbguard.records.formatting import fmt_released
+    from keras_nbguard.records.run import HeldModels
+
+    held = HeldModels(count=1, runs=(6,), paths=("Out[7]",), weight_bytes=136 * 1024)
+    small = dataclasses.replace(held, rss_freed=20 * 1024)
+    assert fmt_released(small).endswith("136.0 KiB weights, the RSS the same")
+    large = dataclasses.replace(held, rss_freed=8 * 2**20)
+    assert fmt_released(large).endswith("RSS -8.0 MiB with its graphs")

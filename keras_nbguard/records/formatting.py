@@ -234,13 +234,17 @@ def fmt_stale(held: HeldModels, with_command: bool = True) -> str:
     )
 
 
+RSS_SHOWN = 2**20 // 20  # the least change fmt_bytes shows (0.1 MiB, rounded)
+
+
 def fmt_released(held: HeldModels) -> str:
     """``1 model from #5 held by Out[12] (its History): 0.2 MiB weights, RSS -7.9 MiB``"""
-    rss = (
-        ""
-        if held.rss_freed is None
-        else f", RSS {fmt_bytes(-held.rss_freed, signed=True)} with its graphs"
-    )
+    if held.rss_freed is None:
+        rss = ""
+    elif abs(held.rss_freed) < RSS_SHOWN:  # not "RSS -0.0 MiB" (a small model, on torch)
+        rss = ", the RSS the same"
+    else:
+        rss = f", RSS {fmt_bytes(-held.rss_freed, signed=True)} with its graphs"
     return (
         f"{_models_from(held)} held by {_first_paths(held.paths)}: "
         f"{fmt_size(held.weight_bytes)} weights{rss}"
