@@ -317,3 +317,21 @@ def test_importing_costs_no_keras_and_finds_nothing_without_it():
         "assert 'keras' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_model_made_of_another_ones_layers_says_its_weights_are_that_ones(ip):
+    """keras.io's DeepDream: a feature extractor on InceptionV3's layers listed 34.2 MiB beside
+    the InceptionV3's 83.2, as if they added up; it says where its weights are."""
+    run(
+        ip,
+        "base = tiny('base')\n"
+        "extractor = keras.Model(base.inputs, base.layers[0].output, name='extractor')",
+    )
+    report = find_leaks(shell=ip)
+    extractor, base = by_name(report, "extractor"), by_name(report, "base")
+    assert extractor.weights_in == "base" and base.weights_in is None
+    assert "weights, all in base too" in "\n".join(report.lines())
+    run(ip, "twin = keras.Model(base.inputs, base.outputs, name='twin')")  # the very same ones
+    report = find_leaks(shell=ip)
+    assert [by_name(report, n).weights_in for n in ("base", "twin")].count(None) == 1
+    del ip.user_ns["extractor"], ip.user_ns["twin"], ip.user_ns["base"]

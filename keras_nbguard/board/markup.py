@@ -22,9 +22,10 @@ def model_lines(report: Any) -> list[str]:
     for leak in report.leaks:
         run = f"{leak.run_label} #{leak.run_number}" if leak.run_label else "no tracked run"
         paths = ", ".join(leak.paths[:4]) + (" …" if len(leak.paths) > 4 else "")
+        shared = f", all in {leak.weights_in} too" if leak.weights_in else ""
         lines.append(
             f"{'STALE' if leak.stale else 'current'} {leak.model_name} "
-            f"({fmt_size(leak.weight_bytes)} weights, {run}): {paths}"
+            f"({fmt_size(leak.weight_bytes)} weights{shared}, {run}): {paths}"
         )
     if report.unreachable:
         lines.append(

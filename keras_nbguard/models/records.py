@@ -41,6 +41,7 @@ class Leak:
     inside: str | None = None  # the model it lives in, when every path goes through that model
     last_run_number: int | None = None  # the latest run of ``run_label``'s kind that fit it
     held_as: str | None = None  # in words, when a path is no plain attribute: a layer's node
+    weights_in: str | None = None  # another live model that holds every weight of this one
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,7 +91,8 @@ class LeakReport:
         def sized(leak: Leak) -> str:
             run = f"{leak.run_label!r} #{leak.run_number}" if leak.run_label else "no tracked run"
             opt = f" + {fmt_size(leak.optimizer_bytes)} optimizer" if leak.optimizer_bytes else ""
-            return f"({leak.class_name}, {fmt_size(leak.weight_bytes)} weights{opt}, {run})"
+            shared = f", all in {leak.weights_in} too" if leak.weights_in else ""
+            return f"({leak.class_name}, {fmt_size(leak.weight_bytes)} weights{opt}{shared}, {run})"
 
         for leak in self.leaks:
             words = f" ({leak.held_as})" if leak.held_as else ""
