@@ -423,8 +423,8 @@ def steady_increase(values: Sequence[float]) -> float:
 def rise_in_steps(trend: RunTrend) -> str | None:
     """Where a rise sat when most runs added little of it: the line's slope alone ("+2.8 MiB a
     run") reads as a rate every run pays (Keras' convnet on JAX: +20 MiB at run 4 and +6 at
-    run 3, the five runs after it +0.5 in all). None where the median run adds half the slope
-    or more: a rate says it."""
+    run 3, the four runs after it +3 in all). None where the median run adds half the slope or
+    more: a rate says it."""
     if trend.trend is None or len(trend.values) < 3:
         return None
     if median_increase(trend.values) >= trend.trend.slope / 2:

@@ -234,7 +234,7 @@ def fmt_stale(held: HeldModels, with_command: bool = True) -> str:
     )
 
 
-RSS_SHOWN = 2**20 // 20  # the least change fmt_bytes shows (0.1 MiB, rounded)
+RSS_SHOWN = 2**20 // 20  # below it, fmt_bytes shows a change as "-0.0 MiB"
 
 
 def fmt_released(held: HeldModels) -> str:
