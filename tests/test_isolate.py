@@ -13,8 +13,10 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 import weakref
 
+import numpy as np
 import pytest
 from helpers import alive_at_each_load, one_ray_at_a_time, run
 from IPython.utils.capture import capture_output
@@ -116,6 +118,35 @@ def test_a_model_in_several_names_comes_back_once_and_stays_one_object(iso_shell
     assert ns["best_model"].predict(ns["x"][:2], verbose=0).shape == (2, 1)
     (record,) = keras_nbguard.runs("best")
     assert "back 2 models + 3 names + the cell's value" in record.isolated, record.isolated
+
+
+EMBEDDING = """%%kerasrun --isolate --label embed
+import keras
+model = keras.Sequential([keras.Input((6,), dtype="int32"), keras.layers.Embedding(4096, 256),
+                          keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+model.compile("adam", "mse")
+model.fit(np.zeros((8, 6), "int32"), np.zeros((8, 1)), verbose=0)
+"""
+
+
+def test_a_model_that_comes_back_keeps_its_weights_in_tensorflows_memory(iso_shell):
+    """Keras' loader let each variable adopt a NumPy array made from the file (glibc's heap),
+    outside TensorFlow's pool where the model it replaced lay: keras.io's text example's kernel
+    moved by its embedding from run to run (isolation/loaded_weights.py). NumPy's arrays are
+    the ones tracemalloc sees; TensorFlow's buffers it doesn't."""
+    assert run(iso_shell, EMBEDDING).success  # the imports a first run makes, not traced
+    tracemalloc.start()
+    try:
+        result = run(iso_shell, EMBEDDING)
+        gc.collect()
+        numpy_made = [t for t in tracemalloc.take_snapshot().traces if t.size >= 2**20]
+    finally:
+        tracemalloc.stop()
+    assert result.success, result.error_in_exec
+    model = iso_shell.user_ns["model"]
+    assert model.layers[0].embeddings.shape == (4096, 256)  # 4 MiB, and Adam's two slots
+    assert not numpy_made, [str(t.traceback) for t in numpy_made]
+    assert model.predict(np.zeros((1, 6), "int32"), verbose=0).shape == (1, 1)
 
 
 def test_a_rerun_lets_the_names_earlier_model_go_before_its_new_one_loads(iso_shell, monkeypatch):

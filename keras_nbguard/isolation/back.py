@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
 from keras_nbguard.isolation.child import LAST
+from keras_nbguard.isolation.loaded_weights import moved_into_tensorflows_memory
 from keras_nbguard.isolation.parent import ChildResult
 from keras_nbguard.isolation.receiving import keras_scope
 from keras_nbguard.isolation.run import IsolatedRun, Transfer
@@ -188,11 +189,14 @@ def _load_model(package: str, data: bytes) -> Any:
             import tf_keras
 
             with keras_scope(_notebook_classes()):
-                return tf_keras.models.load_model(path)
-        import keras
+                model = tf_keras.models.load_model(path)
+        else:
+            import keras
 
-        with keras_scope(_notebook_classes()):  # a custom layer's class, the notebook's own
-            return keras.saving.load_model(path)
+            with keras_scope(_notebook_classes()):  # a custom layer's class, the notebook's own
+                model = keras.saving.load_model(path)
+    moved_into_tensorflows_memory(model)
+    return model
 
 
 _LOADED: dict[str, Any] = {}  # while a pickle loads: the models that came back, by key
