@@ -120,6 +120,41 @@ def test_a_model_in_several_names_comes_back_once_and_stays_one_object(iso_shell
     assert "back 2 models + 3 names + the cell's value" in record.isolated, record.isolated
 
 
+NESTED = """%%kerasrun --isolate --label nested
+import keras
+base_model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)], name="base")
+inputs = keras.Input((8,))
+model = keras.Model(inputs, keras.layers.Dense(1)(base_model(inputs)))
+model.compile("adam", "mse")
+model.fit(x, y, epochs=2, verbose=0)
+end_to_end_model = keras.Model(inputs, model(inputs))
+end_to_end_model.compile("adam", "mse")
+"""
+
+
+def test_a_model_that_is_another_ones_layer_comes_back_as_that_layer(iso_shell):
+    """keras.io's transfer learning guide builds ``model`` on ``base_model`` and then unfreezes
+    it (``base_model.trainable = True``) to fine-tune; its text example builds
+    ``end_to_end_model`` on ``model``. Each came back in a file of its own with a copy of the
+    other inside, and the unfreezing no longer reached ``model``."""
+    result = run(iso_shell, NESTED)
+    assert result.success, result.error_in_exec
+    ns = iso_shell.user_ns
+    base, model, outer = ns["base_model"], ns["model"], ns["end_to_end_model"]
+    assert any(layer is model for layer in outer.layers)
+    assert any(layer is base for layer in model.layers)
+    assert int(model.optimizer.iterations.numpy()) == 4  # its own training state came along
+    trainable = len(model.trainable_weights)
+    base.trainable = False  # the guide's step, in the kernel
+    assert len(model.trainable_weights) == trainable - 2
+    model.fit(ns["x"], ns["y"], epochs=1, verbose=0)  # still compiled: Adam goes on
+    assert int(model.optimizer.iterations.numpy()) == 6
+    x = ns["x"][:2] + 1
+    assert np.allclose(outer.predict(x, verbose=0), model.predict(x, verbose=0))
+    (record,) = keras_nbguard.runs("nested")
+    assert "back 3 models" in record.isolated and "a copy of" not in record.isolated
+
+
 EMBEDDING = """%%kerasrun --isolate --label embed
 import keras
 model = keras.Sequential([keras.Input((6,), dtype="int32"), keras.layers.Embedding(4096, 256),

@@ -12,12 +12,14 @@ import pickle
 import sys
 import tempfile
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
 from keras_nbguard.isolation.child import LAST
 from keras_nbguard.isolation.loaded_weights import moved_into_tensorflows_memory
+from keras_nbguard.isolation.nested_models import rejoin
 from keras_nbguard.isolation.parent import ChildResult
 from keras_nbguard.isolation.receiving import keras_scope
 from keras_nbguard.isolation.run import IsolatedRun, Transfer
@@ -57,6 +59,12 @@ def received(
         back.models += 1
         back.nbytes += len(sent[2])
         if key.isidentifier():  # not "hist.model": a History's model, sent on its own
+            bound[key] = models[key]
+    inside = {key: sent[3] for key, sent in outputs.items() if sent[0] == "keras" and len(sent) > 3}
+    for key, why in rejoin(models, inside).items():
+        back.kept_apart[key] = why
+    for key in inside:
+        if key in models and key in bound:
             bound[key] = models[key]
     if models:
         clear_kernel_cache()  # the loads' variable kernels, kept for good otherwise
@@ -193,8 +201,11 @@ def _load_model(package: str, data: bytes) -> Any:
         else:
             import keras
 
-            with keras_scope(_notebook_classes()):  # a custom layer's class, the notebook's own
-                model = keras.saving.load_model(path)
+            with keras_scope(_notebook_classes()), warnings.catch_warnings():
+                # a model compiled and never fit saves an optimizer with no slots yet; loaded,
+                # Keras builds it and warns that the file has fewer: the transport's, not the user's
+                warnings.filterwarnings("ignore", "Skipping variable loading for optimizer")
+                model = keras.saving.load_model(path)  # with the notebook's custom classes
     moved_into_tensorflows_memory(model)
     return model
 

@@ -176,9 +176,11 @@ def _collect(
     pickled whole, it brought a second copy of the model into the kernel, which nothing of ours
     knew and ``Out[n]`` kept, one a run. A model inside any other value (a list of the best
     models beside ``best_model = models[0]``) travels once too, the pickle holding its key: in
-    the kernel, ``best_model is models[0]`` as it was in the cell."""
+    the kernel, ``best_model is models[0]`` as it was in the cell. A model that is a layer of
+    another one sent back says where (``nested_models``)."""
     from keras_nbguard import backends
     from keras_nbguard.isolation.names import describe
+    from keras_nbguard.isolation.nested_models import containers
 
     models = tuple(c for c in (k.model_class for k in backends.loaded()) if c is not None)
     outputs: dict[str, Any] = {}
@@ -192,6 +194,9 @@ def _collect(
             problem = _send_model(outputs, keys, name, namespace[name])
             if problem:
                 not_sent[name] = problem
+    sent_models = {name: namespace[name] for name in present if name in outputs}
+    for name, where in containers(sent_models).items():  # model, a layer of end_to_end_model
+        outputs[name] = (*outputs[name], where)
     for name in present:
         value: Any = namespace[name]
         if name in outputs or name in not_sent:

@@ -8,7 +8,7 @@ import dataclasses
 import gc
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from keras_nbguard.isolation.parent import ChildResult
@@ -25,6 +25,7 @@ class Transfer:
     nbytes: int = 0
     seconds: float | None = None  # loading what came back
     value: bool = False  # the cell's last value came back too (a History: ``model.fit(...)``)
+    kept_apart: dict[str, str] = field(default_factory=dict)  # a model not rejoined, and why
 
     def words(self, verb: str) -> str:
         parts = []
@@ -37,7 +38,8 @@ class Transfer:
         if not parts:
             return f"{verb} nothing"
         took = "" if self.seconds is None else f" in {self.seconds:.2f} s"
-        return f"{verb} {' + '.join(parts)} {_mib(self.nbytes)}{took}"
+        apart = "".join(f" ({name}: {why})" for name, why in self.kept_apart.items())
+        return f"{verb} {' + '.join(parts)} {_mib(self.nbytes)}{took}{apart}"
 
 
 def _mib(n: int) -> str:
