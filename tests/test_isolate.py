@@ -155,6 +155,43 @@ def test_a_model_that_is_another_ones_layer_comes_back_as_that_layer(iso_shell):
     assert "back 3 models" in record.isolated and "a copy of" not in record.isolated
 
 
+WRAPPER = """import keras
+class Wrapper(keras.Model):  # as keras.io's VAE: no get_config, a model passed in
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def call(self, x):
+        return self.inner(x)
+
+base = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+untouched = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+"""
+
+
+def test_a_model_sent_in_and_trained_through_another_comes_back_trained(iso_shell):
+    """keras.io's VAE and GAN: ``vae = VAE(encoder, decoder)``, ``vae.fit(...)`` trains the
+    setup cell's ``encoder`` and ``decoder`` without naming them; they came back untrained.
+    ``vae`` itself can't travel (no ``get_config``): said in Keras' first paragraph only."""
+    assert run(iso_shell, WRAPPER).success
+    ns = iso_shell.user_ns
+    before, kept = ns["base"].get_weights(), ns["untouched"]
+    cell = (
+        "%%kerasrun --isolate --label wrapped\n"
+        "wrapped = Wrapper(base)\nwrapped.compile('adam', 'mse')\n"
+        "wrapped.fit(x, y, epochs=2, verbose=0)\nuntouched.summary(print_fn=lambda *a: None)\n"
+    )
+    result = run(iso_shell, cell)
+    assert result.success, result.error_in_exec
+    after = ns["base"].get_weights()
+    assert not all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
+    assert ns["untouched"] is kept  # read, not changed: it stays the kernel's own
+    (record,) = keras_nbguard.runs("wrapped")
+    assert "back 1 model" in record.isolated, record.isolated
+    assert "wrapped (a Keras model that could not be saved: Object Wrapper" in record.isolated
+    assert "Example:" not in record.isolated and "\n" not in record.isolated
+
+
 EMBEDDING = """%%kerasrun --isolate --label embed
 import keras
 model = keras.Sequential([keras.Input((6,), dtype="int32"), keras.layers.Embedding(4096, 256),

@@ -121,6 +121,7 @@ def run_isolated(
             "options": child_options(options),
             "inputs": sent.inputs,
             "outputs": names.chosen(how.outputs, found.binds),
+            "trained_back": how.outputs is None,  # a model sent in that the cell trained
             "params": {},
         }
         transfer = Transfer(

@@ -103,6 +103,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
     """Run the cell of ``job`` under ``%%kerasrun`` in this process's shell (made now when not
     given: a Ray task); what it prints and displays goes to ``send`` as it comes."""
     import keras_nbguard
+    from keras_nbguard.isolation.changed_models import changed, fingerprints
     from keras_nbguard.isolation.names import unpack_input
 
     streams = sys.stdout, sys.stderr
@@ -130,11 +131,14 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         # saving what goes back are parts of the kernel's wall the cell's own time is not
         inputs_seconds = time.perf_counter() - began
         shell.user_ns.update(job["params"])
+        trained = job.get("trained_back", False)
+        before = fingerprints(shell.user_ns, job["inputs"], _model_classes()) if trained else {}
         head = f"%%kerasrun --label {shlex.quote(job['label'])} --quiet {job['options']}"
         result = shell.run_cell(f"{head.rstrip()}\n{job['source']}", store_history=True)
         records = keras_nbguard.runs()
         began = time.perf_counter()
-        outputs, not_sent = _collect(shell.user_ns, job["outputs"], last=result.result)
+        trained_here = [n for n in changed(shell.user_ns, before) if n not in job["outputs"]]
+        outputs, not_sent = _collect(shell.user_ns, job["outputs"] + trained_here, result.result)
         value, bundle = (None, None) if LAST in outputs else _value(shell, result.result)
         outputs_seconds = time.perf_counter() - began
     finally:
@@ -178,11 +182,10 @@ def _collect(
     models beside ``best_model = models[0]``) travels once too, the pickle holding its key: in
     the kernel, ``best_model is models[0]`` as it was in the cell. A model that is a layer of
     another one sent back says where (``nested_models``)."""
-    from keras_nbguard import backends
     from keras_nbguard.isolation.names import describe
     from keras_nbguard.isolation.nested_models import containers
 
-    models = tuple(c for c in (k.model_class for k in backends.loaded()) if c is not None)
+    models = _model_classes()
     outputs: dict[str, Any] = {}
     not_sent: dict[str, str] = {}
     keys: dict[int, str] = {}  # id(model) -> the key it travels under
@@ -224,6 +227,13 @@ def _collect(
             not_sent[name] = f"{describe(value)}: {exc}"
     not_sent.pop(LAST, None)  # not a name: the value is shown as IPython would show it instead
     return outputs, not_sent
+
+
+def _model_classes() -> tuple[type, ...]:
+    """The model class of each Keras imported here (Keras 3, tf_keras)."""
+    from keras_nbguard import backends
+
+    return tuple(c for c in (k.model_class for k in backends.loaded()) if c is not None)
 
 
 def _symbolic(value: Any) -> bool:
@@ -306,8 +316,9 @@ def _send_model(outputs: dict[str, Any], keys: dict[int, str], key: str, model: 
             model.save(path)
             with open(path, "rb") as saved:
                 outputs[key] = ("keras", type(model).__module__.split(".")[0], saved.read())
-        except Exception as exc:
-            return f"a Keras model that could not be saved: {exc}"
+        except Exception as exc:  # Keras' own words, its first paragraph (an example follows)
+            words = " ".join(str(exc).strip().split("\n\n")[0].split())
+            return f"a Keras model that could not be saved: {words}"
     keys[id(model)] = key
     return ""
 
