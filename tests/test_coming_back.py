@@ -135,3 +135,27 @@ def test_loading_the_same_model_run_after_run_keeps_no_kernels(tmp_path):
     through_received = _heap_per_load(lambda: back.received(_came_back(data))["model"])
     assert kept > 30 * 2**10, "TensorFlow no longer caches them: clear_kernel_cache can go"
     assert through_received < kept / 3, (through_received, kept)
+
+
+def test_a_model_whose_place_in_another_holds_something_else_stays_a_copy_and_is_said_so(
+    tmp_path,
+):
+    """The child says ``model`` lies in ``outer`` under ``dense_9``; in the file that came back
+    that place holds a layer of another kind: the name keeps its own loaded model, and the
+    run's ``isolated`` line says it is a copy, and why."""
+    inputs = keras.Input((4,))
+    outer = keras.Model(inputs, keras.layers.Dense(2, name="dense_9")(inputs))
+    model = _deep_model()
+    outputs = {
+        "outer": ("keras", "keras", _saved(outer, tmp_path)),
+        "model": ("keras", "keras", _saved(model, tmp_path), ("outer", ("dense_9",))),
+    }
+    run = _run()
+    bound = back.received(ChildResult(result={"outputs": outputs, "success": True}), run)
+    assert bound["model"].predict(np.ones((1, 4)), verbose=0).shape == (1, 4)
+    assert int(bound["model"].optimizer.iterations.numpy()) == 1  # its own file's state
+    assert run.back.kept_apart == {
+        "model": "a copy of outer's layer, not that layer: its place there holds another layer"
+    }
+    assert "back 2 models" in run.back.words("back")
+    assert "(model: a copy of outer's layer" in run.back.words("back")
