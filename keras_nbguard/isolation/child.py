@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 import types
+import warnings
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, cast
@@ -150,6 +151,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         "error": error,
         "outputs": outputs,
         "not_sent": not_sent,
+        "trained_back": [name for name in trained_here if name in outputs],
         "value": value,
         "bundle": bundle,
         "pid": os.getpid(),
@@ -313,7 +315,9 @@ def _send_model(outputs: dict[str, Any], keys: dict[int, str], key: str, model: 
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "model.keras")
         try:
-            model.save(path)
+            with warnings.catch_warnings():  # "not yet been built": ours to try, not the user's
+                warnings.filterwarnings("ignore", "You are saving a model that has not yet been")
+                model.save(path)
             with open(path, "rb") as saved:
                 outputs[key] = ("keras", type(model).__module__.split(".")[0], saved.read())
         except Exception as exc:  # Keras' own words, its first paragraph (an example follows)
