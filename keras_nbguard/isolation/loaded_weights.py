@@ -14,14 +14,13 @@ import sys
 from typing import Any
 
 
-def moved_into_tensorflows_memory(model: Any) -> int:
+def moved_into_tensorflows_memory(model: Any) -> None:
     """Re-assign each TensorFlow variable of ``model`` and its optimizer from a copy TensorFlow
-    allocates; the NumPy-made buffer is freed as the old tensor goes. Returns the bytes moved.
-    A model of another backend (JAX, torch) is left as it is, and nothing imports TensorFlow."""
+    allocates; the NumPy-made buffer is freed as the old tensor goes. A model of another
+    backend (JAX, torch) is left as it is, and nothing imports TensorFlow for it."""
     tf = sys.modules.get("tensorflow")
     if tf is None:
-        return 0
-    moved = 0
+        return
     for variable in _variables(model):
         held = getattr(variable, "_value", variable)  # Keras 3 wraps a tf.Variable
         if not isinstance(held, tf.Variable):
@@ -30,8 +29,6 @@ def moved_into_tensorflows_memory(model: Any) -> int:
             held.assign(tf.raw_ops.DeepCopy(x=held.read_value()))
         except Exception:  # a dtype DeepCopy has no kernel for: left where it loaded
             continue
-        moved += held.shape.num_elements() * held.dtype.size
-    return moved
 
 
 def _variables(model: Any) -> list[Any]:
