@@ -157,6 +157,30 @@ def test_a_model_that_is_another_ones_layer_comes_back_as_that_layer(iso_shell):
     assert "back 3 models" in record.isolated and "a copy of" not in record.isolated
 
 
+NESTED_TF_KERAS = """%%kerasrun --isolate --label nested2
+import tf_keras
+inputs = tf_keras.Input((8,))
+model = tf_keras.Model(inputs, tf_keras.layers.Dense(1)(inputs))
+model.compile("adam", "mse")
+model.fit(x, y, epochs=2, verbose=0)
+end_to_end_model = tf_keras.Model(inputs, model(inputs))
+"""
+
+
+def test_on_tf_keras_a_nested_model_gets_its_compiled_state_from_its_own_file(iso_shell):
+    """tf_keras loads a model that is another one's layer uncompiled, without its optimizer:
+    the state comes from the model's own file (Keras 3 restores it with the container)."""
+    pytest.importorskip("tf_keras")
+    result = run(iso_shell, NESTED_TF_KERAS)
+    assert result.success, result.error_in_exec
+    ns = iso_shell.user_ns
+    model = ns["model"]
+    assert any(layer is model for layer in ns["end_to_end_model"].layers)
+    assert int(model.optimizer.iterations.numpy()) == 4
+    model.fit(ns["x"], ns["y"], epochs=1, verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == 6
+
+
 WRAPPER = """import keras
 import tensorflow as tf
 class Wrapper(keras.Model):  # as keras.io's VAE: no get_config, a model passed in, never built

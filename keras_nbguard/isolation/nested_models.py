@@ -74,8 +74,13 @@ def _why_not(layer: Any, own: Any) -> str:
 
 def _take_training_state(layer: Any, own: Any) -> str:
     """Compile ``layer`` as ``own`` was and copy its optimizer's variables (the step count, Adam's
-    moments); nothing to do for a model never compiled (the guide's ``base_model``)."""
-    if not (getattr(own, "compiled", False) or getattr(own, "_is_compiled", False)):
+    moments); nothing to do for a model never compiled (the guide's ``base_model``), nor where
+    the container's file brought that state already (Keras 3 does; tf_keras does not)."""
+    if not _compiled(own):
+        return ""
+    if _compiled(layer) and _shapes(_optimizer_variables(layer)) == _shapes(
+        _optimizer_variables(own)
+    ):
         return ""
     try:
         layer.compile_from_config(own.get_compile_config())
@@ -83,7 +88,7 @@ def _take_training_state(layer: Any, own: Any) -> str:
         if theirs and not ours:  # built when its model is: a layer of a loaded model may not be
             layer.optimizer.build(layer.trainable_variables)
             ours = _optimizer_variables(layer)
-        if [tuple(v.shape) for v in ours] != [tuple(v.shape) for v in theirs]:
+        if _shapes(ours) != _shapes(theirs):
             return "its optimizer's state does not fit that layer"
         for target, value in zip(ours, theirs, strict=True):
             target.assign(value)
@@ -95,3 +100,11 @@ def _take_training_state(layer: Any, own: Any) -> str:
 def _optimizer_variables(model: Any) -> list[Any]:
     optimizer = getattr(model, "optimizer", None)
     return list(getattr(optimizer, "variables", None) or [])  # tf_keras: a callable list
+
+
+def _compiled(model: Any) -> bool:
+    return bool(getattr(model, "compiled", False) or getattr(model, "_is_compiled", False))
+
+
+def _shapes(variables: list[Any]) -> list[tuple[int, ...]]:
+    return [tuple(v.shape) for v in variables]
