@@ -4,8 +4,9 @@ keras.io's transfer learning guide builds ``model`` on ``base_model``; its text 
 example builds ``end_to_end_model`` on ``model``. Each travels in its own Keras file, so each
 came back with its own copy of the other: ``base_model.trainable = True`` in the next cell, the
 guide's fine-tuning step, no longer reached ``model``. The child says where each model lies in
-another (``containers``); the kernel binds the name to that layer and gives it the training state
-the model had on its own, its compiled loss and its optimizer's slots (``rejoin``).
+another (``containers``); the kernel binds the name to that layer and, where the container's
+file did not bring them (tf_keras), gives it the compiled loss and optimizer slots of the model's
+own file (``rejoin``).
 """
 
 from __future__ import annotations
