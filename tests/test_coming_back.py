@@ -148,7 +148,7 @@ def test_a_model_whose_place_in_another_holds_something_else_stays_a_copy_and_is
     model = _deep_model()
     outputs = {
         "outer": ("keras", "keras", _saved(outer, tmp_path)),
-        "model": ("keras", "keras", _saved(model, tmp_path), ("outer", ("dense_9",))),
+        "model": ("keras", "keras", _saved(model, tmp_path), {"inside": ("outer", ("dense_9",))}),
     }
     run = _run()
     bound = back.received(ChildResult(result={"outputs": outputs, "success": True}), run)

@@ -157,6 +157,33 @@ def test_a_model_that_is_another_ones_layer_comes_back_as_that_layer(iso_shell):
     assert "back 3 models" in record.isolated and "a copy of" not in record.isolated
 
 
+SHARED = """%%kerasrun --isolate --label shared
+import keras
+initial_model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, name="a"),
+                                  keras.layers.Dense(4, name="b"), keras.layers.Dense(1)])
+feature_extractor = keras.Model(initial_model.inputs, initial_model.get_layer("b").output)
+initial_model.compile("adam", "mse")
+initial_model.fit(x, y, epochs=1, verbose=0)
+"""
+
+
+def test_a_model_built_on_anothers_layers_comes_back_on_those_layers(iso_shell):
+    """keras.io's Sequential guide: ``feature_extractor = keras.Model(initial_model.inputs,
+    initial_model.get_layer(...).output)`` shares ``initial_model``'s layers. Each came back
+    with its own copy of them; the smaller one is rebuilt on the larger one's layers now."""
+    result = run(iso_shell, SHARED)
+    assert result.success, result.error_in_exec
+    ns = iso_shell.user_ns
+    extractor, initial = ns["feature_extractor"], ns["initial_model"]
+    assert extractor.layers[1] is initial.layers[0] and extractor.layers[2] is initial.layers[1]
+    assert int(initial.optimizer.iterations.numpy()) == 2  # the larger one stays as it loaded
+    initial.layers[1].bias.assign(np.full(4, 7.0, "float32"))
+    initial.layers[1].kernel.assign(np.zeros((4, 4), "float32"))
+    assert np.allclose(extractor.predict(ns["x"][:2], verbose=0), 7.0)
+    (record,) = keras_nbguard.runs("shared")
+    assert "back 2 models" in record.isolated and "copy" not in record.isolated
+
+
 NESTED_TF_KERAS = """%%kerasrun --isolate --label nested2
 import tf_keras
 inputs = tf_keras.Input((8,))

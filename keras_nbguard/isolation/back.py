@@ -60,11 +60,11 @@ def received(
         back.nbytes += len(sent[2])
         if key.isidentifier():  # not "hist.model": a History's model, sent on its own
             bound[key] = models[key]
-    inside = {key: sent[3] for key, sent in outputs.items() if sent[0] == "keras" and len(sent) > 3}
+    linked = {key: sent[3] for key, sent in outputs.items() if sent[0] == "keras" and len(sent) > 3}
     back.trained = [key for key in result.get("trained_back", ()) if key in models]
-    with keras_scope(_notebook_classes() if inside else {}):  # a loss defined in the notebook
-        back.kept_apart = rejoin(models, inside)  # model: end_to_end_model's layer, as in the cell
-    bound.update((key, models[key]) for key in inside if key in bound)
+    with keras_scope(_notebook_classes() if linked else {}):  # a loss defined in the notebook
+        back.kept_apart = rejoin(models, linked)  # model: end_to_end_model's layer, as in the cell
+    bound.update((key, models[key]) for key in linked if key in bound)
     if models:
         clear_kernel_cache()  # the loads' variable kernels, kept for good otherwise
     for key, sent in outputs.items():

@@ -185,7 +185,7 @@ def _collect(
     the kernel, ``best_model is models[0]`` as it was in the cell. A model that is a layer of
     another one sent back says where (``nested_models``)."""
     from keras_nbguard.isolation.names import describe
-    from keras_nbguard.isolation.nested_models import containers
+    from keras_nbguard.isolation.nested_models import links
 
     models = _model_classes()
     outputs: dict[str, Any] = {}
@@ -200,8 +200,8 @@ def _collect(
             if problem:
                 not_sent[name] = problem
     sent_models = {name: namespace[name] for name in present if name in outputs}
-    for name, where in containers(sent_models).items():  # model, a layer of end_to_end_model
-        outputs[name] = (*outputs[name], where)
+    for name, link in links(sent_models).items():  # model, a layer of end_to_end_model
+        outputs[name] = (*outputs[name], link)
     for name in present:
         value: Any = namespace[name]
         if name in outputs or name in not_sent:

@@ -28,13 +28,41 @@ def containers(models: dict[str, Any]) -> dict[str, tuple[str, tuple[str, ...]]]
     return inside
 
 
-def rejoin(
-    models: dict[str, Any], inside: dict[str, tuple[str, tuple[str, ...]]]
-) -> dict[str, str]:
-    """In the kernel: ``models[name]`` becomes its container's layer wherever the training state
-    it had on its own fits that layer; what kept a model apart, by name (the loaded copy
-    stays then, and the run's line says so)."""
+Where = tuple[str, tuple[str, ...]]  # a model's name, and the layer names leading to a layer
+
+
+def links(models: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """In the child, for each model sent back: ``inside``, where it lies in another one, or
+    ``shares``, where each of its layers that another one holds lies there (keras.io's
+    Sequential guide: ``feature_extractor`` built on ``initial_model``'s layers). The larger
+    model keeps its layers; the smaller is rebuilt on them in the kernel."""
+    inside = containers(models)
+    by_size = sorted(models, key=lambda n: -len(list(models[n]._flatten_layers())))
+    owners: list[str] = []
+    found: dict[str, dict[str, Any]] = {name: {"inside": where} for name, where in inside.items()}
+    for name in by_size:
+        if name in inside:
+            continue
+        shares = {}
+        for layer in models[name].layers:
+            if type(layer).__name__ == "InputLayer" or any(layer is m for m in models.values()):
+                continue
+            owner = next((o for o in owners if _path(models[o], layer)), None)
+            if owner is not None:
+                shares[layer.name] = (owner, _path(models[owner], layer))
+        if shares:
+            found[name] = {"shares": shares}
+        else:
+            owners.append(name)
+    return found
+
+
+def rejoin(models: dict[str, Any], linked: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """In the kernel: ``models[name]`` becomes its container's layer, or is rebuilt on the layers
+    it shares, wherever the training state it had on its own fits; what kept a model apart,
+    by name (the loaded copy stays then, and the run's line says so)."""
     kept_apart: dict[str, str] = {}
+    inside = {name: link["inside"] for name, link in linked.items() if "inside" in link}
     for name, (outer_name, path) in inside.items():
         outer, own = models.get(outer_name), models.get(name)
         if outer is None or own is None:
@@ -45,7 +73,39 @@ def rejoin(
             kept_apart[name] = f"a copy of {outer_name}'s layer, not that layer: {problem}"
         else:
             models[name] = layer
+    for name, link in linked.items():
+        if "shares" in link and name in models:
+            problem = _rebuilt(models, name, link["shares"])
+            if problem:
+                kept_apart[name] = f"its own copy of the layers it shares: {problem}"
     return kept_apart
+
+
+def _rebuilt(models: dict[str, Any], name: str, shares: dict[str, Where]) -> str:
+    """``models[name]`` made again with the layers another model holds (Keras' ``clone_model``,
+    each shared layer given as itself), compiled as it was."""
+    import importlib
+
+    own = models[name]
+    targets = {}
+    for layer_name, (owner, path) in shares.items():
+        target, mine = _at(models.get(owner), path), _at(own, (layer_name,))
+        problem = _why_not(target, mine)
+        if problem:
+            return problem
+        targets[layer_name] = target
+    package = importlib.import_module(type(own).__module__.split(".")[0])
+    try:
+        again = package.models.clone_model(
+            own, clone_function=lambda layer: targets.get(layer.name, layer)
+        )
+    except Exception as exc:  # a subclassed model: Keras clones only Functional and Sequential
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return f"Keras could not rebuild it ({first})"
+    problem = _take_training_state(again, own)
+    if not problem:
+        models[name] = again
+    return problem
 
 
 def _path(container: Any, target: Any) -> tuple[str, ...]:
