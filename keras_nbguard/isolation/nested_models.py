@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
+Where = tuple[str, tuple[str, ...]]  # a model's name, and the layer names leading to a layer
 
-def containers(models: dict[str, Any]) -> dict[str, tuple[str, tuple[str, ...]]]:
+
+def containers(models: dict[str, Any]) -> dict[str, Where]:
     """In the child: for each model (by name) that is a layer of another one sent back, the
     outermost such model and the layer names leading to it there (a loaded model keeps its
     layers' names, where tf_keras' flattened list of them can come back in another order)."""
-    inside: dict[str, tuple[str, tuple[str, ...]]] = {}
+    inside: dict[str, Where] = {}
     for outer_name, outer in models.items():
         for name, model in models.items():
             path = _path(outer, model) if name != outer_name else None
@@ -26,9 +28,6 @@ def containers(models: dict[str, Any]) -> dict[str, tuple[str, tuple[str, ...]]]
             if path and (known is None or _path(outer, models[known[0]])):
                 inside[name] = (outer_name, path)
     return inside
-
-
-Where = tuple[str, tuple[str, ...]]  # a model's name, and the layer names leading to a layer
 
 
 def links(models: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -47,9 +46,9 @@ def links(models: dict[str, Any]) -> dict[str, dict[str, Any]]:
         for layer in models[name].layers:
             if type(layer).__name__ == "InputLayer" or any(layer is m for m in models.values()):
                 continue
-            owner = next((o for o in owners if _path(models[o], layer)), None)
-            if owner is not None:
-                shares[layer.name] = (owner, _path(models[owner], layer))
+            where = next(((o, p) for o in owners if (p := _path(models[o], layer))), None)
+            if where is not None:
+                shares[layer.name] = where
         if shares:
             found[name] = {"shares": shares}
         else:
