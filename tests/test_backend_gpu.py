@@ -156,7 +156,11 @@ def test_jax_growth_and_cap_are_environment_variables_set_before_jax_starts():
     assert environ[gpu_setup.JAX_PREALLOCATE] == "true"  # the user's own setting wins
     nvml = NvmlReader(FakeNvml(devices=2), environ={})  # 80000 MiB each
     assert gpu_setup.jax_memory_limit(20000, nvml, environ, started=False) == []
-    assert environ[gpu_setup.JAX_FRACTION] == "0.250"
+    assert environ[gpu_setup.JAX_FRACTION] == "0.250000"
+    # a small cap on a large GPU is kept to the MiB, not rounded to a step of 80 MiB
+    environ = {}
+    assert gpu_setup.jax_memory_limit(1024, nvml, environ, started=False) == []
+    assert abs(float(environ[gpu_setup.JAX_FRACTION]) * 80000 - 1024) < 1
 
 
 def test_jax_too_late_is_one_clear_warning():
@@ -168,7 +172,7 @@ def test_jax_too_late_is_one_clear_warning():
     (problem,) = gpu_setup.jax_memory_limit(4000, nvml, environ, started=True)
     assert "can't be applied" in problem and gpu_setup.JAX_FRACTION not in environ
     # the same cap as the one JAX started with: nothing to say
-    environ[gpu_setup.JAX_FRACTION] = "0.050"
+    environ[gpu_setup.JAX_FRACTION] = "0.05"  # as a user writes it
     assert gpu_setup.jax_memory_limit(4000, nvml, environ, started=True) == []
 
 

@@ -111,9 +111,10 @@ def jax_memory_limit(
             f"--gpu-limit {limit_mb} ignored: the GPU's size is unknown ({why}); set "
             f"{JAX_FRACTION} yourself before JAX starts."
         ]
-    fraction = f"{min(1.0, limit_mb * MB / total):.3f}"
+    # six places: on a 141 GiB H200 three would round 1024 MiB to 1006 (one step is 141 MiB)
+    fraction = f"{min(1.0, limit_mb * MB / total):.6f}"
     if started if started is not None else jax_started():
-        if environ.get(JAX_FRACTION) == fraction:
+        if _same_number(environ.get(JAX_FRACTION), fraction):  # "0.05" is "0.050000"
             return []
         return [
             f"GPU memory limit of {limit_mb} MiB can't be applied: JAX already started its "
@@ -122,6 +123,13 @@ def jax_memory_limit(
         ]
     environ[JAX_FRACTION] = fraction
     return []
+
+
+def _same_number(text: str | None, fraction: str) -> bool:
+    try:
+        return text is not None and abs(float(text) - float(fraction)) < 1e-6
+    except ValueError:
+        return False
 
 
 # -- torch: a per-process fraction, settable at any time ----------------------------------------
