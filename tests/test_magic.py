@@ -128,6 +128,23 @@ model.fit(x, y, epochs=2, batch_size=64, verbose=0, callbacks=[Boom()])
     assert "--mixed-precision" in advice and "optimizer state" in advice
 
 
+@pytest.mark.parametrize(
+    "raised",
+    [
+        # as torch raises it on a GPU (seen on an H200, through Keras' LSTM.call)
+        "import torch\nraise torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate')",
+        # as XLA reports it under JAX
+        "import jax.errors\nraise jax.errors.JaxRuntimeError("
+        "'RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.20GiB.')",
+    ],
+    ids=["torch", "jax"],
+)
+def test_torch_and_jax_out_of_memory_is_oom(keras_shell, raised):
+    run(keras_shell, f"%%kerasrun --label gpu_oom --quiet\n{raised}\n")
+    record = keras_nbguard.runs("gpu_oom")[-1]
+    assert record.status == "oom" and record.advice
+
+
 def test_memory_error_is_oom(keras_shell):
     run(keras_shell, "%%kerasrun --label mem --quiet\nraise MemoryError()\n")
     record = keras_nbguard.runs("mem")[-1]

@@ -13,9 +13,19 @@ def status_of(exc: BaseException | None) -> str:
         return "ok"
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted"
-    if isinstance(exc, MemoryError) or _is_tf_oom(exc):
+    if isinstance(exc, MemoryError) or _is_tf_oom(exc) or _is_torch_or_jax_oom(exc):
         return "oom"
     return "error"
+
+
+def _is_torch_or_jax_oom(exc: BaseException) -> bool:
+    """torch's CUDA out-of-memory, or XLA's (JAX): a runtime error that names its status."""
+    torch_oom = getattr(getattr(sys.modules.get("torch"), "cuda", None), "OutOfMemoryError", None)
+    if isinstance(torch_oom, type) and isinstance(exc, torch_oom):
+        return True
+    return type(exc).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and str(exc).startswith(
+        "RESOURCE_EXHAUSTED"
+    )
 
 
 def _is_tf_oom(exc: BaseException) -> bool:
