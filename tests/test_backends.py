@@ -178,3 +178,36 @@ def test_the_leak_finder_sizes_a_keras_2_model_with_a_vocabulary(flavour):
     if name != "tf_keras":
         pytest.skip("Keras 2 only")
     assert seen["lookup_sizes"] == [40, 160, 0]  # the Embedding's 20 x 2 float32; no optimizer
+
+
+JAX_DEFERRED_OOM = """
+import json, os
+os.environ["KERAS_BACKEND"] = "jax"
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+shell.run_cell("%load_ext keras_nbguard")
+shell.run_cell('''
+import jax, keras, numpy as np
+x, y = np.ones((64, 4), "float32"), np.ones((64, 1), "float32")
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+model.compile("adam", "mse")
+def fails_on_the_device(arrays):  # as a GPU step that ran out of memory fails: when awaited
+    raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 1.46GiB")
+jax.block_until_ready = fails_on_the_device
+''')
+shell.run_cell("%%kerasrun --quiet --label deferred\\nmodel.fit(x, y, batch_size=16, verbose=0)")
+import keras_nbguard
+record = keras_nbguard.runs("deferred")[-1]
+print(json.dumps({"status": record.status, "completed": [f.completed for f in record.fits]}))
+"""
+
+
+def test_on_jax_a_fit_whose_steps_fail_on_the_device_is_out_of_memory_not_ok():
+    """JAX dispatches a fit's steps and returns: on an H200, fits that ran out of GPU memory
+    came back as ``ok``, the error left in the weights' arrays. The fit now waits for them."""
+    done = subprocess.run(
+        [sys.executable, "-c", JAX_DEFERRED_OOM], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got == {"status": "oom", "completed": [False]}

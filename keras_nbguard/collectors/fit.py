@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import sys
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -204,6 +205,7 @@ class FitTimer:
 
         with self._call(record) as call:
             result = original(*bound.args, **bound.kwargs)
+            _wait_for_the_device(model)
             call.completed = True
             return result
 
@@ -269,6 +271,7 @@ class FitTimer:
 
         with self._call(record) as call:
             result = original(*bound.args, **bound.kwargs)
+            _wait_for_the_device(model)
             call.completed = True
             return result
 
@@ -294,6 +297,27 @@ class FitTimer:
             *(callbacks or ()),
             _epoch_clock_class(base)(progress, self.clock, self.epoch_listeners),
         ]
+
+
+def _wait_for_the_device(model: Any) -> None:
+    """On JAX, until the fit's last step has run: JAX dispatches steps and returns, and a step
+    that could not run (out of GPU memory) fails in the arrays it leaves. Seen on an H200: fits
+    that ran out of memory returned, silently, as ``ok``; the error surfaced only at the next
+    use of the weights. Waiting here raises it from the fit that caused it, and the fit's time
+    covers the work on the device."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return
+    arrays = [v.value for v in getattr(model, "variables", ()) if _is_jax_array(v, jax)]
+    if arrays:
+        jax.block_until_ready(arrays)
+
+
+def _is_jax_array(variable: Any, jax: Any) -> bool:
+    try:
+        return isinstance(variable.value, jax.Array)
+    except Exception:  # a variable whose value can't be read (TF's uninitialized): not JAX's
+        return False
 
 
 @functools.lru_cache(maxsize=8)
