@@ -275,3 +275,101 @@ def test_the_dashboard_shows_the_advice_for_the_last_runs_model(keras_shell):
     assert run(keras_shell, other).success  # another model: its advice was never asked for
     assert "Batch advice for the last run's model" not in board._bundle()["text/html"]
     board.detach()
+
+
+# -- JAX on a GPU: XLA's plan of the step, not JAX's process-wide peak -----------------------------
+XLA_PLAN = """
+import json, os, sys
+os.environ["KERAS_BACKEND"] = "jax"
+import numpy as np, keras
+from keras_nbguard.advisor import batch_probe
+rng = np.random.default_rng(0)
+x = rng.random((64, 16, 16, 3), dtype="float32"); y = rng.integers(0, 10, 64)
+model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(32, 3, padding="same"),
+                          keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)])
+model.compile("adam", "sparse_categorical_crossentropy")
+class OneGpu:  # what JAX's allocator says on a GPU (a fake only where no GPU can be here)
+    name = "JAX"
+    def unavailable(self): return None
+    def read(self): return (0, 5 * 2**30)  # a peak a compile's autotuning left, never reset
+    def reset_peak(self): return False
+batch_probe.allocator_for = lambda backend, tf_gpu: OneGpu()
+source = batch_probe.peak_source()
+copy = batch_probe.copy_of(model)
+peaks = {b: batch_probe.measure(copy, x, y, b, 1, source).peak_mib for b in (4, 8, 16)}
+state = sum(v.value.nbytes for v in copy.weights + copy.optimizer.variables) / 2**20
+print(json.dumps({"where": source.where, "peaks": peaks, "state": state}))
+"""
+
+
+def test_on_jax_a_probe_s_peak_is_xla_s_plan_of_the_step_at_its_batch():
+    """On an H200 JAX's peak (one per process, never reset) held a GPU compile's autotuning
+    scratch: 763 MiB at a convnet's batch 8. The probe reads XLA's own plan of Keras' train step
+    compiled at its batch instead: it holds the copy's state and rises with the batch."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", XLA_PLAN], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["where"] == "GPU (XLA's plan of the JAX train step)"
+    p4, p8, p16 = (got["peaks"][str(b)] for b in (4, 8, 16))
+    assert got["state"] < p4 < 1024  # the weights and Adam's slots, not the process's high
+    assert p4 < p8 < p16
+    assert p16 - p8 == pytest.approx(2 * (p8 - p4), rel=0.15)  # linear in the batch
+
+
+# -- torch on a GPU: what its caching allocator reserved, as a cap counts it ---------------------
+class ReservingCuda:
+    """torch.cuda's slice the probe reads (no GPU here): tensors in use, and the blocks reserved
+    around them, which an emptied cache gives back."""
+
+    def __init__(self) -> None:
+        self.allocated, self.reserved, self.peak = 100 * 2**20, 300 * 2**20, 300 * 2**20
+        self.emptied = 0
+
+    def device_count(self) -> int:
+        return 1
+
+    def empty_cache(self) -> None:
+        self.emptied += 1
+        self.reserved = self.peak = self.allocated
+
+    def reset_peak_memory_stats(self, device: int) -> None:
+        self.peak = self.reserved
+
+    def memory_allocated(self, device: int) -> int:
+        return self.allocated
+
+    max_memory_allocated = memory_allocated
+
+    def memory_stats(self, device: int) -> dict[str, int]:
+        return {"reserved_bytes.all.current": self.reserved, "reserved_bytes.all.peak": self.peak}
+
+
+def test_on_torch_a_probe_s_peak_is_the_memory_reserved_from_an_emptied_cache(monkeypatch):
+    """On an H200 a convnet advised from torch's tensor peaks ran out of memory under its cap:
+    the cap bounds what torch reserves (907 MiB in tensors, 115 MiB more reserved). The probe
+    reads the reserved peak, from a cache emptied as each %%kerasrun run starts."""
+    import sys
+    from types import SimpleNamespace
+
+    from keras_nbguard.advisor import batch_probe
+    from keras_nbguard.collectors.allocators import TorchAllocator
+
+    cuda = ReservingCuda()
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
+    allocator = TorchAllocator(sys.modules["torch"])
+    monkeypatch.setattr(batch_probe, "allocator_for", lambda backend, tf_gpu: allocator)
+    monkeypatch.setattr(batch_probe.backends, "current_backend", lambda: "torch")
+    monkeypatch.setattr(allocator, "unavailable", lambda: None)
+    source = batch_probe.peak_source()
+    assert isinstance(source, batch_probe.TorchReservedPeaks) and cuda.emptied == 1
+    assert source.base == 100 * 2**20  # the cache given back first: only tensors in use
+    source.reset()
+    cuda.peak = 612 * 2**20  # a step: 400 MiB of tensors, rounded and fragmented into 512
+    assert source.peak_after(None, None, None, 8) == 512 * 2**20
+    assert source.where == "GPU (torch's reserved memory)"

@@ -3,10 +3,12 @@
 
 The copy is ``clone_model`` + the user's weights + a fresh compile from the model's own compile
 config (a new optimizer of the same config, the same loss): the user's model, its weights and its
-optimizer state are never touched. A peak is read from the backend's allocator on a GPU
-(collectors/allocators.py: reset before each probe where the framework can) and from the kernel's
-``VmHWM`` on the host (collectors/process.py: reset by writing 5 to /proc/self/clear_refs), both
-over what was in use before the copy was made, so the copy's own weights count as a fit's do.
+optimizer state are never touched. A peak is read, over what was in use before the copy was made
+(so the copy's own weights count as a fit's do), from the kernel's ``VmHWM`` on the host
+(collectors/process.py: reset by writing 5 to /proc/self/clear_refs) and on a GPU from what
+bounds a run under a cap there: TensorFlow's allocator peak, torch's reserved peak, and for JAX,
+whose one peak per process holds a compile's autotuning, XLA's plan of the step (checked on an
+H200 with bench/gpu_check.py).
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ class HostPeaks:
     def read(self) -> int:
         return (self._hwm.read() or 0) - self.base
 
+    def peak_after(self, copy: Any, x: Any, y: Any, batch: int) -> int:
+        return self.read()
+
 
 class AllocatorPeaks:
     """The backend's GPU allocator: its peak bytes in use, over the bytes in use before probing."""
@@ -83,12 +88,98 @@ class AllocatorPeaks:
     def read(self) -> int:
         return self._allocator.read()[1] - self.base
 
+    def peak_after(self, copy: Any, x: Any, y: Any, batch: int) -> int:
+        return self.read()
 
-def peak_source() -> HostPeaks | AllocatorPeaks:
-    """The allocator of the backend in use where it has a GPU, else the host."""
-    allocator = allocator_for(backends.current_backend(), TfGpu.if_imported)
+
+class TorchReservedPeaks(AllocatorPeaks):
+    """torch on a GPU: the memory its caching allocator reserved at its peak, from an emptied
+    cache, as each ``%%kerasrun`` starts. A cap (``--gpu-limit``: torch's per-process fraction)
+    bounds what is reserved, not what tensors use, and a batch's blocks are rounded up and
+    fragment: on an H200 a convnet advised from tensor peaks hit its 1024 MiB cap with 907 MiB
+    in tensors and 115 MiB reserved beside them."""
+
+    def __init__(self, allocator: Allocator) -> None:
+        self._torch = sys.modules["torch"]
+        self._torch.cuda.empty_cache()
+        super().__init__(allocator)
+        self.where = "GPU (torch's reserved memory)"
+        self.base = self._reserved("current")
+
+    def _reserved(self, which: str) -> int:
+        cuda = self._torch.cuda
+        return sum(
+            int(cuda.memory_stats(i).get(f"reserved_bytes.all.{which}", 0))
+            for i in range(cuda.device_count())
+        )
+
+    def reset(self) -> None:
+        self._torch.cuda.empty_cache()
+        super().reset()
+
+    def read(self) -> int:
+        return self._reserved("peak") - self.base
+
+
+class XlaPlanPeaks(AllocatorPeaks):
+    """JAX on a GPU: XLA's own plan of Keras' train step compiled at the probe's batch (its
+    arguments, outputs and temporaries: ``memory_analysis``), plus one batch in flight. JAX's
+    allocator keeps one peak per process and a GPU compile's autotuning takes scratch from the
+    same pool, so that peak says little of a step (on an H200: 763 MiB at the convnet's batch 8,
+    the most its pool could give)."""
+
+    def __init__(self, allocator: Allocator) -> None:
+        super().__init__(allocator)
+        self.where = "GPU (XLA's plan of the JAX train step)"
+
+    def peak_after(self, copy: Any, x: Any, y: Any, batch: int) -> int:
+        import jax  # Keras computes with it: imported already
+
+        def one_batch(array: Any) -> Any:
+            shape = (batch, *array.shape[1:])
+            return jax.ShapeDtypeStruct(shape, jax.dtypes.canonicalize_dtype(array.dtype))
+
+        data = jax.tree_util.tree_map(one_batch, (x,) if y is None else (x, y))
+        state = tuple(
+            [v.value for v in variables]
+            for variables in (
+                copy.trainable_variables,
+                copy.non_trainable_variables,
+                copy.optimizer.variables,
+                copy.metrics_variables,
+            )
+        )
+        # as Keras' JAX trainer compiles it (make_train_function): the state donated
+        step = jax.jit(copy.train_step, donate_argnums=0).lower(state, data).compile()
+        plan = step.memory_analysis()
+        if plan is None:  # a backend that makes no plan: nothing to read
+            raise RuntimeError("XLA gave no memory plan for the train step")
+        in_flight = sum(
+            math.prod(leaf.shape) * leaf.dtype.itemsize for leaf in jax.tree_util.tree_leaves(data)
+        )
+        return int(
+            plan.argument_size_in_bytes
+            + plan.output_size_in_bytes
+            - plan.alias_size_in_bytes
+            + plan.temp_size_in_bytes
+            + in_flight
+        )
+
+
+PeakSource = HostPeaks | AllocatorPeaks
+
+
+def peak_source() -> PeakSource:
+    """Where the backend in use has a GPU, what its allocator can tell of one step (torch: its
+    reserved peak; JAX: XLA's plan; TensorFlow: its allocator's peak); else the host."""
+    backend = backends.current_backend()
+    allocator = allocator_for(backend, TfGpu.if_imported)
     try:
         if allocator.unavailable() is None:
+            if backend == "torch":
+                return TorchReservedPeaks(allocator)
+            if backend == "jax":
+                return XlaPlanPeaks(allocator)
             return AllocatorPeaks(allocator)
     except Exception:  # a GPU that can't be read: the host is still measured
         pass
@@ -96,7 +187,7 @@ def peak_source() -> HostPeaks | AllocatorPeaks:
 
 
 def default_limit(
-    source: HostPeaks | AllocatorPeaks, options: RunOptions | None = None
+    source: PeakSource, options: RunOptions | None = None
 ) -> tuple[float | None, str]:
     """The memory a fit may add, in MiB, and where that figure comes from (``options``: a run's
     own, else the kernel's)."""
@@ -179,9 +270,7 @@ def rows(data: Any) -> int | None:
     return int(shape[0]) if shape else None
 
 
-def measure(
-    copy: Any, x: Any, y: Any, batch: int, steps: int, source: HostPeaks | AllocatorPeaks
-) -> Probe:
+def measure(copy: Any, x: Any, y: Any, batch: int, steps: int, source: PeakSource) -> Probe:
     """``steps`` training steps at ``batch``: their peak over the base."""
     started = time.perf_counter()
     available = rows(x)
@@ -190,7 +279,8 @@ def measure(
     source.reset()
     # shuffled, as fit is by default: its index gather is part of what a fit takes
     copy.fit(x, y, batch_size=batch, steps_per_epoch=steps, epochs=1, verbose=0)
-    return Probe(batch, source.read() / MIB, time.perf_counter() - started)
+    peak = source.peak_after(copy, x, y, batch)
+    return Probe(batch, peak / MIB, time.perf_counter() - started)
 
 
 def activations_guess(model: Any) -> float | None:
