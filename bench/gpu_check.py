@@ -2,6 +2,7 @@
 
     python bench/gpu_check.py            # the whole kit (about 5 minutes on one GPU, at most 8)
     python bench/gpu_check.py --quick    # 3 repeated runs instead of 10, no second backend
+    python bench/gpu_check.py --only jax,torch,advice_jax,advice_torch   # no TensorFlow there
     python bench/gpu_check.py --cpu-dry-run --quick   # the kit's own plumbing, here, no GPU
 
 Every check runs the product the way a user does: a real IPython shell in a fresh process
@@ -34,6 +35,7 @@ MOST = 0.5  # --no-gpu-growth: TensorFlow reserves more than this share of the d
 ADVICE_MIB = 900  # batch_advice's limit inside the --gpu-limit process (the rest: its own use)
 DRY_HOST_MIB = 150  # --cpu-dry-run: --host-limit in place of the GPU cap
 GIVEN_BACK_MIB = 256  # --isolate: the device's use after a run, over the kit's start, stays under
+WITHIN = 1.25  # batch_advice: 1.25x the advised batch runs out of memory (within 20% of it)
 
 
 # -- whether there is a GPU at all ---------------------------------------------------------------
@@ -82,7 +84,8 @@ def run_cells(
             "KERAS_NBGUARD_DB": os.path.join(tmp, "runs.sqlite"),
             "IPYTHONDIR": os.path.join(tmp, "ipython"),
             "TF_CPP_MIN_LOG_LEVEL": "2",
-            "PYTHONPATH": ROOT,
+            # the repo first, then what the caller's path holds (wheels carried to a GPU box)
+            "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
             **(env or {}),
         }
         proc = subprocess.run(
@@ -127,6 +130,42 @@ def convnet():
     m.compile("adam", "sparse_categorical_crossentropy")
     return m
 _kit["after"] = []
+"""
+LSTM_SETUP = """
+seq = rng.random((len(images), 100, 32), dtype="float32"); seq_y = rng.random((len(images), 1))
+def lstm():
+    m = keras.Sequential([keras.Input((100, 32)), keras.layers.LSTM(256, return_sequences=True),
+                          keras.layers.LSTM(256), keras.layers.Dense(1, dtype="float32")])
+    m.compile("adam", "mse")
+    return m
+"""
+# real runs under the cap: the advised batch, 1.25x it, then doubling and bisection; each trial
+# a %%kerasrun cell of its own, its record's status the answer
+TRIALS = """
+trials = _kit['trials'] = []
+def trial(b):
+    try:
+        get_ipython().run_cell_magic('kerasrun', 'FLAG --quiet --label trial', FIT % (b, b, b))
+    except Exception:
+        pass
+    ok = keras_nbguard.runs(this_kernel=True)[-1].status == 'ok'
+    trials.append((b, ok))
+    return ok
+advised = _kit['advised'] or 0
+if advised and trial(advised):
+    lo, hi, b = advised, None, int(1.25 * advised)
+    while b <= ROWS:
+        if trial(b):
+            lo = b
+        else:
+            hi = b
+        if hi is None:
+            b *= 2
+        elif hi - lo <= max(2, lo // 32):
+            break
+        else:
+            b = (lo + hi) // 2
+    _kit['largest'], _kit['over'] = lo, hi
 """
 MLP_RUN = "m = mlp()\nm.fit(x, y, batch_size=64, epochs=1, verbose=0)\ndel m"
 NVML_AFTER = "_kit['after'].append(NvmlReader().read())"
@@ -413,7 +452,7 @@ class Kit:
         result = run_cells(cells, env={"KERAS_BACKEND": name})
         kit = result["kit"]
         if not kit.get("installed") or not kit.get("gpu"):
-            why = "not installed" if not kit.get("installed") else "it sees no GPU"
+            why = "is not installed" if not kit.get("installed") else "sees no GPU"
             self.say(f"Keras on {name}: skipped ({name} {why})")
             return
         record = result["records"][0]
@@ -437,6 +476,69 @@ class Kit:
             f"on {name} a small fit takes under {SMALL_PART:.0%} of the device",
         )
 
+    # -- 7: batch_advice on JAX's and torch's GPUs, against the truth ----------------------------
+    def advice_on(self, name: str, model: str = "convnet") -> None:
+        """Under ``--gpu-limit`` (set before the backend starts), the advice for the cap, then
+        real runs under the same cap, as a user makes them: the advised batch ends ok, 1.25x it
+        runs out of memory (so the advice is within 20% of the largest batch that fits)."""
+        flag = "" if self.dry else f"--gpu-limit {CAP_MIB}"  # a host cap would stop the import
+        limit = "limit_mib=1000" if self.dry else f"options=RunOptions(gpu_limit_mb={CAP_MIB})"
+        data = {"convnet": "images, labels", "lstm": "seq, seq_y"}[model]
+        rows = 512 if self.dry else 4096
+        fit = (
+            f"m = {model}()\nx, y = {data}\n"
+            "m.fit(x[:2 * %d], y[:2 * %d], batch_size=%d, epochs=1, verbose=0)\ndel m"
+        )
+        cells = [
+            "%load_ext keras_nbguard",
+            # the cap is an environment variable JAX reads as it starts: before keras is imported
+            f"%%kerasrun --quiet {flag} --label cap\nimport keras",
+            *setup(rows)[1:],
+            LSTM_SETUP,
+            "import keras_nbguard\nfrom keras_nbguard.records.options import RunOptions\n"
+            f"advice = keras_nbguard.batch_advice({model}(), {data}, {limit})\n"
+            "_kit['advice'] = advice.text(); _kit['advised'] = advice.batch_size\n"
+            "_kit['limit'] = advice.limit_mib\n"
+            "_kit['probes'] = [(p.batch, p.peak_mib, p.seconds) for p in advice.probes]",
+            # the truth, found as the issue's host bench finds it: real runs under the cap,
+            # 1.25x the advice first, then doubling and bisection to the largest that fits
+            TRIALS.replace("FLAG", flag).replace("FIT", repr(fit)).replace("ROWS", str(rows)),
+        ]
+        result = run_cells(cells, env={"KERAS_BACKEND": name}, timeout=420)
+        kit = result["kit"]
+        limit_mib = kit.get("limit") or 0
+        self.say(f"batch_advice on {name}, the {model}, under {flag or 'no cap'}:")
+        self.say(f"  {kit.get('advice')}")
+        probes = kit.get("probes") or []
+        self.say(
+            "  probes: "
+            + ", ".join(f"batch {b} {peak:,.0f} MiB {sec:.1f} s" for b, peak, sec in probes)
+        )
+        advised, trials = kit.get("advised") or 0, kit.get("trials") or []
+        self.say(
+            "  runs under the cap: "
+            + ", ".join(f"batch {b} {'ok' if ok else 'oom'}" for b, ok in trials)
+        )
+        largest = kit.get("largest")
+        if largest:
+            self.say(
+                f"  the largest batch that ran: {largest} (the next tried ran out of memory: "
+                f"{kit.get('over') or 'none, the data holds no larger batch'}); the advice "
+                f"is {advised / largest:.0%} of it"
+            )
+        self.check(
+            bool(probes) and all(peak <= limit_mib / 2 for _b, peak, _s in probes),
+            f"the probes stay under half the limit ({limit_mib / 2:,.0f} MiB)",
+        )
+        self.check(
+            bool(trials) and trials[0] == [advised, True],
+            f"the advised batch ({advised}) runs under the cap",
+        )
+        self.check(
+            len(trials) > 1 and trials[1] == [int(WITHIN * advised), False],
+            f"{WITHIN}x the advised batch runs out of memory (within 20% of the largest)",
+        )
+
     def all(self) -> list[str]:
         """Every check, each on its own: one that fails is reported and the next still runs
         (a GPU machine is lent for minutes; one run should say everything). The failures."""
@@ -450,8 +552,13 @@ class Kit:
             "isolate": self.isolate,
             "jax": lambda: self.backend("jax"),
             "torch": lambda: self.backend("torch"),
+            "advice_jax": lambda: self.advice_on("jax"),
+            "advice_torch": lambda: self.advice_on("torch"),
+            "advice_jax_lstm": lambda: self.advice_on("jax", "lstm"),
+            "advice_torch_lstm": lambda: self.advice_on("torch", "lstm"),
         }
-        wanted = self.only or [n for n in named if not (self.quick and n in ("jax", "torch"))]
+        second = ("jax", "torch")  # the backends --quick leaves out
+        wanted = self.only or [n for n in named if not (self.quick and any(b in n for b in second))]
         checks = [named[name] for name in wanted]
         failures = []
         for check in checks:
@@ -509,8 +616,9 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         metavar="A,B",
         default="",
-        help="these checks only: growth_on, growth_off, limit, isolate, jax, "
-        "torch (limit calibrates itself from growth_on when run after it)",
+        help="these checks only: growth_on, growth_off, limit, isolate, jax, torch, "
+        "advice_jax, advice_torch, advice_jax_lstm, advice_torch_lstm (limit calibrates "
+        "itself from growth_on when run after it)",
     )
     parser.add_argument(
         "--cpu-dry-run",

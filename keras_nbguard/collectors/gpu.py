@@ -195,7 +195,11 @@ class NvmlReader:
                 f"process memory: pid {pid} not in NVML's list of "
                 f"{len(processes)} process(es); inside a container NVML shows host pids"
             )
-        return None, "process memory: NVML lists no process on this GPU (container or permissions)"
+        # seen on an H200 before the kernel's framework touched the GPU: none uses it yet
+        return None, (
+            "process memory: NVML lists no process on this GPU (none has used it yet, or a "
+            "container hides them)"
+        )
 
 
 class GpuCollector:
