@@ -300,11 +300,11 @@ class FitTimer:
 
 
 def _wait_for_the_device(model: Any) -> None:
-    """On JAX, until the fit's last step has run: JAX dispatches steps and returns, and a step
+    """On JAX, until the call's last step has run: JAX dispatches steps and returns, and a step
     that could not run (out of GPU memory) fails in the arrays it leaves. Seen on an H200: fits
     that ran out of memory returned, silently, as ``ok``; the error surfaced only at the next
-    use of the weights. Waiting here raises it from the fit that caused it, and the fit's time
-    covers the work on the device."""
+    use of the weights. Waiting here raises it from the call that caused it (fit, evaluate,
+    predict), and the call's time covers the work on the device."""
     jax = sys.modules.get("jax")
     if jax is None:
         return
