@@ -132,7 +132,8 @@ model.fit(x, y, epochs=2, batch_size=64, verbose=0, callbacks=[Boom()])
     "raised",
     [
         # as torch raises it on a GPU (seen on an H200, through Keras' LSTM.call)
-        "import torch\nraise torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate')",
+        "import torch\nraise torch.cuda.OutOfMemoryError("
+        "'CUDA out of memory. Tried to allocate 138.00 MiB. GPU 0 has a total capacity')",
         # as XLA reports it under JAX
         "import jax.errors\nraise jax.errors.JaxRuntimeError("
         "'RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.20GiB.')",
@@ -143,6 +144,8 @@ def test_torch_and_jax_out_of_memory_is_oom(keras_shell, raised):
     run(keras_shell, f"%%kerasrun --label gpu_oom --quiet\n{raised}\n")
     record = keras_nbguard.runs("gpu_oom")[-1]
     assert record.status == "oom" and record.advice
+    if "CUDA" in raised:  # the error names the GPU: its memory, not the host's (no GPU here)
+        assert "ran out of GPU memory" in record.advice[0], record.advice
 
 
 def test_memory_error_is_oom(keras_shell):

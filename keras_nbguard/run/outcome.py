@@ -28,6 +28,18 @@ def _is_torch_or_jax_oom(exc: BaseException) -> bool:
     )
 
 
+def names_a_gpu(exc: BaseException | None) -> bool:
+    """Whether an out-of-memory error says it was a GPU's (torch's CUDA error; TensorFlow's and
+    XLA's name the device): the advice then speaks of GPU memory even where no GPU reading was
+    made."""
+    if exc is None:
+        return False
+    torch_oom = getattr(getattr(sys.modules.get("torch"), "cuda", None), "OutOfMemoryError", None)
+    if isinstance(torch_oom, type) and isinstance(exc, torch_oom):
+        return True
+    return any(word in str(exc)[:2000] for word in ("device:GPU", "CUDA", "cuda:", " GPU "))
+
+
 def _is_tf_oom(exc: BaseException) -> bool:
     tf = sys.modules.get("tensorflow")
     errors = getattr(tf, "errors", None)

@@ -284,7 +284,11 @@ class Run:
         advice: list[str] = []
         if status == "oom":
             advice = outcome.oom_advice(
-                fits, self.options.mixed_precision, self.options.gpu_limit_mb, rss_peak, gpu.known
+                fits,
+                self.options.mixed_precision,
+                self.options.gpu_limit_mb,
+                rss_peak,
+                gpu.known or outcome.names_a_gpu(exc),
             )
         if self.sampler.error:
             self._warn(self.sampler.error)
