@@ -368,6 +368,23 @@ def test_out_of_memory_names_the_batch_the_memory_and_a_smaller_batch():
     assert ("try", "batch_size=8192") in finding.evidence
 
 
+def test_an_out_of_memory_error_naming_the_gpu_is_the_gpu_s_even_unread():
+    """torch's CUDA error where no GPU reading was made: the GPU's memory ran out, and the
+    host's RSS is not passed off as what was in use there."""
+    record = make_record(
+        status="oom",
+        rss_peak=874 * MiB,
+        error="OutOfMemoryError: CUDA out of memory. Tried to allocate 138.00 MiB. GPU 0 has",
+        fits=(FitRecord(seconds=0.2, epochs=0, batch_size=256),),
+        advice=("fit ran out of GPU memory at batch_size=256: try batch_size=128",),
+    )
+    (finding,) = diagnose([record])
+    assert finding.message.startswith("mlp #1 ran out of GPU memory at batch_size=256: ")
+    assert "874" not in finding.message
+    (where,) = [value for name, value in finding.evidence if "at the failure" in name]
+    assert where.startswith("n/a (no GPU reading")
+
+
 def _after_each(runs):
     """Each run as the magic records it: diagnosed after it, on the runs before it."""
     from keras_nbguard.diagnosis.diagnose import with_findings

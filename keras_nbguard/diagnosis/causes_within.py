@@ -25,7 +25,7 @@ from keras_nbguard.diagnosis.findings import (
 )
 from keras_nbguard.records.calls import CallbackTime, FitRecord
 from keras_nbguard.records.formatting import fmt_bytes, fmt_seconds, fmt_size
-from keras_nbguard.records.run import HeldModels, RunRecord
+from keras_nbguard.records.run import HeldModels, RunRecord, error_names_a_gpu
 
 
 def within_run(run: RunRecord) -> list[Finding]:
@@ -297,17 +297,23 @@ def _oom_batch(run: RunRecord) -> Finding | None:
     if run.status != "oom":
         return None
     gpu = run.gpu
-    on_gpu = gpu.known
-    peak = (gpu.tf_peak or gpu.nvml_process_used) if on_gpu else run.rss_peak
+    # the error may name a GPU that was not read (torch's CUDA error): its use is then unknown
+    on_gpu = gpu.known or error_names_a_gpu(run.error)
+    where = "GPU" if on_gpu else "host"
+    if gpu.known:
+        peak: int | None = gpu.tf_peak or gpu.nvml_process_used
+    else:
+        peak = None if on_gpu else run.rss_peak
+    in_use = fmt_bytes(peak) if peak is not None else f"n/a (no GPU reading: {gpu.reason})"
     batch = run.fits[-1].batch_size if run.fits else None
-    evidence = [(f"{'GPU' if on_gpu else 'host'} memory at the failure", fmt_bytes(peak))]
+    evidence = [(f"{where} memory at the failure", in_use)]
     if batch:
         evidence += [("batch size", str(batch)), ("try", f"batch_size={max(1, batch // 2)}")]
     at = f" at batch_size={batch}" if batch else ""
+    with_use = f", with {fmt_bytes(peak)} in use" if peak is not None else ""
     return Finding(
         "oom_batch",
-        f"{name_of(run)} ran out of {'GPU' if on_gpu else 'host'} memory{at}, with "
-        f"{fmt_bytes(peak)} in use: {run.error or 'no detail'}",
+        f"{name_of(run)} ran out of {where} memory{at}{with_use}: {run.error or 'no detail'}",
         run.advice[0] if run.advice else "halve the batch size",
         (*evidence, *(("advice", a) for a in run.advice[1:])),
         (name_of(run),),

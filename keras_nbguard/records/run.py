@@ -111,6 +111,14 @@ class Growth:
     bytes: int | None
 
 
+def error_names_a_gpu(error: str | None) -> bool:
+    """Whether an error's text says a GPU ran out (torch's "CUDA out of memory", TensorFlow's
+    "device:GPU:0", XLA's "GPU"): where no GPU reading was made, the record still knows whose
+    memory it was."""
+    text = (error or "")[:2000]
+    return any(word in text for word in ("device:GPU", "CUDA", "cuda:", " GPU "))
+
+
 @dataclass(frozen=True)
 class RunRecord:
     """Everything measured about one ``%%kerasrun`` cell or ``track()`` block."""

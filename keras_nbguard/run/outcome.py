@@ -6,6 +6,7 @@ import sys
 
 from keras_nbguard.records.calls import FitRecord
 from keras_nbguard.records.formatting import fmt_bytes
+from keras_nbguard.records.run import error_names_a_gpu
 
 
 def status_of(exc: BaseException | None) -> str:
@@ -29,15 +30,14 @@ def _is_torch_or_jax_oom(exc: BaseException) -> bool:
 
 
 def names_a_gpu(exc: BaseException | None) -> bool:
-    """Whether an out-of-memory error says it was a GPU's (torch's CUDA error; TensorFlow's and
-    XLA's name the device): the advice then speaks of GPU memory even where no GPU reading was
-    made."""
+    """Whether an out-of-memory error says it was a GPU's: the advice then speaks of GPU
+    memory even where no GPU reading was made."""
     if exc is None:
         return False
     torch_oom = getattr(getattr(sys.modules.get("torch"), "cuda", None), "OutOfMemoryError", None)
-    if isinstance(torch_oom, type) and isinstance(exc, torch_oom):
-        return True
-    return any(word in str(exc)[:2000] for word in ("device:GPU", "CUDA", "cuda:", " GPU "))
+    return (isinstance(torch_oom, type) and isinstance(exc, torch_oom)) or error_names_a_gpu(
+        str(exc)
+    )
 
 
 def _is_tf_oom(exc: BaseException) -> bool:
