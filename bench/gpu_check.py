@@ -526,6 +526,8 @@ class Kit:
                 f"{kit.get('over') or 'none, the data holds no larger batch'}); the advice "
                 f"is {advised / largest:.0%} of it"
             )
+        if advised and not (trials and trials[0][1]):
+            self.fresh_run(name, cells[:4], flag, fit, advised)
         self.check(
             bool(probes) and all(peak <= limit_mib / 2 for _b, peak, _s in probes),
             f"the probes stay under half the limit ({limit_mib / 2:,.0f} MiB)",
@@ -537,6 +539,18 @@ class Kit:
         self.check(
             len(trials) > 1 and trials[1] == [int(WITHIN * advised), False],
             f"{WITHIN}x the advised batch runs out of memory (within 20% of the largest)",
+        )
+
+    def fresh_run(self, name: str, setup_cells: list[str], flag: str, fit: str, batch: int) -> None:
+        """The advised batch, out of memory after probing: the same run in a process that never
+        probed. On JAX the pool keeps the regions a probe's compile grew (on the H200 a 512 MiB
+        free block stayed), so this tells a plan that is short from a pool left fragmented."""
+        cell = f"%%kerasrun {flag} --quiet --label fresh\n" + fit % (batch, batch, batch)
+        result = run_cells([*setup_cells, cell], env={"KERAS_BACKEND": name}, timeout=300)
+        fresh = {r["label"]: r for r in result["records"]}.get("fresh")
+        self.say(
+            f"  batch {batch} in a process that never probed, under the same cap: "
+            f"{fresh['status'] if fresh else 'not run'}"
         )
 
     def all(self) -> list[str]:
