@@ -5,6 +5,7 @@ tests/test_backends.py."""
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pynvml
@@ -157,6 +158,10 @@ def test_jax_growth_and_cap_are_environment_variables_set_before_jax_starts():
     nvml = NvmlReader(FakeNvml(devices=2), environ={})  # 80000 MiB each
     assert gpu_setup.jax_memory_limit(20000, nvml, environ, started=False) == []
     assert environ[gpu_setup.JAX_FRACTION] == "0.250000"
+    # a cap is taken at once: a growing pool fragments and runs out below it
+    assert environ[gpu_setup.JAX_PREALLOCATE] == "true"
+    assert gpu_setup.jax_memory_limit(20000, nvml, environ, started=False, preallocate=False) == []
+    assert environ[gpu_setup.JAX_PREALLOCATE] == "false"  # --gpu-growth: grow up to the cap
     # a small cap on a large GPU is kept to the MiB, not rounded to a step of 80 MiB
     environ = {}
     assert gpu_setup.jax_memory_limit(1024, nvml, environ, started=False) == []
@@ -195,3 +200,19 @@ def test_torch_cache_is_emptied_only_where_cuda_is_in_use():
     assert gpu_setup.empty_torch_cache(SimpleNamespace(cuda=used)) == []
     assert gpu_setup.empty_torch_cache(SimpleNamespace(cuda=unused)) == []
     assert (used.emptied, unused.emptied) == (1, 0)  # never starts CUDA to empty it
+
+
+def test_a_jax_cap_from_the_magic_is_taken_at_once_unless_growth_is_asked(monkeypatch):
+    """``--gpu-limit`` on JAX preallocates the cap (a growing pool fragmented below it on an
+    H200); ``--gpu-growth`` with it grows up to the cap instead."""
+    from keras_nbguard.records.options import RunOptions
+
+    monkeypatch.setattr(gpu_setup, "jax_started", lambda: False)
+    monkeypatch.delenv(gpu_setup.JAX_FRACTION, raising=False)
+    monkeypatch.setenv(gpu_setup.JAX_PREALLOCATE, "false")  # as %load_ext leaves it
+    nvml = NvmlReader(FakeNvml(), environ={})
+    assert gpu_setup.configure(RunOptions(gpu_limit_mb=1024), "jax", None, nvml) == []
+    assert os.environ[gpu_setup.JAX_PREALLOCATE] == "true"
+    grow = RunOptions(gpu_limit_mb=1024, gpu_growth=True)
+    assert gpu_setup.configure(grow, "jax", None, nvml) == []
+    assert os.environ[gpu_setup.JAX_PREALLOCATE] == "false"
