@@ -21,23 +21,21 @@ def status_of(exc: BaseException | None) -> str:
 
 def _is_torch_or_jax_oom(exc: BaseException) -> bool:
     """torch's CUDA out-of-memory, or XLA's (JAX): a runtime error that names its status."""
-    torch_oom = getattr(getattr(sys.modules.get("torch"), "cuda", None), "OutOfMemoryError", None)
-    if isinstance(torch_oom, type) and isinstance(exc, torch_oom):
-        return True
-    return type(exc).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and str(exc).startswith(
-        "RESOURCE_EXHAUSTED"
+    return _is_torch_cuda_oom(exc) or (
+        type(exc).__name__ in ("JaxRuntimeError", "XlaRuntimeError")
+        and str(exc).startswith("RESOURCE_EXHAUSTED")
     )
 
 
 def names_a_gpu(exc: BaseException | None) -> bool:
     """Whether an out-of-memory error says it was a GPU's: the advice then speaks of GPU
     memory even where no GPU reading was made."""
-    if exc is None:
-        return False
+    return exc is not None and (_is_torch_cuda_oom(exc) or error_names_a_gpu(str(exc)))
+
+
+def _is_torch_cuda_oom(exc: BaseException) -> bool:
     torch_oom = getattr(getattr(sys.modules.get("torch"), "cuda", None), "OutOfMemoryError", None)
-    return (isinstance(torch_oom, type) and isinstance(exc, torch_oom)) or error_names_a_gpu(
-        str(exc)
-    )
+    return isinstance(torch_oom, type) and isinstance(exc, torch_oom)
 
 
 def _is_tf_oom(exc: BaseException) -> bool:
