@@ -304,7 +304,8 @@ def _oom_batch(run: RunRecord) -> Finding | None:
         peak: int | None = gpu.tf_peak or gpu.nvml_process_used
     else:
         peak = None if on_gpu else run.rss_peak
-    in_use = fmt_bytes(peak) if peak is not None else f"n/a (no GPU reading: {gpu.reason or 'not read'})"
+    unread = f"n/a (no GPU reading: {gpu.reason or 'not read'})"
+    in_use = fmt_bytes(peak) if peak is not None else unread
     batch = run.fits[-1].batch_size if run.fits else None
     evidence = [(f"{where} memory at the failure", in_use)]
     if batch:
