@@ -114,3 +114,11 @@ def test_isolated_runs_give_their_gpu_memory_back(kit):
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_jax_and_torch_allocators(kit, backend):
     kit.backend(backend)
+
+
+@pytest.mark.gpu
+@on_gpu
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.parametrize("model", ["convnet", "lstm"])
+def test_batch_advice_against_runs_under_the_cap(kit, backend, model):
+    kit.advice_on(backend, model)
