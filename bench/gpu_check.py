@@ -499,7 +499,10 @@ class Kit:
             f"advice = keras_nbguard.batch_advice({model}(), {data}, {limit})\n"
             "_kit['advice'] = advice.text(); _kit['advised'] = advice.batch_size\n"
             "_kit['limit'] = advice.limit_mib\n"
-            "_kit['probes'] = [(p.batch, p.peak_mib, p.seconds) for p in advice.probes]",
+            "_kit['probes'] = [(p.batch, p.peak_mib, p.seconds) for p in advice.probes]\n"
+            # JAX's pool as it stands after probing: its size and its largest free block
+            "import sys\nif 'jax' in sys.modules:\n    import jax\n"
+            "    _kit['pool'] = jax.devices()[0].memory_stats()",
             # the truth, found as the host bench finds it: real runs under the cap,
             # 1.25x the advice first, then doubling and bisection to the largest that fits
             TRIALS.replace("FLAG", flag).replace("FIT", repr(fit)).replace("ROWS", str(rows)),
@@ -514,6 +517,15 @@ class Kit:
             "  probes: "
             + ", ".join(f"batch {b} {peak:,.0f} MiB {sec:.1f} s" for b, peak, sec in probes)
         )
+        pool = kit.get("pool") or {}
+        if pool:
+            self.say(
+                "  JAX's pool after probing: "
+                + ", ".join(
+                    f"{key} {mib(pool.get(key))}"
+                    for key in ("bytes_limit", "bytes_reserved", "largest_free_block_bytes")
+                )
+            )
         advised, trials = kit.get("advised") or 0, kit.get("trials") or []
         self.say(
             "  runs under the cap: "
