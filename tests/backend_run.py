@@ -24,7 +24,18 @@ POLICY = (
     if FLAVOUR == "tf_keras"
     else "keras.config.dtype_policy().name"
 )
+# what Keras' clear_session resets, seen from a cell: set after each run, gone in the next
+if FLAVOUR == "tf_keras":  # Keras 2's clear makes TensorFlow a new default graph
+    MARK = "import tensorflow as tf\nmarked = tf.compat.v1.get_default_graph()"
+    CLEARED = "tf.compat.v1.get_default_graph() is not marked"
+else:
+    MARK = (
+        "from keras.src.backend.common import global_state\n"
+        "global_state.set_global_attribute('marked_by_the_test', True)"
+    )
+    CLEARED = "global_state.get_global_attribute('marked_by_the_test') is None"
 CELL = """%%kerasrun -l mlp {options}
+cleared.append({cleared})
 m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
                       keras.layers.Dense(1)])
 m.compile("adam", "mse")
@@ -33,6 +44,17 @@ m.evaluate(x, y, verbose=0)
 m.predict(x, verbose=0)
 keep.append(m)
 names.append(m.layers[0].name)
+{mark}
+"""
+# keras.io's lstm_seq2seq: an inference model joins a kept model's input to new ones; after a
+# clear that restarted the name counters, the new inputs took the kept one's name
+PAIR = """%%kerasrun -l pair
+a, b = keras.Input((4,)), keras.Input((4,))
+pair = keras.Model([a, b], keras.layers.Add()([a, b]))
+"""
+JOINED = """%%kerasrun -l joined
+c, d = keras.Input((4,)), keras.Input((4,))
+joined = keras.Model([pair.inputs[1], d], keras.layers.Add()([pair.inputs[1], d]))
 """
 
 
@@ -46,10 +68,12 @@ import numpy as np
 {IMPORT}
 x = np.random.default_rng(0).random((512, 8), dtype="float32")
 y = np.random.default_rng(1).random((512, 1), dtype="float32")
-keep, names, policies = [], [], []
+keep, names, policies, cleared = [], [], [], []
+{MARK}
 """).success
         for options in ("", "", "--gpu-limit 100"):
-            assert shell.run_cell(CELL.format(options=options)).success
+            cell = CELL.format(options=options, cleared=CLEARED, mark=MARK)
+            assert shell.run_cell(cell).success
         # a dtype policy survives the clear of the next runs
         for options in ("--mixed-precision bfloat16", ""):
             assert shell.run_cell(
@@ -62,11 +86,15 @@ keep, names, policies = [], [], []
     lookup = lookup_sizes() if FLAVOUR == "tf_keras" else None
     report = keras_nbguard.leaks()
     freed = keras_nbguard.free(containers=True)
+    assert shell.run_cell(PAIR).success
+    joins = shell.run_cell(JOINED)
     print(
         json.dumps(
             {
                 "records": [r.to_dict() for r in runs[-3:]],
                 "names": shell.user_ns["names"],
+                "cleared": shell.user_ns["cleared"],
+                "join_error": repr(joins.error_in_exec) if not joins.success else None,
                 "policies": shell.user_ns["policies"],
                 "kept_after_free": [m is not None for m in shell.user_ns["keep"]],
                 "stale_after_free": len(keras_nbguard.leaks().stale),

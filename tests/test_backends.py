@@ -49,10 +49,13 @@ def flavour(request, tmp_path_factory):
     return name, json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_every_run_is_cleared_layer_names_repeat(flavour):
+def test_every_run_is_cleared_and_layer_names_stay_unique_as_in_plain_cells(flavour):
     _, seen = flavour
-    assert seen["names"] == ["dense", "dense", "dense"]  # without clear_session: dense_2, dense_4
+    assert seen["cleared"] == [True, True, True]  # what the clear resets was reset each run
     assert all(r["cleared"] for r in seen["records"])
+    # the name counters kept, as plain cells keep them (restarted, each run's was "dense")
+    assert seen["names"] == ["dense", "dense_2", "dense_4"]
+    assert seen["join_error"] is None
 
 
 def test_fit_evaluate_and_predict_are_timed(flavour):

@@ -40,13 +40,34 @@ def test_five_runs_are_recorded_with_fit_figures(keras_shell):
     assert records[4].previous_run == 4 and records[4].delta_fit_seconds is not None
 
 
+PAIR_CELL = """%%kerasrun --label pair
+a, b = keras.Input((4,)), keras.Input((4,))
+pair = keras.Model([a, b], keras.layers.Add()([a, b]))
+"""
+JOINED_CELL = """%%kerasrun --label joined
+c, d = keras.Input((4,)), keras.Input((4,))
+joined = keras.Model([pair.inputs[1], d], keras.layers.Add()([pair.inputs[1], d]))
+"""
+
+
 @pytest.mark.slow
-def test_clear_session_resets_layer_names_and_no_clear_does_not(keras_shell):
-    names = [run(keras_shell, FIT_CELL).result for _ in range(3)]
-    assert names == ["dense", "dense", "dense"]
-    no_clear = FIT_CELL.replace("--label mlp", "--label mlp --no-clear")
-    assert run(keras_shell, no_clear).result != "dense"
-    assert keras_nbguard.runs()[-1].cleared is False
+def test_the_clear_resets_keras_but_keeps_layer_names_unique_as_plain_cells_do(keras_shell):
+    """keras.io's lstm_seq2seq: its inference cell joins the trained model's input to new ones.
+    Our clear restarted Keras' name counters, the new inputs took the kept input's name, and the
+    cell that runs bare failed: 'The name "input_layer_1" is used 2 times in the model'."""
+    mark = "global_state.set_global_attribute('marked', True)"
+    run(keras_shell, f"from keras.src.backend.common import global_state\n{mark}")
+    cell = f"{FIT_CELL}\nmarked = global_state.get_global_attribute('marked')\n{mark}\n"
+    names = []
+    for _ in range(3):
+        assert run(keras_shell, cell).success
+        assert keras_shell.user_ns["marked"] is None  # what clear_session resets was reset
+        names.append(keras_shell.user_ns["model"].layers[0].name)
+    assert len(set(names)) == 3  # named as plain cells name them (dense, dense_2, dense_4)
+    assert run(keras_shell, PAIR_CELL).success
+    joined = run(keras_shell, JOINED_CELL)
+    assert joined.success, joined.error_in_exec
+    assert keras_nbguard.runs()[-1].cleared
 
 
 def test_last_expression_is_the_cell_result_and_names_stay(keras_shell):
@@ -190,6 +211,25 @@ def test_users_own_dtype_policy_survives_our_clear(keras_shell):
         assert result.result == "mixed_bfloat16"
     finally:
         run(keras_shell, "keras.config.set_dtype_policy('float32')")
+
+
+def test_users_own_keras_config_survives_our_clear(keras_shell):
+    """clear_session resets keras.config's switches: a user who silenced the progress bars in a
+    setup cell got them back in every run (a plain cell keeps them off)."""
+    switches = "(keras.config.is_interactive_logging_enabled(), keras.config.is_traceback_filtering_enabled())"
+    run(
+        keras_shell,
+        "keras.config.disable_interactive_logging()\nkeras.config.disable_traceback_filtering()",
+    )
+    try:
+        result = run(keras_shell, f"%%kerasrun --quiet\n{switches}\n")
+        assert keras_nbguard.runs()[-1].cleared
+        assert result.result == (False, False)
+    finally:
+        run(
+            keras_shell,
+            "keras.config.enable_interactive_logging()\nkeras.config.enable_traceback_filtering()",
+        )
 
 
 def test_several_fits_in_one_cell_and_no_fit(keras_shell):

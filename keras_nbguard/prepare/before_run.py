@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from keras_nbguard import backends
 from keras_nbguard.backends import DEFAULT_POLICY
-from keras_nbguard.prepare import deepclean, gpu_setup, tracing_warnings
+from keras_nbguard.prepare import deepclean, gpu_setup, kept_state, tracing_warnings
 from keras_nbguard.records.options import (
     RunOptions,  # checked in options.py; here, what a run is prepared with
 )
@@ -73,9 +73,12 @@ def clear_keeping_policy(
     Keras 3's ``clear_session`` silently resets the global dtype policy to float32: a user's own
     mixed precision would be lost between runs. On TensorFlow, its count of recent traces goes
     too: the new models' first traces, run after run, are no retracing (``tracing_warnings``).
+    Its name counters and ``keras.config``'s switches are kept (``kept_state``): names stay
+    unique beside the layers that outlive the clear.
     """
     policy_before = keras.policy_name()
-    keras.clear_session(collect=collect)
+    with kept_state.kept(keras):
+        keras.clear_session(collect=collect)
     if keras.backend == "tensorflow":
         tracing_warnings.forget_recent_traces()
     wanted = policy or policy_before

@@ -1,0 +1,86 @@
+"""What the user has in Keras that our clears keep, as plain cells keep it.
+
+``clear_session()`` drops all of Keras 3's global state, and with it two things a user has:
+
+- **The counters that make names unique** (``dense``, ``dense_1``, ...). Layers that outlive the
+  clear keep their names: a loaded model's, a setup cell's. After a clear a new ``keras.Input``
+  was named ``input_layer_1`` again, and a model that joined it to a loaded model's own
+  ``input_layer_1`` failed: "The name "input_layer_1" is used 2 times in the model" (keras.io's
+  lstm_seq2seq inference cell, which runs bare). Keras 2 restarts its counters too.
+- **The switches of ``keras.config``** that live there: ``disable_interactive_logging()`` (the
+  progress bars came back), ``disable_traceback_filtering()``, ``enable_flash_attention()``.
+
+(The dtype policy, also reset, is put back by ``before_run.clear_keeping_policy``, which may set
+another.) Nothing here may break a clear: a Keras whose internals moved gets them reset, as
+before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from keras_nbguard.backends import Keras
+
+KERAS3_STATE = "keras.src.backend.common.global_state"
+# the attributes of that state that are the user's: get_uid's counters, keras.config's switches
+KERAS3_KEPT = ("object_name_uids", "interactive_logging", "traceback_filtering", "flash_attention")
+KERAS2_BACKEND = "tf_keras.src.backend"  # PER_GRAPH_OBJECT_NAME_UIDS, OBSERVED_NAMES, _GRAPH
+
+
+@contextlib.contextmanager
+def kept(keras: Keras) -> Iterator[None]:
+    """What the user has, as it was before the block (the clear), put back after it."""
+    try:
+        restore = _saved_keras3() if keras.package == "keras" else _saved_keras2()
+    except Exception:
+        restore = None
+    yield
+    if restore is not None:
+        with contextlib.suppress(Exception):
+            restore()
+
+
+def _saved_keras3() -> Any:
+    state: Any = sys.modules.get(KERAS3_STATE)
+    if state is None:
+        return None
+    values = {name: state.get_global_attribute(name) for name in KERAS3_KEPT}
+    kept = {name: value for name, value in values.items() if value is not None}  # None: unset
+
+    def restore() -> None:
+        for name, value in kept.items():
+            state.set_global_attribute(name, value)
+
+    return restore if kept else None
+
+
+def _saved_keras2() -> Any:
+    """Keras 2 keys its counters by TensorFlow graph: layer names count in the default graph,
+    ``get_uid`` (an ``Input``'s name) in Keras' own eager graph. The clear replaces both graphs,
+    so each old graph's counters go to its successor."""
+    backend: Any = sys.modules.get(KERAS2_BACKEND)
+    tf: Any = sys.modules.get("tensorflow")
+    if backend is None or tf is None:
+        return None
+    by_graph = dict(backend.PER_GRAPH_OBJECT_NAME_UIDS)
+    observed = set(backend.OBSERVED_NAMES)
+    before = _graphs(backend, tf)
+    if not by_graph and not observed:
+        return None
+
+    def restore() -> None:
+        for graph, successor in zip(before, _graphs(backend, tf), strict=True):
+            if graph in by_graph and successor is not None:
+                backend.PER_GRAPH_OBJECT_NAME_UIDS[successor] = by_graph[graph]
+        backend.OBSERVED_NAMES.update(observed)
+
+    return restore
+
+
+def _graphs(backend: Any, tf: Any) -> tuple[Any, Any]:
+    """Keras' eager graph (None until a name asks for it) and TensorFlow's default graph."""
+    return getattr(backend._GRAPH, "graph", None), tf.compat.v1.get_default_graph()
