@@ -29,6 +29,7 @@ MODULES = (
     "training_builtin",
     "text_generation",
     "tuner_search",
+    "lstm_seq2seq",
 )
 
 
