@@ -88,6 +88,7 @@ keep, names, policies, cleared = [], [], [], []
     freed = keras_nbguard.free(containers=True)
     assert shell.run_cell(PAIR).success
     joins = shell.run_cell(JOINED)
+    distribution = distribution_in_a_run() if FLAVOUR == "jax" else None
     print(
         json.dumps(
             {
@@ -95,6 +96,7 @@ keep, names, policies, cleared = [], [], [], []
                 "names": shell.user_ns["names"],
                 "cleared": shell.user_ns["cleared"],
                 "join_error": repr(joins.error_in_exec) if not joins.success else None,
+                "distribution": distribution,
                 "policies": shell.user_ns["policies"],
                 "kept_after_free": [m is not None for m in shell.user_ns["keep"]],
                 "stale_after_free": len(keras_nbguard.leaks().stale),
@@ -115,6 +117,20 @@ keep, names, policies, cleared = [], [], [], []
             }
         )
     )
+
+
+def distribution_in_a_run() -> str | None:
+    """keras.distribution (JAX only): set in a plain cell, what a run's cell finds."""
+    assert shell.run_cell(
+        "keras.distribution.set_distribution(keras.distribution.DataParallel())"
+    ).success
+    try:
+        found = shell.run_cell(
+            "%%kerasrun -l dist\ntype(keras.distribution.distribution()).__name__"
+        )
+        return found.result if found.success else repr(found.error_in_exec)
+    finally:
+        shell.run_cell("keras.distribution.set_distribution(None)")
 
 
 def lookup_sizes() -> list:

@@ -50,12 +50,14 @@ def flavour(request, tmp_path_factory):
 
 
 def test_every_run_is_cleared_and_layer_names_stay_unique_as_in_plain_cells(flavour):
-    _, seen = flavour
+    name, seen = flavour
     assert seen["cleared"] == [True, True, True]  # what the clear resets was reset each run
     assert all(r["cleared"] for r in seen["records"])
     # the name counters kept, as plain cells keep them (restarted, each run's was "dense")
     assert seen["names"] == ["dense", "dense_2", "dense_4"]
     assert seen["join_error"] is None
+    if name == "jax":  # the user's distribution survives the clear too
+        assert seen["distribution"] == "DataParallel"
 
 
 def test_fit_evaluate_and_predict_are_timed(flavour):

@@ -214,17 +214,23 @@ def test_users_own_dtype_policy_survives_our_clear(keras_shell):
 
 
 def test_users_own_keras_config_survives_our_clear(keras_shell):
-    """clear_session resets keras.config's switches: a user who silenced the progress bars in a
-    setup cell got them back in every run (a plain cell keeps them off)."""
-    switches = "(keras.config.is_interactive_logging_enabled(), keras.config.is_traceback_filtering_enabled())"
+    """clear_session resets keras.config's switches and set_random_seed's seed: a user who
+    silenced the progress bars in a setup cell got them back in every run (a plain cell keeps
+    them off)."""
+    switches = (
+        "(keras.config.is_interactive_logging_enabled(), "
+        "keras.config.is_traceback_filtering_enabled(), "
+        "keras.src.utils.rng_utils.get_random_seed())"
+    )
     run(
         keras_shell,
-        "keras.config.disable_interactive_logging()\nkeras.config.disable_traceback_filtering()",
+        "keras.config.disable_interactive_logging()\nkeras.config.disable_traceback_filtering()\n"
+        "keras.utils.set_random_seed(7)",
     )
     try:
         result = run(keras_shell, f"%%kerasrun --quiet\n{switches}\n")
         assert keras_nbguard.runs()[-1].cleared
-        assert result.result == (False, False)
+        assert result.result == (False, False, 7)
     finally:
         run(
             keras_shell,

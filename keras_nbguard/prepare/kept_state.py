@@ -7,8 +7,10 @@
   was named ``input_layer_1`` again, and a model that joined it to a loaded model's own
   ``input_layer_1`` failed: "The name "input_layer_1" is used 2 times in the model" (keras.io's
   lstm_seq2seq inference cell, which runs bare). Keras 2 restarts its counters too.
-- **The switches of ``keras.config``** that live there: ``disable_interactive_logging()`` (the
-  progress bars came back), ``disable_traceback_filtering()``, ``enable_flash_attention()``.
+- **The user's settings** that live there: ``keras.config``'s ``disable_interactive_logging()``
+  (the progress bars came back), ``disable_traceback_filtering()``, ``enable_flash_attention()``;
+  ``keras.utils.set_random_seed``'s seed; ``keras.distribution.set_distribution`` (JAX's data
+  or model parallelism: a run trained on one device without a word).
 
 (The dtype policy, also reset, is put back by ``before_run.clear_keeping_policy``, which may set
 another.) Nothing here may break a clear: a Keras whose internals moved gets them reset, as
@@ -26,8 +28,15 @@ if TYPE_CHECKING:
     from keras_nbguard.backends import Keras
 
 KERAS3_STATE = "keras.src.backend.common.global_state"
-# the attributes of that state that are the user's: get_uid's counters, keras.config's switches
-KERAS3_KEPT = ("object_name_uids", "interactive_logging", "traceback_filtering", "flash_attention")
+# the attributes of that state that are the user's: get_uid's counters, then settings
+KERAS3_KEPT = (
+    "object_name_uids",
+    "interactive_logging",
+    "traceback_filtering",
+    "flash_attention",
+    "global_random_seed",
+    "distribution",
+)
 KERAS2_BACKEND = "tf_keras.src.backend"  # PER_GRAPH_OBJECT_NAME_UIDS, OBSERVED_NAMES, _GRAPH
 
 
