@@ -129,7 +129,7 @@ def _f(value: float | None, fmt: str = "{:+.2f}") -> str:
 def _fits(got: dict[str, Any], runs: int) -> str:
     """The fit time of the first and last run, or why there is none."""
     if got["fit1"] is None and got["fitN"] is None:
-        return "no fit (the cell trains in a loop of its own)"
+        return "no fit (the cell's own loop, or no training)"
     return f"fit #1 {_f(got['fit1'], '{:.2f}')} s #{runs} {_f(got['fitN'], '{:.2f}')} s"
 
 

@@ -184,6 +184,41 @@ def test_a_model_built_on_anothers_layers_comes_back_on_those_layers(iso_shell):
     assert "back 2 models" in record.isolated and "copy" not in record.isolated
 
 
+def test_an_isolated_cell_names_layers_on_from_the_kernels_names_and_back(iso_shell):
+    """keras.io's lstm_seq2seq inference cell, isolated: it joins a model's own inputs to new
+    ``keras.Input``s. A fresh process named the new ones ``input_layer``, ``input_layer_1``
+    again, beside the sent model's ``input_layer_1``, and the cell failed ('The name
+    "input_layer_1" is used 2 times in the model'); it runs in the kernel. The child now names
+    on past the kernel's names, and the kernel on past the child's; the kernel's keras.config
+    and dtype policy hold there (a setup cell's mixed precision was float32 in the child)."""
+    # the kernel's names from the start, as a fresh process has them
+    assert run(iso_shell, "import keras\nkeras.utils.clear_session()").success
+    assert run(
+        iso_shell,
+        "a, b = keras.Input((4,)), keras.Input((4,))\n"
+        "pair = keras.Model([a, b], keras.layers.Add()([a, b]))\n"
+        "keras.config.disable_interactive_logging()\n"
+        "keras.config.set_dtype_policy('mixed_bfloat16')",
+    ).success
+    try:
+        joined = run(
+            iso_shell,
+            "%%kerasrun --isolate --quiet --label joined\n"
+            "c, d = keras.Input((4,)), keras.Input((4,))\n"
+            "joined = keras.Model([pair.inputs[1], d], keras.layers.Add()([pair.inputs[1], d]))\n"
+            "there = (keras.config.is_interactive_logging_enabled(), "
+            "keras.config.dtype_policy().name)\n",
+        )
+        assert joined.success, joined.error_in_exec
+        ns = iso_shell.user_ns
+        assert [t.name for t in ns["joined"].inputs] == ["input_layer_1", "input_layer_3"]
+        assert ns["there"] == (False, "mixed_bfloat16")  # the kernel's settings hold there
+        assert run(iso_shell, "keras.layers.InputLayer(shape=(4,)).name").result == "input_layer_4"
+    finally:
+        run(iso_shell, "keras.config.enable_interactive_logging()")
+        run(iso_shell, "keras.config.set_dtype_policy('float32')")
+
+
 NESTED_TF_KERAS = """%%kerasrun --isolate --label nested2
 import tf_keras
 inputs = tf_keras.Input((8,))

@@ -25,6 +25,7 @@ from keras_nbguard.isolation.parent import Child, ChildResult
 from keras_nbguard.isolation.run import IsolatedRun, Transfer
 from keras_nbguard.isolation.saved_datasets import SavedDatasets
 from keras_nbguard.isolation.spare import Spare
+from keras_nbguard.prepare import kept_state
 from keras_nbguard.prepare.before_run import RunOptions
 
 if TYPE_CHECKING:
@@ -123,6 +124,7 @@ def run_isolated(
             "outputs": names.chosen(how.outputs, found.binds),
             "trained_back": how.outputs is None,  # a model sent in that the cell trained
             "params": {},
+            "keras": kept_state.carried(),  # to name on as this kernel would
         }
         transfer = Transfer(
             names=len(sent.inputs), nbytes=sum(size_of(p) for p in sent.inputs.values())

@@ -23,6 +23,7 @@ from keras_nbguard.isolation.nested_models import rejoin
 from keras_nbguard.isolation.parent import ChildResult
 from keras_nbguard.isolation.receiving import keras_scope
 from keras_nbguard.isolation.run import IsolatedRun, Transfer
+from keras_nbguard.prepare import kept_state
 from keras_nbguard.prepare.deepclean import clear_kernel_cache
 from keras_nbguard.prepare.lookup_tables import freed_with_their_objects
 
@@ -42,6 +43,7 @@ def received(
 
     began = time.perf_counter()
     result = done.result or {}
+    kept_state.take_on(result.get("keras") or {}, settings=False)  # names made there stay unique
     outputs: dict[str, Any] = result.get("outputs", {})
     earlier = _make_room(namespace, outputs, release) if namespace is not None else {}
     bound: dict[str, Any] = {LAST: None}

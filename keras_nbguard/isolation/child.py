@@ -106,6 +106,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
     import keras_nbguard
     from keras_nbguard.isolation.changed_models import changed, fingerprints
     from keras_nbguard.isolation.names import unpack_input
+    from keras_nbguard.prepare import kept_state
 
     streams = sys.stdout, sys.stderr
     try:
@@ -130,6 +131,8 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
             }
         # making the names here (unpickled, loaded, replayed: the replay's imports too) and
         # saving what goes back are parts of the kernel's wall the cell's own time is not
+        # the kernel's Keras: names count on past its own, its settings and dtype policy hold
+        kept_state.take_on(job.get("keras", {}), settings=True)
         inputs_seconds = time.perf_counter() - began
         shell.user_ns.update(job["params"])
         trained = job.get("trained_back", False)
@@ -157,6 +160,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         "pid": os.getpid(),
         "inputs_seconds": inputs_seconds,
         "outputs_seconds": outputs_seconds,
+        "keras": kept_state.carried(),  # the kernel's names count on past the cell's
     }
 
 

@@ -19,13 +19,15 @@ before.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import importlib
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from keras_nbguard.backends import Keras
+from keras_nbguard import backends
+from keras_nbguard.backends import DEFAULT_POLICY, Keras
 
 KERAS3_STATE = "keras.src.backend.common.global_state"
 # the attributes of that state that are the user's: get_uid's counters, then settings
@@ -93,3 +95,91 @@ def _saved_keras2() -> Any:
 def _graphs(backend: Any, tf: Any) -> tuple[Any, Any]:
     """Keras' eager graph (None until a name asks for it) and TensorFlow's default graph."""
     return getattr(backend._GRAPH, "graph", None), tf.compat.v1.get_default_graph()
+
+
+# -- to and from an isolated run's process (isolation/) -------------------------------------------
+SETTINGS = ("interactive_logging", "traceback_filtering", "flash_attention", "global_random_seed")
+SETTING_DEFAULTS = {"interactive_logging": True, "traceback_filtering": True}  # else None
+
+
+def carried() -> dict[str, dict[str, Any]]:
+    """Each imported Keras' name counters and the user's settings, as plain values, for a fresh
+    process to name and behave as this one: keras.io's seq2seq inference cell, isolated, joins
+    a loaded model's ``input_layer_1`` to new inputs, which a fresh process named so again."""
+    found = {}
+    for keras in backends.loaded():
+        with contextlib.suppress(Exception):
+            found[keras.package] = _carried(keras)
+    return found
+
+
+def take_on(state: dict[str, dict[str, Any]], *, settings: bool) -> None:
+    """Make names count on past ``state``'s (the higher of each counter); with ``settings``,
+    also take its settings and dtype policy (a child, before its cell). A Keras not imported
+    here is imported only for settings that differ from its defaults: otherwise nothing made
+    here can meet the kernel's names before the cell imports it, and a cell that uses no
+    Keras, or imports it itself, pays nothing."""
+    for package, carried_state in state.items():
+        with contextlib.suppress(Exception):
+            if settings and _differs_from_defaults(carried_state):
+                importlib.import_module(package)
+            keras = next((k for k in backends.loaded() if k.package == package), None)
+            if keras is not None:
+                _take_on(keras, carried_state, settings)
+
+
+def _carried(keras: Keras) -> dict[str, Any]:
+    if keras.package == "keras":
+        state: Any = sys.modules[KERAS3_STATE]
+        values = {name: state.get_global_attribute(name) for name in SETTINGS}
+        return {
+            "uids": dict(state.get_global_attribute("object_name_uids") or {}),
+            "settings": {
+                name: value
+                for name, value in values.items()
+                if value is not None and value != SETTING_DEFAULTS.get(name)
+            },
+            "policy": keras.policy_name(),
+        }
+    backend: Any = sys.modules[KERAS2_BACKEND]
+    tf: Any = sys.modules["tensorflow"]
+    eager_graph, default_graph = _graphs(backend, tf)
+    uids = backend.PER_GRAPH_OBJECT_NAME_UIDS
+    return {
+        "uids": dict(uids.get(eager_graph) or {}) if eager_graph is not None else {},
+        "layer_uids": dict(uids.get(default_graph) or {}),
+        "observed": sorted(backend.OBSERVED_NAMES),
+        "policy": keras.policy_name(),
+    }
+
+
+def _differs_from_defaults(state: dict[str, Any]) -> bool:
+    return bool(state.get("settings")) or state.get("policy") not in (None, DEFAULT_POLICY)
+
+
+def _take_on(keras: Keras, state: dict[str, Any], settings: bool) -> None:
+    if keras.package == "keras":
+        module: Any = sys.modules[KERAS3_STATE]
+        counters = module.get_global_attribute(
+            "object_name_uids", default=collections.defaultdict(int), set_to_default=True
+        )
+        _count_past(counters, state["uids"])
+        if settings:
+            for name, value in state["settings"].items():
+                module.set_global_attribute(name, value)
+    else:
+        backend: Any = sys.modules[KERAS2_BACKEND]
+        _count_past(backend.get_default_graph_uid_map(), state["layer_uids"])
+        eager = backend.PER_GRAPH_OBJECT_NAME_UIDS.setdefault(
+            backend.get_graph(), collections.defaultdict(int)
+        )  # get_graph makes Keras' eager graph when there is none yet
+        _count_past(eager, state["uids"])
+        backend.OBSERVED_NAMES.update(state["observed"])
+    policy = state.get("policy")
+    if settings and policy and keras.policy_name() != policy:
+        keras.set_policy(policy)
+
+
+def _count_past(counters: Any, other: dict[str, int]) -> None:
+    for prefix, count in other.items():
+        counters[prefix] = max(counters.get(prefix, 0), count)
