@@ -219,6 +219,36 @@ def test_an_isolated_cell_names_layers_on_from_the_kernels_names_and_back(iso_sh
         run(iso_shell, "keras.config.set_dtype_policy('float32')")
 
 
+def test_a_model_compiled_with_a_loss_a_function_made_comes_back_compiled(iso_shell):
+    """keras.io's siamese example compiles with ``loss(margin)``, which returns its inner
+    ``contrastive_loss``: the model's file names it only, the kernel found no such name, and
+    the model stayed in the child ("could not locate function 'contrastive_loss'")."""
+    assert run(
+        iso_shell,
+        "import keras\n"
+        "def loss(margin=1):\n"
+        "    def contrastive_loss(y_true, y_pred):\n"
+        "        return keras.ops.mean(keras.ops.square(margin - y_pred) * y_true)\n"
+        "    return contrastive_loss\n",
+    ).success
+    cell = (
+        "%%kerasrun --isolate --quiet --label siamese\n"
+        "siamese = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])\n"
+        "siamese.compile(loss=loss(margin=2), optimizer='rmsprop')\n"
+        "siamese.fit(x, y, epochs=1, verbose=0)\n"
+    )
+    result = run(iso_shell, cell)
+    assert result.success, result.error_in_exec
+    siamese = iso_shell.user_ns["siamese"]
+    assert siamese.loss.__name__ == "contrastive_loss"
+    # the closure's margin came with it: 2 - 0 squared, times y (all ones here)
+    ones = np.ones((4, 1), "float32")
+    assert siamese.loss(ones, np.zeros((4, 1), "float32")).numpy() == pytest.approx(4.0)
+    assert np.isfinite(siamese.evaluate(iso_shell.user_ns["x"], ones.repeat(16, 0), verbose=0))
+    (record,) = keras_nbguard.runs("siamese")
+    assert "not sent back" not in record.isolated
+
+
 NESTED_TF_KERAS = """%%kerasrun --isolate --label nested2
 import tf_keras
 inputs = tf_keras.Input((8,))

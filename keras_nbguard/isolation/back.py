@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
-from keras_nbguard.isolation.child import LAST
+from keras_nbguard.isolation.child import FUNCTIONS, LAST
 from keras_nbguard.isolation.loaded_weights import moved_into_tensorflows_memory
 from keras_nbguard.isolation.nested_models import rejoin
 from keras_nbguard.isolation.parent import ChildResult
@@ -44,7 +44,8 @@ def received(
     began = time.perf_counter()
     result = done.result or {}
     kept_state.take_on(result.get("keras") or {}, settings=False)  # names made there stay unique
-    outputs: dict[str, Any] = result.get("outputs", {})
+    outputs: dict[str, Any] = dict(result.get("outputs", {}))
+    functions = _functions(outputs.pop(FUNCTIONS, None))
     earlier = _make_room(namespace, outputs, release) if namespace is not None else {}
     bound: dict[str, Any] = {LAST: None}
     models: dict[str, Any] = {}
@@ -54,7 +55,7 @@ def received(
         if sent[0] != "keras":
             continue
         try:
-            models[key] = _load_model(sent[1], sent[2])
+            models[key] = _load_model(sent[1], sent[2], functions)
         except Exception as exc:
             failed[key] = f"a Keras model that could not be loaded here: {exc}"
             continue
@@ -64,7 +65,8 @@ def received(
             bound[key] = models[key]
     linked = {key: sent[3] for key, sent in outputs.items() if sent[0] == "keras" and len(sent) > 3}
     back.trained = [key for key in result.get("trained_back", ()) if key in models]
-    with keras_scope(_notebook_classes() if linked else {}):  # a loss defined in the notebook
+    # a loss defined in the notebook, or one the child sent
+    with keras_scope({**_notebook_classes(), **functions} if linked else {}):
         back.kept_apart = rejoin(models, linked)  # model: end_to_end_model's layer, as in the cell
     bound.update((key, models[key]) for key in linked if key in bound)
     if models:
@@ -181,10 +183,12 @@ def _banners_kept_out() -> Iterator[None]:
         os.close(saved)
 
 
-def _load_model(package: str, data: bytes) -> Any:
-    """A model the child saved in the Keras format (bytes: the child may be on another machine).
+def _load_model(package: str, data: bytes, functions: dict[str, Any] | None = None) -> Any:
+    """A model the child saved in the Keras format (bytes: the child may be on another machine),
+    its custom objects found among the notebook's names and the ``functions`` the child sent.
     Its lookup tables (a TextVectorization's vocabulary) go when it goes: loaded every run, they
     were kept once a run (prepare/lookup_tables.py)."""
+    custom = {**_notebook_classes(), **(functions or {})}
     with _banners_kept_out():
         if package == "tf_keras":
             import tf_keras
@@ -197,12 +201,12 @@ def _load_model(package: str, data: bytes) -> Any:
         if package == "tf_keras":
             import tf_keras
 
-            with keras_scope(_notebook_classes()):
+            with keras_scope(custom):
                 model = tf_keras.models.load_model(path)
         else:
             import keras
 
-            with keras_scope(_notebook_classes()), warnings.catch_warnings():
+            with keras_scope(custom), warnings.catch_warnings():
                 # a model compiled and never fit saves an optimizer with no slots yet; loaded,
                 # Keras builds it and warns that the file has fewer: the transport's, not the user's
                 warnings.filterwarnings("ignore", "Skipping variable loading for optimizer")
@@ -234,6 +238,17 @@ def _loads(data: bytes, models: dict[str, Any] | None = None) -> Any:
             return cloudpickle.loads(data)
     finally:
         _LOADED.clear()
+
+
+def _functions(sent: Any) -> dict[str, Any]:
+    """The functions the child sent beside its models (``child._send_functions``), by name."""
+    import cloudpickle
+
+    found = {}
+    for name, data in (sent[1] if sent else {}).items():
+        with contextlib.suppress(Exception):
+            found[name] = cloudpickle.loads(data)
+    return found
 
 
 def _notebook_classes() -> dict[str, type]:

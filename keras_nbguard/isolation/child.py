@@ -19,11 +19,12 @@ import threading
 import time
 import types
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any, cast
 
 LAST = "__value__"  # what the cell's last value travels under, beside the names it bound
+FUNCTIONS = "__functions__"  # beside the names: functions the models sent refer to by name
 
 Send = Any  # (kind, *payload) -> None
 _ATTACHED: list[Any] = []  # the kernel's shared-memory arrays, mapped for as long as we live
@@ -324,11 +325,39 @@ def _send_model(outputs: dict[str, Any], keys: dict[int, str], key: str, model: 
                 model.save(path)
             with open(path, "rb") as saved:
                 outputs[key] = ("keras", type(model).__module__.split(".")[0], saved.read())
+            _send_functions(outputs, model)
         except Exception as exc:  # Keras' own words, its first paragraph (an example follows)
             words = " ".join(str(exc).strip().split("\n\n")[0].split())
             return f"a Keras model that could not be saved: {words}"
     keys[id(model)] = key
     return ""
+
+
+def _send_functions(outputs: dict[str, Any], model: Any) -> None:
+    """The functions ``model`` was compiled with that the kernel can't find by name, pickled by
+    value: its file names them only (keras.io's siamese example compiles with ``loss(margin)``,
+    which returns its inner ``contrastive_loss``, and the model could not be loaded there)."""
+    import cloudpickle
+
+    compiled = getattr(model, "_compile_config", None)
+    for function in _local_functions(getattr(compiled, "config", compiled)):
+        with contextlib.suppress(Exception):
+            entry = outputs.setdefault(FUNCTIONS, ("functions", {}))
+            entry[1][function.__name__] = cloudpickle.dumps(function)
+
+
+def _local_functions(value: Any, depth: int = 0) -> Iterator[types.FunctionType]:
+    """Functions inside ``value`` (dicts, lists: a compile's loss and metrics) defined in the
+    notebook or inside another function: nowhere the kernel could import them from."""
+    if isinstance(value, types.FunctionType):
+        if value.__module__ == "__main__" or "<locals>" in value.__qualname__:
+            yield value
+    elif isinstance(value, dict) and depth < 4:
+        for item in value.values():
+            yield from _local_functions(item, depth + 1)
+    elif isinstance(value, list | tuple) and depth < 4:
+        for item in value:
+            yield from _local_functions(item, depth + 1)
 
 
 def _value(shell: Any, value: Any) -> tuple[bytes | None, dict[str, Any] | None]:
