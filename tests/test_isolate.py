@@ -249,6 +249,29 @@ def test_a_model_compiled_with_a_loss_a_function_made_comes_back_compiled(iso_sh
     assert "not sent back" not in record.isolated
 
 
+def test_a_model_with_a_lambda_layer_comes_back_and_goes_in_again(iso_shell):
+    """Keras' safe mode refuses a ``Lambda(lambda t: ...)`` loaded from a file, and the model
+    stayed in the child; the file is the cell's own, from the process the kernel started."""
+    cell = (
+        "%%kerasrun --isolate --quiet --label lam\n"
+        "import keras\n"
+        "inputs = keras.Input((8,))\n"
+        "doubled = keras.layers.Lambda(lambda t: t * 2.0)(inputs)\n"
+        "model = keras.Model(inputs, keras.layers.Dense(1)(doubled))\n"
+        "model.compile('adam', 'mse')\n"
+        "model.fit(x, y, epochs=1, verbose=0)\n"
+    )
+    result = run(iso_shell, cell)
+    assert result.success, result.error_in_exec
+    model = iso_shell.user_ns["model"]
+    assert model.layers[1].function(np.ones(2, "float32")).tolist() == [2.0, 2.0]
+    again = run(
+        iso_shell, "%%kerasrun --isolate --quiet --label lam\np = model.predict(x, verbose=0)"
+    )
+    assert again.success, again.error_in_exec
+    assert iso_shell.user_ns["p"].shape == (64, 1)
+
+
 NESTED_TF_KERAS = """%%kerasrun --isolate --label nested2
 import tf_keras
 inputs = tf_keras.Input((8,))

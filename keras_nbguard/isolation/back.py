@@ -186,8 +186,11 @@ def _banners_kept_out() -> Iterator[None]:
 def _load_model(package: str, data: bytes, functions: dict[str, Any] | None = None) -> Any:
     """A model the child saved in the Keras format (bytes: the child may be on another machine),
     its custom objects found among the notebook's names and the ``functions`` the child sent.
-    Its lookup tables (a TextVectorization's vocabulary) go when it goes: loaded every run, they
-    were kept once a run (prepare/lookup_tables.py)."""
+    Not in Keras' safe mode: the file is the notebook's own cell's, saved by the process the
+    kernel started for it, and safe mode refused a ``Lambda(lambda t: ...)`` layer, so the model
+    stayed there (Keras unpickles models without it, for the same reason). Its lookup tables (a
+    TextVectorization's vocabulary) go when it goes: loaded every run, they were kept once a run
+    (prepare/lookup_tables.py)."""
     custom = {**_notebook_classes(), **(functions or {})}
     with _banners_kept_out():
         if package == "tf_keras":
@@ -202,7 +205,7 @@ def _load_model(package: str, data: bytes, functions: dict[str, Any] | None = No
             import tf_keras
 
             with keras_scope(custom):
-                model = tf_keras.models.load_model(path)
+                model = tf_keras.models.load_model(path, safe_mode=False)
         else:
             import keras
 
@@ -210,7 +213,7 @@ def _load_model(package: str, data: bytes, functions: dict[str, Any] | None = No
                 # a model compiled and never fit saves an optimizer with no slots yet; loaded,
                 # Keras builds it and warns that the file has fewer: the transport's, not the user's
                 warnings.filterwarnings("ignore", "Skipping variable loading for optimizer")
-                model = keras.saving.load_model(path)  # with the notebook's custom classes
+                model = keras.saving.load_model(path, safe_mode=False)
     moved_into_tensorflows_memory(model)
     return model
 
