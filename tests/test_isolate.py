@@ -272,6 +272,39 @@ def test_a_model_with_a_lambda_layer_comes_back_and_goes_in_again(iso_shell):
     assert iso_shell.user_ns["p"].shape == (64, 1)
 
 
+REGISTERED = """
+import keras
+@keras.saving.register_keras_serializable(package="MyLayers")
+class Scale(keras.layers.Layer):
+    def __init__(self, factor=2.0, **kwargs):
+        super().__init__(**kwargs)
+        self.factor = factor
+    def call(self, inputs):
+        return inputs * self.factor
+    def get_config(self):
+        return {**super().get_config(), "factor": self.factor}
+base = keras.Sequential([keras.Input((8,)), Scale(3.0), keras.layers.Dense(1)])
+base.compile("adam", "mse")
+"""
+
+
+def test_a_model_of_a_layer_registered_under_a_package_goes_in_and_comes_back(iso_shell):
+    """keras.io's saving guide registers custom layers (``register_keras_serializable(package=
+    "MyLayers")``): Keras saves them as ``MyLayers>Scale``, a name the child's Keras never
+    registered (the class arrives by value), and the model could not be sent in."""
+    assert run(iso_shell, REGISTERED).success
+    cell = (
+        "%%kerasrun --isolate --quiet --label registered\n"
+        "base.fit(x, y, epochs=1, verbose=0)\n"
+        "model = keras.Sequential([keras.Input((8,)), Scale(5.0), keras.layers.Dense(1)])\n"
+    )
+    result = run(iso_shell, cell)
+    assert result.success, result.error_in_exec
+    ns = iso_shell.user_ns
+    assert type(ns["model"].layers[0]) is ns["Scale"] and ns["model"].layers[0].factor == 5.0
+    assert int(ns["base"].optimizer.iterations.numpy()) == 2  # trained there, back here
+
+
 NESTED_TF_KERAS = """%%kerasrun --isolate --label nested2
 import tf_keras
 inputs = tf_keras.Input((8,))

@@ -29,6 +29,7 @@ from keras_nbguard.isolation.kinds import (
     keras_bytes,
     keras_package,
     notebook_classes,
+    registered_names,
     shareable,
     short,
     this_process_own,
@@ -239,7 +240,12 @@ class _Packer:
         child loads Keras objects with, wherever they are (a model, a list of layers)."""
         import cloudpickle
 
-        found = {**functions_keras_names(self.namespace), **notebook_classes(self.namespace)}
+        classes = notebook_classes(self.namespace)
+        found = {
+            **functions_keras_names(self.namespace),
+            **classes,
+            **registered_names(classes),
+        }
         if not found:
             return None
         try:
