@@ -148,6 +148,44 @@ def test_a_kept_model_keeps_its_entries_and_still_trains():
     assert not kept_entries & custom_names()
 
 
+def tracked_refit(deep: DeepClean, model: Any, compile_again: bool) -> set[str]:
+    """A tracked run of a model built before it (a setup cell's): compiled again or not, fit."""
+    clear()
+    deep.clean()
+    mark = deep.run_started()
+    before = custom_names()
+    if compile_again:
+        model.compile("adam", "mse")
+    model.fit(X, Y, verbose=0)
+    deep.run_ended(mark, [weakref.ref(model)])
+    return custom_names() - before
+
+
+@pytest.mark.slow
+def test_a_kept_model_compiled_again_lets_the_earlier_compiles_entries_go():
+    """keras.io's fine-tuning cell, re-run: ``unfreeze_model(model)`` compiles the model the
+    setup cell built, then fits. Each compile drops the step functions the last fit traced,
+    but their gradient entries stayed while the model lived, holding their graphs: +33 MiB and
+    40 eager functions a run on that example. Not while the model keeps those functions."""
+    from tensorflow.python.eager import context
+
+    deep = DeepClean()
+    model = fit_model()
+    kept = tracked_refit(deep, model, compile_again=False)  # its functions from before
+    assert not kept  # nothing traced anew: no entries of its own
+    first = tracked_refit(deep, model, compile_again=True)
+    again = tracked_refit(deep, model, compile_again=False)  # the same functions: kept
+    assert first and not again and first <= custom_names()
+    functions = []
+    for _ in range(3):
+        entries = tracked_refit(deep, model, compile_again=True)
+        assert entries <= custom_names()  # the live functions' own: kept
+        functions.append(len(context.context().list_function_names()))
+    assert not first & custom_names()  # the earlier compiles' entries went
+    assert functions[2] <= functions[0], functions  # the eager functions stopped piling up
+    assert np.isfinite(model.fit(X, Y, batch_size=16, verbose=0).history["loss"][-1])
+
+
 @pytest.mark.slow
 def test_a_model_expected_to_go_that_survives_still_trains():
     """A run purges the entries of models its collection is expected to free (a History's link

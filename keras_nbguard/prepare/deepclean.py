@@ -48,16 +48,40 @@ LIBRARY_PACKAGES = ("tensorflow", "keras", "tf_keras")  # whose custom gradients
 Mark = frozenset[str] | None
 
 
+STEP_FUNCTIONS = ("train_function", "test_function", "predict_function")  # what fit traces
+
+
 @dataclass(frozen=True)
 class _RunEntries:
     names: frozenset[str]
     owners: tuple[weakref.ref[Any], ...]
+    steps: tuple[weakref.ref[Any], ...] = ()  # the owners' step functions as the run ended
 
     def dead(self, going: frozenset[int] = frozenset()) -> bool:
         """Whether every model of the run is gone, or in ``going`` (ids of models the collection
-        about to run frees: tentative.py). A run that fit no model has no owner we can watch:
-        its entries stay (a tf.function the user still holds may need them later)."""
-        return bool(self.owners) and all(_gone(ref, going) for ref in self.owners)
+        about to run frees: tentative.py), or else every step function they had as the run
+        ended: a model that lives on and was compiled again (keras.io's fine-tuning cell,
+        ``unfreeze_model(model)`` then ``fit``, re-run: +33 MiB a run of graphs these entries
+        held). A run that fit no model has no owner we can watch: its entries stay (a
+        tf.function the user still holds may need them later)."""
+        if not self.owners:
+            return False
+        if all(_gone(ref, going) for ref in self.owners):
+            return True
+        return bool(self.steps) and all(ref() is None for ref in self.steps)
+
+
+def _step_functions(models: Sequence[weakref.ref[Any]]) -> tuple[weakref.ref[Any], ...]:
+    """Weak references to the compiled step functions of ``models`` (those they have)."""
+    found = []
+    for ref in models:
+        model = ref()
+        for attribute in STEP_FUNCTIONS:
+            function = getattr(model, attribute, None) if model is not None else None
+            if function is not None:
+                with contextlib.suppress(TypeError):  # not weakly referable: not counted
+                    found.append(weakref.ref(function))
+    return tuple(found)
 
 
 def _gone(ref: weakref.ref[Any], going: frozenset[int]) -> bool:
@@ -130,7 +154,7 @@ class DeepClean:
             ours = self._library_entries(added)
             self.protected += len(added) - len(ours)
             if ours:
-                self._runs.append(_RunEntries(ours, tuple(models)))
+                self._runs.append(_RunEntries(ours, tuple(models), _step_functions(models)))
 
         self._guarded(attribute, None)
 
