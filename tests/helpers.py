@@ -127,9 +127,9 @@ def alive_at_each_load(monkeypatch, earlier) -> list[bool]:
     seen: list[bool] = []
     load = back._load_model
 
-    def watched(package, data):
+    def watched(package, data, *functions):
         seen.append(earlier() is not None)
-        return load(package, data)
+        return load(package, data, *functions)
 
     monkeypatch.setattr(back, "_load_model", watched)
     return seen
