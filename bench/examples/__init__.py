@@ -30,6 +30,7 @@ MODULES = (
     "text_generation",
     "tuner_search",
     "lstm_seq2seq",
+    "fine_tuning",
 )
 
 
