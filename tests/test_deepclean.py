@@ -162,13 +162,22 @@ def tracked_refit(deep: DeepClean, model: Any, compile_again: bool) -> set[str]:
 
 
 @pytest.mark.slow
-def test_a_kept_model_compiled_again_lets_the_earlier_compiles_entries_go():
+def test_a_kept_model_compiled_again_lets_the_earlier_compiles_entries_go(monkeypatch):
     """keras.io's fine-tuning cell, re-run: ``unfreeze_model(model)`` compiles the model the
     setup cell built, then fits. Each compile drops the step functions the last fit traced,
     but their gradient entries stayed while the model lived, holding their graphs: +33 MiB and
     40 eager functions a run on that example. Not while the model keeps those functions."""
     from tensorflow.python.eager import context
 
+    from keras_nbguard.prepare import deepclean
+
+    emptied: list[bool] = []  # the kernel cache emptied by a purge (its dropped kernels)
+    real = deepclean.clear_kernel_cache
+    monkeypatch.setattr(
+        deepclean,
+        "clear_kernel_cache",
+        lambda **how: emptied.append(how.get("even_inside_a_clear", False)) or real(**how),
+    )
     deep = DeepClean()
     model = fit_model()
     kept = tracked_refit(deep, model, compile_again=False)  # its functions from before
@@ -176,12 +185,14 @@ def test_a_kept_model_compiled_again_lets_the_earlier_compiles_entries_go():
     first = tracked_refit(deep, model, compile_again=True)
     again = tracked_refit(deep, model, compile_again=False)  # the same functions: kept
     assert first and not again and first <= custom_names()
+    assert not emptied  # nothing compiled again yet: the cache stays (a kept model's kernels)
     functions = []
     for _ in range(3):
         entries = tracked_refit(deep, model, compile_again=True)
         assert entries <= custom_names()  # the live functions' own: kept
         functions.append(len(context.context().list_function_names()))
     assert not first & custom_names()  # the earlier compiles' entries went
+    assert emptied and all(emptied)  # and the kernels their functions made (+0.7 MiB a run)
     assert functions[2] <= functions[0], functions  # the eager functions stopped piling up
     assert np.isfinite(model.fit(X, Y, batch_size=16, verbose=0).history["loss"][-1])
 
