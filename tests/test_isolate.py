@@ -198,7 +198,8 @@ def test_an_isolated_cell_names_layers_on_from_the_kernels_names_and_back(iso_sh
         "a, b = keras.Input((4,)), keras.Input((4,))\n"
         "pair = keras.Model([a, b], keras.layers.Add()([a, b]))\n"
         "keras.config.disable_interactive_logging()\n"
-        "keras.config.set_dtype_policy('mixed_bfloat16')",
+        "keras.config.set_dtype_policy('mixed_bfloat16')\n"
+        "keras.config.set_image_data_format('channels_first')",
     ).success
     try:
         joined = run(
@@ -207,16 +208,17 @@ def test_an_isolated_cell_names_layers_on_from_the_kernels_names_and_back(iso_sh
             "c, d = keras.Input((4,)), keras.Input((4,))\n"
             "joined = keras.Model([pair.inputs[1], d], keras.layers.Add()([pair.inputs[1], d]))\n"
             "there = (keras.config.is_interactive_logging_enabled(), "
-            "keras.config.dtype_policy().name)\n",
+            "keras.config.dtype_policy().name, keras.config.image_data_format())\n",
         )
         assert joined.success, joined.error_in_exec
         ns = iso_shell.user_ns
         assert [t.name for t in ns["joined"].inputs] == ["input_layer_1", "input_layer_3"]
-        assert ns["there"] == (False, "mixed_bfloat16")  # the kernel's settings hold there
+        assert ns["there"] == (False, "mixed_bfloat16", "channels_first")  # as in the kernel
         assert run(iso_shell, "keras.layers.InputLayer(shape=(4,)).name").result == "input_layer_4"
     finally:
         run(iso_shell, "keras.config.enable_interactive_logging()")
         run(iso_shell, "keras.config.set_dtype_policy('float32')")
+        run(iso_shell, "keras.config.set_image_data_format('channels_last')")
 
 
 def test_a_model_compiled_with_a_loss_a_function_made_comes_back_compiled(iso_shell):

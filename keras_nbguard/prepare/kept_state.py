@@ -100,6 +100,8 @@ def _graphs(backend: Any, tf: Any) -> tuple[Any, Any]:
 # -- to and from an isolated run's process (isolation/) -------------------------------------------
 SETTINGS = ("interactive_logging", "traceback_filtering", "flash_attention", "global_random_seed")
 SETTING_DEFAULTS = {"interactive_logging": True, "traceback_filtering": True}  # else None
+# keras.backend's module-level settings (both Kerases: floatx(), set_floatx(...)), and defaults
+BACKEND_SETTINGS = {"floatx": "float32", "epsilon": 1e-07, "image_data_format": "channels_last"}
 
 
 def carried() -> dict[str, dict[str, Any]]:
@@ -129,6 +131,11 @@ def take_on(state: dict[str, dict[str, Any]], *, settings: bool) -> None:
 
 
 def _carried(keras: Keras) -> dict[str, Any]:
+    backend_settings = {
+        name: value
+        for name, default in BACKEND_SETTINGS.items()
+        if (value := getattr(keras.module.backend, name)()) != default
+    }  # a setup cell's set_floatx("float64"), set_image_data_format("channels_first")
     if keras.package == "keras":
         state: Any = sys.modules[KERAS3_STATE]
         values = {name: state.get_global_attribute(name) for name in SETTINGS}
@@ -139,6 +146,7 @@ def _carried(keras: Keras) -> dict[str, Any]:
                 for name, value in values.items()
                 if value is not None and value != SETTING_DEFAULTS.get(name)
             },
+            "backend": backend_settings,
             "policy": keras.policy_name(),
         }
     backend: Any = sys.modules[KERAS2_BACKEND]
@@ -149,12 +157,16 @@ def _carried(keras: Keras) -> dict[str, Any]:
         "uids": dict(uids.get(eager_graph) or {}) if eager_graph is not None else {},
         "layer_uids": dict(uids.get(default_graph) or {}),
         "observed": sorted(backend.OBSERVED_NAMES),
+        "backend": backend_settings,
         "policy": keras.policy_name(),
     }
 
 
 def _differs_from_defaults(state: dict[str, Any]) -> bool:
-    return bool(state.get("settings")) or state.get("policy") not in (None, DEFAULT_POLICY)
+    return bool(state.get("settings") or state.get("backend")) or state.get("policy") not in (
+        None,
+        DEFAULT_POLICY,
+    )
 
 
 def _take_on(keras: Keras, state: dict[str, Any], settings: bool) -> None:
@@ -175,8 +187,12 @@ def _take_on(keras: Keras, state: dict[str, Any], settings: bool) -> None:
         )  # get_graph makes Keras' eager graph when there is none yet
         _count_past(eager, state["uids"])
         backend.OBSERVED_NAMES.update(state["observed"])
+    if not settings:
+        return
+    for name, value in state.get("backend", {}).items():
+        getattr(keras.module.backend, f"set_{name}")(value)
     policy = state.get("policy")
-    if settings and policy and keras.policy_name() != policy:
+    if policy and keras.policy_name() != policy:
         keras.set_policy(policy)
 
 
