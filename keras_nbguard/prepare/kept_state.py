@@ -15,6 +15,10 @@
 (The dtype policy, also reset, is put back by ``before_run.clear_keeping_policy``, which may set
 another.) Nothing here may break a clear: a Keras whose internals moved gets them reset, as
 before.
+
+An isolated run's fresh process starts with none of it: ``carried`` and ``take_on`` hand the
+kernel's counters, settings, dtype policy and backend settings (floatx, epsilon, image data
+format) to the child, and the child's counters back (isolation/).
 """
 
 from __future__ import annotations
@@ -49,10 +53,12 @@ def kept(keras: Keras) -> Iterator[None]:
         restore = _saved_keras3() if keras.package == "keras" else _saved_keras2()
     except Exception:
         restore = None
-    yield
-    if restore is not None:
-        with contextlib.suppress(Exception):
-            restore()
+    try:
+        yield
+    finally:  # a clear that failed half-way has reset them all the same
+        if restore is not None:
+            with contextlib.suppress(Exception):
+                restore()
 
 
 def _saved_keras3() -> Any:
