@@ -49,12 +49,13 @@ def flavour(request, tmp_path_factory):
     return name, json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_every_run_is_cleared_and_layer_names_stay_unique_as_in_plain_cells(flavour):
+def test_every_run_is_cleared_and_new_inputs_never_take_kept_inputs_names(flavour):
     name, seen = flavour
     assert seen["cleared"] == [True, True, True]  # what the clear resets was reset each run
     assert all(r["cleared"] for r in seen["records"])
-    # the name counters kept, as plain cells keep them (restarted, each run's was "dense")
-    assert seen["names"] == ["dense", "dense_2", "dense_4"]
+    # each run's layers named afresh (plain cells: dense_2, dense_4), the inputs' names kept
+    # counting: a new Input joins a kept model's own Inputs without a clash of names
+    assert seen["names"] == ["dense", "dense", "dense"]
     assert seen["join_error"] is None
     if name == "jax":  # the user's distribution survives the clear too
         assert seen["distribution"] == "DataParallel"

@@ -36,6 +36,7 @@ def test_track_measures_a_block_like_the_magic(session):
             model = tiny_model()
             model.fit(x, y, epochs=2, batch_size=8, verbose=0)
             assert run.record is None and len(run.fits) == 1  # live while running
+            assert model.layers[0].name == "dense"
     assert run.status == "ok" and run.fits[0].steps == 8 and run.run_number == 2
     assert [r.run_number for r in keras_nbguard.runs("script")] == [1, 2]
     assert keras_nbguard.runs("script")[1].cleared  # Keras imported by then
