@@ -49,7 +49,7 @@ KERAS3_KEPT = (
     "global_random_seed",
     "distribution",
 )
-KERAS2_BACKEND = "tf_keras.src.backend"  # PER_GRAPH_OBJECT_NAME_UIDS, OBSERVED_NAMES, _GRAPH
+KERAS2_BACKEND = "tf_keras.src.backend"  # PER_GRAPH_OBJECT_NAME_UIDS, _GRAPH
 
 
 @contextlib.contextmanager
@@ -92,26 +92,22 @@ def _saved_keras2() -> Any:
     """Keras 2 keys its counters by TensorFlow graph: an ``Input``'s name counts in Keras' own
     eager graph (``get_uid``), which the clear replaces: its inputs' counters go to the new one."""
     backend: Any = sys.modules.get(KERAS2_BACKEND)
-    tf: Any = sys.modules.get("tensorflow")
-    if backend is None or tf is None:
+    if backend is None:
         return None
-    eager_before = _graphs(backend, tf)[0]
-    inputs = _inputs_only(backend.PER_GRAPH_OBJECT_NAME_UIDS.get(eager_before))
+    inputs = _inputs_only(_keras2_counters_now(backend))
     if not inputs:
         return None
 
     def restore() -> None:
-        counters = backend.PER_GRAPH_OBJECT_NAME_UIDS.setdefault(
-            backend.get_graph(), collections.defaultdict(int)
-        )  # get_graph makes Keras' eager graph when there is none yet
-        _count_past(counters, inputs)
+        _count_past(_keras2_counters(backend), inputs)
 
     return restore
 
 
-def _graphs(backend: Any, tf: Any) -> tuple[Any, Any]:
-    """Keras' eager graph (None until a name asks for it) and TensorFlow's default graph."""
-    return getattr(backend._GRAPH, "graph", None), tf.compat.v1.get_default_graph()
+def _keras2_counters_now(backend: Any) -> Any:
+    """Keras 2's counters in its eager graph, None while it has none (nothing named yet)."""
+    graph = getattr(backend._GRAPH, "graph", None)
+    return backend.PER_GRAPH_OBJECT_NAME_UIDS.get(graph) if graph is not None else None
 
 
 # -- to and from an isolated run's process (isolation/) -------------------------------------------
@@ -122,7 +118,8 @@ BACKEND_SETTINGS = {"floatx": "float32", "epsilon": 1e-07, "image_data_format": 
 
 
 def carried() -> dict[str, dict[str, Any]]:
-    """Each imported Keras' name counters and the user's settings, as plain values, for a fresh
+    """Each imported Keras' inputs' name counters (the ones our clear keeps) and the user's
+    settings, as plain values, for a fresh
     process to name and behave as this one: keras.io's seq2seq inference cell, isolated, joins
     a loaded model's ``input_layer_1`` to new inputs, which a fresh process named so again."""
     found = {}
@@ -147,6 +144,13 @@ def take_on(state: dict[str, dict[str, Any]], *, settings: bool) -> None:
                 _take_on(keras, carried_state, settings)
 
 
+def _keras2_counters(backend: Any) -> Any:
+    """Keras 2's counters in its eager graph, which ``get_graph`` makes when there is none."""
+    return backend.PER_GRAPH_OBJECT_NAME_UIDS.setdefault(
+        backend.get_graph(), collections.defaultdict(int)
+    )
+
+
 def _carried(keras: Keras) -> dict[str, Any]:
     backend_settings = {
         name: value
@@ -157,7 +161,7 @@ def _carried(keras: Keras) -> dict[str, Any]:
         state: Any = sys.modules[KERAS3_STATE]
         values = {name: state.get_global_attribute(name) for name in SETTINGS}
         return {
-            "uids": dict(state.get_global_attribute(COUNTERS) or {}),
+            "uids": _inputs_only(state.get_global_attribute(COUNTERS)),
             "settings": {
                 name: value
                 for name, value in values.items()
@@ -166,14 +170,8 @@ def _carried(keras: Keras) -> dict[str, Any]:
             "backend": backend_settings,
             "policy": keras.policy_name(),
         }
-    backend: Any = sys.modules[KERAS2_BACKEND]
-    tf: Any = sys.modules["tensorflow"]
-    eager_graph, default_graph = _graphs(backend, tf)
-    uids = backend.PER_GRAPH_OBJECT_NAME_UIDS
     return {
-        "uids": dict(uids.get(eager_graph) or {}) if eager_graph is not None else {},
-        "layer_uids": dict(uids.get(default_graph) or {}),
-        "observed": sorted(backend.OBSERVED_NAMES),
+        "uids": _inputs_only(_keras2_counters_now(sys.modules[KERAS2_BACKEND])),
         "backend": backend_settings,
         "policy": keras.policy_name(),
     }
@@ -197,13 +195,7 @@ def _take_on(keras: Keras, state: dict[str, Any], settings: bool) -> None:
             for name, value in state["settings"].items():
                 module.set_global_attribute(name, value)
     else:
-        backend: Any = sys.modules[KERAS2_BACKEND]
-        _count_past(backend.get_default_graph_uid_map(), state["layer_uids"])
-        eager = backend.PER_GRAPH_OBJECT_NAME_UIDS.setdefault(
-            backend.get_graph(), collections.defaultdict(int)
-        )  # get_graph makes Keras' eager graph when there is none yet
-        _count_past(eager, state["uids"])
-        backend.OBSERVED_NAMES.update(state["observed"])
+        _count_past(_keras2_counters(sys.modules[KERAS2_BACKEND]), state["uids"])
     if not settings:
         return
     for name, value in state.get("backend", {}).items():
