@@ -89,3 +89,13 @@ def ip():
     shell.reset(new_session=False)
     clear_tracebacks()
     sys.modules.pop("usermod", None)  # the module test_probes' HOLDERS registers
+
+
+@pytest.fixture
+def unhurried_walk(monkeypatch):
+    """On a loaded machine a heap scan takes over a second, not 20 ms: the release step's walk
+    would stop at its 1 s limit and (rightly) release nothing. Where the walk's conclusions are
+    what a test checks, it may take its time."""
+    from keras_nbguard.models import autorelease
+
+    monkeypatch.setattr(autorelease, "WALK_SECONDS", 30.0)

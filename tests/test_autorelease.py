@@ -12,6 +12,8 @@ from helpers import run
 import keras_nbguard
 from keras_nbguard.records.run import RunRecord
 
+pytestmark = pytest.mark.usefixtures("unhurried_walk")  # conftest: under load
+
 FIT = "model.fit(x, y, epochs=1, verbose=0)"
 KERAS_IO = f"%%kerasrun --label io --quiet\nmodel = make_model()\n{FIT}\n"
 

@@ -13,7 +13,6 @@ import pytest
 from helpers import run
 
 import keras_nbguard
-from keras_nbguard.models import autorelease
 
 TEXT_SETUP = """
 import numpy as np, keras, tensorflow as tf
@@ -77,11 +76,7 @@ model.fit(images, labels, epochs=1, batch_size=32, verbose=0)
 """
 
 
-@pytest.fixture(autouse=True)
-def unhurried_walk(monkeypatch):
-    """On a loaded machine a heap scan takes 0.5 s, not 20 ms: the release step's walk would stop
-    at its 1 s limit and (rightly) release nothing. Here its conclusions are what is tested."""
-    monkeypatch.setattr(autorelease, "WALK_SECONDS", 30.0)
+pytestmark = pytest.mark.usefixtures("unhurried_walk")  # conftest: under load
 
 
 def runs_of(shell, cell: str, names: tuple[str, ...], times: int) -> list[list[weakref.ref]]:
