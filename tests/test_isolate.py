@@ -307,6 +307,68 @@ def test_a_model_of_a_layer_registered_under_a_package_goes_in_and_comes_back(is
     assert int(ns["base"].optimizer.iterations.numpy()) == 2  # trained there, back here
 
 
+SAVING_GUIDE = """
+import keras
+@keras.saving.register_keras_serializable(package="my_package", name="custom_fn")
+def custom_fn(x):
+    return x**2
+@keras.saving.register_keras_serializable(package="MyLayers")
+class CustomLayer(keras.layers.Layer):
+    def __init__(self, factor):
+        super().__init__()
+        self.factor = factor
+    def call(self, x):
+        return x * self.factor
+    def get_config(self):
+        return {"factor": self.factor}
+def get_model():
+    inputs = keras.Input(shape=(8,))
+    x = keras.layers.Lambda(custom_fn)(CustomLayer(2.0)(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(1)(x))
+    model.compile(optimizer="adam", loss="mean_squared_error")
+    return model
+"""
+
+
+@pytest.mark.parametrize("flavour", ["keras", "tf_keras"])
+def test_the_saving_guides_cell_saves_and_loads_its_registered_layer_and_function(
+    iso_shell, tmp_path, flavour
+):
+    """keras.io's saving guide: a layer and a function registered in a setup cell, a model of
+    them saved and loaded back by the cell. In the child the decorator never ran (both arrive
+    by value inside ``get_model``): "Could not locate class 'CustomLayer'", the run failed.
+    (Keras 2 saves any function in a ``Lambda`` as bytecode: there it is an activation.)"""
+    setup = SAVING_GUIDE
+    if flavour == "tf_keras":
+        pytest.importorskip("tf_keras")
+        setup = setup.replace("import keras", "import tf_keras as keras").replace(
+            "keras.layers.Lambda(custom_fn)", "keras.layers.Activation(custom_fn)"
+        )
+    assert run(iso_shell, setup).success
+    path = tmp_path / "my_model.keras"
+    cell = (
+        "%%kerasrun --isolate --quiet --label saving\n"
+        f"model = get_model()\nmodel.fit(x, y, verbose=0)\nmodel.save('{path}')\n"
+        f"reconstructed = keras.models.load_model('{path}')\n"
+        "same = bool((model.predict(x, verbose=0) == reconstructed.predict(x, verbose=0)).all())\n"
+    )
+    result = run(iso_shell, cell)
+    assert result.success, result.error_in_exec
+    ns = iso_shell.user_ns
+    assert ns["same"] is True
+    layer, function_layer = ns["reconstructed"].layers[1:3]
+    assert type(layer) is ns["CustomLayer"] and layer.factor == 2.0
+    function = getattr(function_layer, "function", None) or function_layer.activation
+    assert function is ns["custom_fn"]  # found here by its registered name
+    # and the kernel's model of them goes in (saved here by the registered names)
+    again = run(
+        iso_shell, "%%kerasrun --isolate --quiet --label saving\np = reconstructed.predict(x)"
+    )
+    assert again.success, again.error_in_exec
+    assert ns["p"] == pytest.approx(ns["model"].predict(ns["x"], verbose=0))
+    run(iso_shell, "import keras")  # the name the other tests use
+
+
 NESTED_TF_KERAS = """%%kerasrun --isolate --label nested2
 import tf_keras
 inputs = tf_keras.Input((8,))

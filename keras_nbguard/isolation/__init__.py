@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from keras_nbguard.isolation import names, sweep
+from keras_nbguard.isolation import names, registrations, sweep
 from keras_nbguard.isolation.back import received
 from keras_nbguard.isolation.child import LAST
 from keras_nbguard.isolation.parent import Child, ChildResult
@@ -125,6 +125,7 @@ def run_isolated(
             "trained_back": how.outputs is None,  # a model sent in that the cell trained
             "params": {},
             "keras": kept_state.carried(),  # to name on as this kernel would
+            "registered": registrations.carried(),  # the notebook's register_keras_serializable
         }
         transfer = Transfer(
             names=len(sent.inputs), nbytes=sum(size_of(p) for p in sent.inputs.values())

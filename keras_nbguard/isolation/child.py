@@ -107,6 +107,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
     import keras_nbguard
     from keras_nbguard.isolation.changed_models import changed, fingerprints
     from keras_nbguard.isolation.names import unpack_input
+    from keras_nbguard.isolation.registrations import register_copies, take_on
     from keras_nbguard.prepare import kept_state
 
     streams = sys.stdout, sys.stderr
@@ -115,8 +116,10 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         send("ready", time.time())
         began = time.perf_counter()
         try:
+            registered = take_on(job.get("registered"))  # before a model of those is made
             for name, sent in job["inputs"].items():
                 shell.user_ns[name] = unpack_input(sent, _ATTACHED)
+            register_copies(registered, shell.user_ns)
         except Exception as exc:  # a name that could not be made here: said, nothing ran
             send("stream", "stderr", f"{exc}\n")
             return {
