@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import tracemalloc
+import warnings
 import weakref
 
 import numpy as np
@@ -367,6 +368,42 @@ def test_the_saving_guides_cell_saves_and_loads_its_registered_layer_and_functio
     assert again.success, again.error_in_exec
     assert ns["p"] == pytest.approx(ns["model"].predict(ns["x"], verbose=0))
     run(iso_shell, "import keras")  # the name the other tests use
+
+
+POSITIONAL_EMBEDDING = """
+import keras
+class PositionalEmbedding(keras.layers.Layer):  # keras.io's translation example: no build()
+    def __init__(self, vocab_size, embed_dim, **kwargs):
+        super().__init__(**kwargs)
+        self.token_embeddings = keras.layers.Embedding(vocab_size, embed_dim)
+        self.vocab_size, self.embed_dim = vocab_size, embed_dim
+    def call(self, inputs):
+        return self.token_embeddings(inputs)
+    def get_config(self):
+        return {**super().get_config(), "vocab_size": self.vocab_size, "embed_dim": self.embed_dim}
+tokens = np.ones((64, 8), "int32")
+"""
+
+
+def test_a_model_coming_back_brings_no_warning_of_its_transport(iso_shell):
+    """Loaded back, a model of a layer without ``build()`` made Keras warn "`build()` was
+    called on layer 'positional_embedding' ... may cause failures down the line", four lines a
+    layer the user never loaded; the model works (its call builds the layer)."""
+    assert run(iso_shell, POSITIONAL_EMBEDDING).success
+    cell = (
+        "%%kerasrun --isolate --quiet --label embed\ninputs = keras.Input((8,), dtype='int32')\n"
+        "x = keras.layers.Flatten()(PositionalEmbedding(20, 4)(inputs))\n"
+        "model = keras.Model(inputs, keras.layers.Dense(1)(x))\nmodel.compile('adam', 'mse')\n"
+        "model.fit(tokens, y, verbose=0)\n"
+    )
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        result = run(iso_shell, cell)
+    assert result.success, result.error_in_exec
+    assert not [w for w in seen if "was called on layer" in str(w.message)], seen
+    model = iso_shell.user_ns["model"]
+    assert len(model.layers[1].weights) == 1  # its embedding came back, with its weights
+    assert model.predict(iso_shell.user_ns["tokens"], verbose=0).shape == (64, 1)
 
 
 NESTED_TF_KERAS = """%%kerasrun --isolate --label nested2

@@ -12,7 +12,6 @@ import pickle
 import sys
 import tempfile
 import time
-import warnings
 import weakref
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
@@ -209,10 +208,7 @@ def _load_model(package: str, data: bytes, functions: dict[str, Any] | None = No
         else:
             import keras
 
-            with keras_scope(custom), warnings.catch_warnings():
-                # a model compiled and never fit saves an optimizer with no slots yet; loaded,
-                # Keras builds it and warns that the file has fewer: the transport's, not the user's
-                warnings.filterwarnings("ignore", "Skipping variable loading for optimizer")
+            with keras_scope(custom):  # (its transport's warnings kept out)
                 model = keras.saving.load_model(path, safe_mode=False)
     moved_into_tensorflows_memory(model)
     return model

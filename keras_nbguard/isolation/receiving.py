@@ -111,13 +111,24 @@ def _classes(ref: tuple[str, bytes] | None) -> dict[str, Any]:
     return _MEMO[ref[0]]
 
 
+# what Keras says while loading a model that the transport saved, never the user: a compiled,
+# never fit model's optimizer has no slots yet in its file; a custom layer without a build()
+# (keras.io's PositionalEmbedding) is built by the model's call, right after Keras warns
+TRANSPORT_WARNINGS = ("Skipping variable loading for optimizer", r"`build\(\)` was called on layer")
+
+
 @contextlib.contextmanager
 def keras_scope(classes: dict[str, Any]) -> Iterator[None]:
     """Keras (3, or 2: tf_keras) finds ``classes`` by name while loading (a custom layer, a
-    GAN): the notebook's classes, importable nowhere else."""
+    GAN): the notebook's classes, importable nowhere else. The warnings of a load the user never
+    asked for are kept out."""
     import sys
+    import warnings
 
     with contextlib.ExitStack() as stack:
+        stack.enter_context(warnings.catch_warnings())
+        for message in TRANSPORT_WARNINGS:
+            warnings.filterwarnings("ignore", message)
         if classes:
             for package in ("keras", "tf_keras"):
                 module = sys.modules.get(package)
