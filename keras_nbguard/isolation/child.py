@@ -116,10 +116,9 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         send("ready", time.time())
         began = time.perf_counter()
         try:
-            registered = take_on(job.get("registered"))  # before a model of those is made
             for name, sent in job["inputs"].items():
                 shell.user_ns[name] = unpack_input(sent, _ATTACHED)
-            register_copies(registered, shell.user_ns)
+            register_copies(take_on(job.get("registered")), shell.user_ns)  # for the cell's own
         except Exception as exc:  # a name that could not be made here: said, nothing ran
             send("stream", "stderr", f"{exc}\n")
             return {

@@ -9,7 +9,8 @@ name and could not load it ("Could not locate class 'CustomLayer'"): the cell fa
 and ran in the kernel.
 
 So the job carries every registration whose object the notebook defined (``__main__``), and the
-child makes it again before the cell, as the decorator would have. Classes keep their identity
+child makes it again before the cell, as the decorator would have (and a model sent in is loaded
+with them in scope, by their registered names). Classes keep their identity
 across pickles (cloudpickle tracks them); a function does not, so each copy of a registered
 function that the sent names reach (``get_model``'s globals) is registered under the same name.
 """
@@ -17,7 +18,6 @@ function that the sent names reach (``get_model``'s globals) is registered under
 from __future__ import annotations
 
 import contextlib
-import importlib
 import sys
 import types
 from collections.abc import Iterable, Mapping
@@ -38,48 +38,53 @@ REGISTRIES = {
 }
 
 
-def carried() -> bytes | None:
-    """The notebook's registrations in each Keras imported here, pickled by value: None when
-    there are none (the usual case, and nothing to pay)."""
+def own() -> dict[str, dict[str, Any]]:
+    """The registrations whose object the notebook defined, by Keras package."""
     found: dict[str, dict[str, Any]] = {}
     for package in REGISTRIES:
         objects = _registry(package, 1)
         if objects is None:
             continue
-        own = {
+        mine = {
             name: obj
             for name, obj in list(objects.items())
             if getattr(obj, "__module__", None) == "__main__"
         }
-        if own:
-            found[package] = own
+        if mine:
+            found[package] = mine
+    return found
+
+
+def carried() -> dict[str, bytes] | None:
+    """``own()``, pickled by value, by package: None when there are none (the usual case)."""
+    found = own()
     if not found:
         return None
     try:
         import cloudpickle
 
-        return cloudpickle.dumps(found)
+        return {package: cloudpickle.dumps(objects) for package, objects in found.items()}
     except Exception:  # what can't be pickled is not registered there: as before
         return None
 
 
-def take_on(data: bytes | None) -> dict[str, dict[str, Any]]:
-    """Register here what ``carried`` packed (before the names are made: a model sent in may
-    be of those classes). Returns what it registered, for ``register_copies``."""
-    if not data:
-        return {}
-    try:
-        import cloudpickle
-
-        found: dict[str, dict[str, Any]] = cloudpickle.loads(data)
-    except Exception:
-        return {}
-    for package, objects in found.items():
+def take_on(data: dict[str, bytes] | None) -> dict[str, dict[str, Any]]:
+    """Register here what ``carried`` packed, in each Keras the names sent in have imported (a
+    cell that uses none, or imports it itself, pays no import, not even the unpickling's: a
+    model sent in finds them by name anyway, ``sending.classes``). Returns what it registered,
+    for ``register_copies``."""
+    registered: dict[str, dict[str, Any]] = {}
+    for package, pickled in (data or {}).items():
+        if package not in sys.modules:
+            continue
         with contextlib.suppress(Exception):
-            importlib.import_module(package)  # the notebook registered there: it uses it
+            import cloudpickle
+
+            objects = cloudpickle.loads(pickled)
             for name, obj in objects.items():
                 _register(package, name, obj)
-    return found
+            registered[package] = objects
+    return registered
 
 
 def register_copies(found: Mapping[str, Mapping[str, Any]], namespace: Mapping[str, Any]) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from keras_nbguard.isolation import registrations
 from keras_nbguard.isolation.kinds import (
     OWN_WORDS,
     SHARED_BYTES,
@@ -245,6 +246,11 @@ class _Packer:
             **functions_keras_names(self.namespace),
             **classes,
             **registered_names(classes),
+            **{
+                name: obj
+                for objects in registrations.own().values()
+                for name, obj in objects.items()
+            },
         }
         if not found:
             return None
