@@ -56,6 +56,13 @@ JOINED = """%%kerasrun -l joined
 c, d = keras.Input((4,)), keras.Input((4,))
 joined = keras.Model([pair.inputs[1], d], keras.layers.Add()([pair.inputs[1], d]))
 """
+# a setup cell's encoder (a plain cell) is named "sequential"; the run's new head was too
+ENCODER = "encoder = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])"
+JOINS_ENCODER = """%%kerasrun -l encoder
+head = keras.Sequential([keras.layers.Dense(1)])
+inputs = keras.Input((8,))
+model = keras.Model(inputs, head(encoder(inputs)))
+"""
 
 
 def main() -> None:
@@ -88,6 +95,8 @@ keep, names, policies, cleared = [], [], [], []
     freed = keras_nbguard.free(containers=True)
     assert shell.run_cell(PAIR).success
     joins = shell.run_cell(JOINED)
+    assert shell.run_cell(ENCODER).success
+    joins_encoder = [shell.run_cell(JOINS_ENCODER) for _ in range(2)]
     distribution = distribution_in_a_run() if FLAVOUR == "jax" else None
     print(
         json.dumps(
@@ -96,6 +105,7 @@ keep, names, policies, cleared = [], [], [], []
                 "names": shell.user_ns["names"],
                 "cleared": shell.user_ns["cleared"],
                 "join_error": repr(joins.error_in_exec) if not joins.success else None,
+                "encoder_errors": [repr(r.error_in_exec) for r in joins_encoder if not r.success],
                 "distribution": distribution,
                 "policies": shell.user_ns["policies"],
                 "kept_after_free": [m is not None for m in shell.user_ns["keep"]],

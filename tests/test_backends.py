@@ -57,6 +57,7 @@ def test_every_run_is_cleared_and_new_inputs_never_take_kept_inputs_names(flavou
     # counting: a new Input joins a kept model's own Inputs without a clash of names
     assert seen["names"] == ["dense", "dense", "dense"]
     assert seen["join_error"] is None
+    assert seen["encoder_errors"] == []  # a new layer never took the setup cell's layer's name
     if name == "jax":  # the user's distribution survives the clear too
         assert seen["distribution"] == "DataParallel"
 

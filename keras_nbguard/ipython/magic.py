@@ -511,6 +511,9 @@ def unload(shell: Any) -> None:
     if isolation is not None:  # --prestart's waiting process ends with the extension
         isolation.close_spares()
     magics.session.close()
+    kept_state = sys.modules.get("keras_nbguard.prepare.kept_state")
+    if kept_state is not None:  # Keras' name counters are its own again
+        kept_state.forget()
     board = getattr(magics.session, "dashboard", None)
     if board is not None:  # its pre/post_run_cell hooks and session listeners go too
         board.detach()

@@ -25,10 +25,14 @@ class Prepared:
 
 
 def prepare(
-    options: RunOptions, tf_gpu: TfGpu | None = None, nvml: NvmlReader | None = None
+    options: RunOptions,
+    tf_gpu: TfGpu | None = None,
+    nvml: NvmlReader | None = None,
+    label: str | None = None,
 ) -> Prepared:
-    """Everything before a run, for the Keras the user has (and the backend it computes with).
-    Nothing here raises: what could not be done comes back as sentences in ``warnings``."""
+    """Everything before a run (of ``label``), for the Keras the user has (and the backend it
+    computes with). Nothing here raises: what could not be done comes back as sentences in
+    ``warnings``."""
     result = Prepared()
     try:
         result.warnings += gpu_setup.configure(options, backends.current_backend(), tf_gpu, nvml)
@@ -43,7 +47,7 @@ def prepare(
         with deepclean.kernel_cache_kept():
             for keras in kerases:
                 result.warnings += clear_keeping_policy(
-                    keras, options.mixed_precision, collect=False
+                    keras, options.mixed_precision, collect=False, label=label
                 )
         result.cleared = True
     elif options.mixed_precision and not options.clear:
@@ -64,7 +68,10 @@ def _import_for_policy(result: Prepared) -> list[backends.Keras]:
 
 
 def clear_keeping_policy(
-    keras: backends.Keras, policy: str | None = None, collect: bool = True
+    keras: backends.Keras,
+    policy: str | None = None,
+    collect: bool = True,
+    label: str | None = None,
 ) -> list[str]:
     """``clear_session()``, then the dtype policy it reset put back (``policy`` instead, when
     given); on torch, the CUDA cache emptied. Every clear of ours goes through here: runs, free,
@@ -73,11 +80,12 @@ def clear_keeping_policy(
     Keras 3's ``clear_session`` silently resets the global dtype policy to float32: a user's own
     mixed precision would be lost between runs. On TensorFlow, its count of recent traces goes
     too: the new models' first traces, run after run, are no retracing (``tracing_warnings``).
-    Its name counters and ``keras.config``'s switches are kept (``kept_state``): names stay
-    unique beside the layers that outlive the clear.
+    Its inputs' name counters and ``keras.config``'s switches are kept (``kept_state``), and
+    the other counters skip the names layers that outlive the clear have (``layer_names``;
+    ``label``: the run the clear starts): names stay unique beside them.
     """
     policy_before = keras.policy_name()
-    with kept_state.kept(keras):
+    with kept_state.kept(keras, label):
         keras.clear_session(collect=collect)
     if keras.backend == "tensorflow":
         tracing_warnings.forget_recent_traces()

@@ -7,11 +7,12 @@
   clear a new ``keras.Input`` was named ``input_layer_1`` again, and a model that joined it to a
   loaded model's own ``input_layer_1`` failed: "The name "input_layer_1" is used 2 times in the
   model" (keras.io's lstm_seq2seq inference cell, which runs bare). Keras 2 restarts its
-  counters too. Only the inputs' counters are kept: the others restart as before, so each run's
-  layers and their variables take the same names again. Counting those on too (as plain cells
-  do) made every variable's handle kernel new, with its name in it, and TensorFlow's kernel
-  cache, which our clears keep, grew by them: +0.76 MiB a run of glibc's heap in use on the
-  MNIST convnet (+0.03 with them restarting).
+  counters too. Only the inputs' counters are kept: the others restart, skipping the names
+  that layers made outside the run have (``layer_names``), so each run's layers and their
+  variables take the same names again. Counting those on too (as plain cells do) made every
+  variable's handle kernel new, with its name in it, and TensorFlow's kernel cache, which our
+  clears keep, grew by them: +0.76 MiB a run of glibc's heap in use on the MNIST convnet
+  (+0.03 with them restarting).
 - **The user's settings** that live there: ``keras.config``'s ``disable_interactive_logging()``
   (the progress bars came back), ``disable_traceback_filtering()``, ``enable_flash_attention()``;
   ``keras.utils.set_random_seed``'s seed; ``keras.distribution.set_distribution`` (JAX's data
@@ -37,6 +38,7 @@ from typing import Any
 
 from keras_nbguard import backends
 from keras_nbguard.backends import DEFAULT_POLICY, Keras
+from keras_nbguard.prepare import layer_names
 
 KERAS3_STATE = "keras.src.backend.common.global_state"
 COUNTERS = "object_name_uids"  # Keras 3's name counters, by prefix
@@ -53,10 +55,12 @@ KERAS2_BACKEND = "tf_keras.src.backend"  # PER_GRAPH_OBJECT_NAME_UIDS, _GRAPH
 
 
 @contextlib.contextmanager
-def kept(keras: Keras) -> Iterator[None]:
-    """What the user has, as it was before the block (the clear), put back after it."""
+def kept(keras: Keras, label: str | None = None) -> Iterator[None]:
+    """What the user has, as it was before the block (the clear), put back after it; the name
+    counters restart skipping the names layers made elsewhere have (``layer_names``): ``label``,
+    the run the clear starts (None: ``free()``, the button)."""
     try:
-        restore = _saved_keras3() if keras.package == "keras" else _saved_keras2()
+        restore = _saved_keras3(label) if keras.package == "keras" else _saved_keras2(label)
     except Exception:
         restore = None
     try:
@@ -67,39 +71,70 @@ def kept(keras: Keras) -> Iterator[None]:
                 restore()
 
 
-def _saved_keras3() -> Any:
+def _saved_keras3(label: str | None) -> Any:
     state: Any = sys.modules.get(KERAS3_STATE)
     if state is None:
         return None
     values = {name: state.get_global_attribute(name) for name in KERAS3_KEPT}
     kept = {name: value for name, value in values.items() if value is not None}  # None: unset
+    _note_names()
     inputs = _inputs_only(state.get_global_attribute(COUNTERS))
 
     def restore() -> None:
         for name, value in kept.items():
             state.set_global_attribute(name, value)
-        if inputs:
-            state.set_global_attribute(COUNTERS, collections.defaultdict(int, inputs))
+        state.set_global_attribute(COUNTERS, layer_names.counters(inputs, label))
 
-    return restore if kept or inputs else None
+    return restore
+
+
+def forget() -> None:
+    """The extension unloaded: Keras' counters are plain ones again, with their counts, and
+    the names noted are forgotten (``layer_names``)."""
+    with contextlib.suppress(Exception):
+        state: Any = sys.modules.get(KERAS3_STATE)
+        counters = state.get_global_attribute(COUNTERS) if state is not None else None
+        if isinstance(counters, layer_names.SkippingCounters):
+            state.set_global_attribute(COUNTERS, collections.defaultdict(int, dict(counters)))
+        backend: Any = sys.modules.get(KERAS2_BACKEND)
+        uids = backend.PER_GRAPH_OBJECT_NAME_UIDS if backend is not None else {}
+        for graph, counters in list(uids.items()):
+            if isinstance(counters, layer_names.SkippingCounters):
+                uids[graph] = collections.defaultdict(int, dict(counters))
+    layer_names.forget()
+
+
+def _note_names() -> None:
+    """The names each Keras' own counters handed out, before any clear: Keras 3's clear on
+    TensorFlow resets the default graph, where Keras 2 counts its layers' names."""
+    state: Any = sys.modules.get(KERAS3_STATE)
+    if state is not None:
+        layer_names.before_clear(state.get_global_attribute(COUNTERS))
+    backend: Any = sys.modules.get(KERAS2_BACKEND)
+    if backend is not None:
+        graph = backend.tf.compat.v1.get_default_graph()
+        layer_names.before_clear(backend.PER_GRAPH_OBJECT_NAME_UIDS.get(graph))
 
 
 def _inputs_only(counters: Any) -> dict[str, int]:
     return {p: counters[p] for p in INPUT_PREFIXES if counters and counters.get(p)}
 
 
-def _saved_keras2() -> Any:
+def _saved_keras2(label: str | None) -> Any:
     """Keras 2 keys its counters by TensorFlow graph: an ``Input``'s name counts in Keras' own
-    eager graph (``get_uid``), which the clear replaces: its inputs' counters go to the new one."""
+    eager graph (``get_uid``), which the clear replaces: its inputs' counters go to the new one.
+    The other layers' names count in TensorFlow's default graph, which the clear resets too."""
     backend: Any = sys.modules.get(KERAS2_BACKEND)
     if backend is None:
         return None
+    _note_names()
     inputs = _inputs_only(_keras2_counters_now(backend))
-    if not inputs:
-        return None
 
     def restore() -> None:
-        _count_past(_keras2_counters(backend), inputs)
+        graph = backend.tf.compat.v1.get_default_graph()
+        backend.PER_GRAPH_OBJECT_NAME_UIDS[graph] = layer_names.counters({}, label)
+        if inputs:
+            _count_past(_keras2_counters(backend), inputs)
 
     return restore
 
@@ -162,6 +197,7 @@ def _carried(keras: Keras) -> dict[str, Any]:
         values = {name: state.get_global_attribute(name) for name in SETTINGS}
         return {
             "uids": _inputs_only(state.get_global_attribute(COUNTERS)),
+            "taken": layer_names.all_taken(),
             "settings": {
                 name: value
                 for name, value in values.items()
@@ -172,6 +208,7 @@ def _carried(keras: Keras) -> dict[str, Any]:
         }
     return {
         "uids": _inputs_only(_keras2_counters_now(sys.modules[KERAS2_BACKEND])),
+        "taken": layer_names.all_taken(),
         "backend": backend_settings,
         "policy": keras.policy_name(),
     }
@@ -185,6 +222,8 @@ def _differs_from_defaults(state: dict[str, Any]) -> bool:
 
 
 def _take_on(keras: Keras, state: dict[str, Any], settings: bool) -> None:
+    if settings:  # a child: its run's new layers skip the names of those sent (layer_names)
+        layer_names.NAMES.outside.update(state.get("taken", ()))
     if keras.package == "keras":
         module: Any = sys.modules[KERAS3_STATE]
         counters = module.get_global_attribute(
@@ -206,5 +245,5 @@ def _take_on(keras: Keras, state: dict[str, Any], settings: bool) -> None:
 
 
 def _count_past(counters: Any, other: dict[str, int]) -> None:
-    for prefix, count in other.items():
-        counters[prefix] = max(counters.get(prefix, 0), count)
+    for prefix, count in other.items():  # (past ours: no name is handed out here)
+        dict.__setitem__(counters, prefix, max(counters.get(prefix, 0), count))

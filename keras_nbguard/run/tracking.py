@@ -23,6 +23,7 @@ from keras_nbguard.collectors.gpu import GpuCollector
 from keras_nbguard.collectors.host_limit import HostLimit
 from keras_nbguard.collectors.process import PeakRss, RssSampler
 from keras_nbguard.collectors.traces import trace_counter_for
+from keras_nbguard.prepare import layer_names
 from keras_nbguard.prepare.before_run import RunOptions, prepare
 from keras_nbguard.records.run import CleanReport, GpuReading, HeldModels, RunKey, RunRecord
 from keras_nbguard.run import outcome
@@ -231,7 +232,7 @@ class Run:
         self.released = merged(walked, self.services.released_by_collection())
 
     def _prepare(self) -> None:
-        prepared = prepare(self.options, self.services.tf_gpu(), self.services.nvml)
+        prepared = prepare(self.options, self.services.tf_gpu(), self.services.nvml, self.label)
         self._cleared = prepared.cleared
         for problem in prepared.warnings:
             self._warn(problem)
@@ -249,6 +250,7 @@ class Run:
 
     def stop(self, exc: BaseException | None) -> RunRecord:
         wall = time.perf_counter() - self._t0
+        layer_names.run_ended()  # the layers made from now on are the notebook's own
         if self.host_limit is not None:  # first: nothing of ours may be stopped by it
             passed = self._attempt("lifting --host-limit", self.host_limit.disarm)
             if passed:
