@@ -276,3 +276,34 @@ def test_the_released_weights_leave_out_what_the_setup_cells_models_still_hold(s
     # the GAN's weights are all generator's and discriminator's, which the setup cell holds
     assert released.weight_bytes == 0, released
     assert all("<?>" not in p for p in released.paths)
+
+
+ENCODER_SETUP = """
+import numpy as np, keras
+encoder = keras.Sequential([keras.Input((16,)), keras.layers.Dense(8, activation="relu")])
+x = np.random.random((64, 16)).astype("float32"); y = np.random.randint(0, 3, 64)
+"""
+HEAD_ON_ENCODER = """%%kerasrun --label head --quiet
+classifier = keras.Sequential([keras.layers.Dense(3, activation="softmax")])
+inputs = keras.Input((16,))
+model = keras.Model(inputs, classifier(encoder(inputs)))
+model.compile("adam", "sparse_categorical_crossentropy")
+model.fit(x, y, epochs=1, verbose=0)
+"""
+
+
+@pytest.mark.slow
+def test_a_head_built_on_a_setup_cells_model_goes_with_its_run(shell):
+    """A setup cell's ``encoder`` is a model: a run's ``classifier`` held only through the
+    encoder's node list was "still alive" in every run's summary (the walk took the encoder for
+    a model holding it as a part) and never said released. Its node is cut, the encoder kept."""
+    assert run(shell, ENCODER_SETUP).success
+    refs = runs_of(shell, HEAD_ON_ENCODER, ("classifier", "model"), 3)
+    assert alive(refs) == [[False, False], [False, False], [True, True]]
+    record = keras_nbguard.runs("head")[-1]
+    assert record.stale_models is None
+    released = record.released_models
+    assert released is not None and released.runs == (2,) and released.count == 2
+    assert "encoder — its outbound node into model of #2" in released.paths, released.paths
+    assert len(shell.user_ns["encoder"]._outbound_nodes) == 1  # the latest run's call
+    assert run(shell, "loss = model.evaluate(x, y, verbose=0)").success  # still works

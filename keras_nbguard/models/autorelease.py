@@ -144,13 +144,16 @@ def _settle_walked(
     release: bool,
 ) -> None:
     plans: list[tuple[Any, list[Chain], list[Found | None]]] = []
+    earlier = {id(m) for m in candidates}
     for model in candidates:
         every = probe.chains.get(id(model), [])
         if not every:
             settled.going.append(weakref.ref(model))
             continue  # unreachable: garbage that the next gc collects
-        chains = [c for c in every if c.via is None]  # not those inside another model
-        plans.append((model, every, [_bookkeeping(c, shell, user_ns, registry) for c in chains]))
+        # not those inside another model, but those through a kept model's node list
+        chains = [c for c in every if c.via is None or _through_a_kept_models_node(c, earlier)]
+        found = [_bookkeeping(c, shell, user_ns, registry, _holder(probe, c)) for c in chains]
+        plans.append((model, every, found))
     going = {
         id(m)
         for m, every, found in plans
@@ -193,8 +196,27 @@ def _settle_walked(
     settled.weights = weights if settled.released else None
 
 
+def _through_a_kept_models_node(chain: Chain, earlier: set[int]) -> bool:
+    """A chain from a model that stays (a setup cell's ``encoder``, no earlier run's) through its
+    node lists: Keras' record of a call an earlier run made on it (``head(encoder(inputs))``),
+    not that model holding the other as a part of it."""
+    return id(chain.via) not in earlier and node_link(chain) is not None
+
+
+def _holder(probe: Probe, chain: Chain) -> str | None:
+    """The path of the model a chain starts at (``encoder``), when it starts at one."""
+    if chain.via is None:
+        return None
+    paths = probe.paths(chain.via)[:1]
+    return paths[0][0] if paths else None
+
+
 def _bookkeeping(
-    chain: Chain, shell: Any, user_ns: Any, registry: ModelRegistry | None = None
+    chain: Chain,
+    shell: Any,
+    user_ns: Any,
+    registry: ModelRegistry | None = None,
+    holder: str | None = None,
 ) -> Found | None:
     """How to release ``chain`` if it belongs to IPython or Keras: (its kind, the holder as an
     id: a History, a node, or 0 for IPython's output caches; its text; the action). None when the
@@ -205,7 +227,7 @@ def _bookkeeping(
     if link is not None and registry is not None:
         made = registry.node_run(link[1])
         if made is not None and registry.latest.get(made[0].label) != made[0]:
-            return _NODE, id(link[1]), node_words(chain, registry) or "a node", _nothing
+            return _NODE, id(link[1]), node_words(chain, registry, holder) or "a node", _nothing
         return None
     found = _cached(chain, shell, user_ns)
     return None if found is None else ("cache", *found)
