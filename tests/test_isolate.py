@@ -370,6 +370,39 @@ def test_the_saving_guides_cell_saves_and_loads_its_registered_layer_and_functio
     run(iso_shell, "import keras")  # the name the other tests use
 
 
+CLASSES_IN_THE_CELL = """%%kerasrun --isolate --quiet --label made-there
+@keras.saving.register_keras_serializable()
+class CustomModel(keras.Model):  # keras.io's "customizing fit", re-run with its class
+    def train_step(self, data):
+        return super().train_step(data)
+class Doubled(keras.layers.Layer):
+    def call(self, inputs):
+        return inputs * 2
+inputs = keras.Input((8,))
+model = CustomModel(inputs, keras.layers.Dense(1)(Doubled()(inputs)))
+model.compile("adam", "mse")
+model.fit(x, y, verbose=0)
+"""
+
+
+def test_a_model_of_classes_the_isolated_cell_defined_comes_back(iso_shell):
+    """The class was defined in the isolated cell, so never in the kernel: the model stayed
+    there ("Could not locate class 'CustomModel'"), and ``model`` was not bound. The classes
+    come back first, what the cell registered is registered here, and the model loads."""
+    assert run(iso_shell, "import keras").success
+    result = run(iso_shell, CLASSES_IN_THE_CELL)
+    assert result.success, result.error_in_exec
+    ns = iso_shell.user_ns
+    model = ns["model"]
+    assert type(model) is ns["CustomModel"] and type(model.layers[1]) is ns["Doubled"]
+    line = keras_nbguard.runs("made-there")[-1].isolated
+    assert "back 1 model + 2 names" in line and "model (" not in line, line  # not left there
+    saving = iso_shell.ev("keras.saving")
+    assert saving.get_registered_object("Custom>CustomModel") is ns["CustomModel"]
+    model.fit(ns["x"], ns["y"], verbose=0)  # trains on here
+    assert int(model.optimizer.iterations.numpy()) == 4
+
+
 POSITIONAL_EMBEDDING = """
 import keras
 class PositionalEmbedding(keras.layers.Layer):  # keras.io's translation example: no build()

@@ -16,6 +16,7 @@ import weakref
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
+from keras_nbguard.isolation import registrations
 from keras_nbguard.isolation.child import FUNCTIONS, LAST
 from keras_nbguard.isolation.loaded_weights import moved_into_tensorflows_memory
 from keras_nbguard.isolation.nested_models import rejoin
@@ -47,8 +48,18 @@ def received(
     functions = _functions(outputs.pop(FUNCTIONS, None))
     earlier = _make_room(namespace, outputs, release) if namespace is not None else {}
     bound: dict[str, Any] = {LAST: None}
+    # the classes the cell defined (a CustomModel), and what it registered: a model of them
+    # loads here only with them (Could not locate class 'CustomModel')
+    classes = _classes_back(outputs, result.get("classes", ()))
+    registered = registrations.take_on(result.get("registered"), replace=False)
+    functions = {
+        **functions,
+        **classes,
+        **{name: obj for objects in registered.values() for name, obj in objects.items()},
+    }
     models: dict[str, Any] = {}
-    back = Transfer()
+    back = Transfer(names=len(classes), nbytes=sum(len(outputs[name][1]) for name in classes))
+    bound.update(classes)
     failed: dict[str, str] = {}
     for key, sent in outputs.items():
         if sent[0] != "keras":
@@ -71,7 +82,7 @@ def received(
     if models:
         clear_kernel_cache()  # the loads' variable kernels, kept for good otherwise
     for key, sent in outputs.items():
-        if sent[0] == "keras":
+        if sent[0] == "keras" or key in classes:
             continue
         try:
             value = _loads(sent[1], models)
@@ -105,6 +116,19 @@ def received(
         if failed:
             run.not_sent = {**(run.not_sent or {}), **failed}
     return bound
+
+
+def _classes_back(outputs: dict[str, Any], names: Any) -> dict[str, type]:
+    """The classes among ``outputs`` (``names``: the child says which), unpickled first."""
+    found = {}
+    for name in names:
+        sent = outputs.get(name)
+        if sent is not None and sent[0] == "value":
+            with contextlib.suppress(Exception):
+                value = _loads(sent[1])
+                if isinstance(value, type):
+                    found[name] = value
+    return found
 
 
 def _make_room(

@@ -105,9 +105,9 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
     """Run the cell of ``job`` under ``%%kerasrun`` in this process's shell (made now when not
     given: a Ray task); what it prints and displays goes to ``send`` as it comes."""
     import keras_nbguard
+    from keras_nbguard.isolation import registrations
     from keras_nbguard.isolation.changed_models import changed, fingerprints
     from keras_nbguard.isolation.names import unpack_input
-    from keras_nbguard.isolation.registrations import register_copies, take_on
     from keras_nbguard.prepare import kept_state
 
     streams = sys.stdout, sys.stderr
@@ -118,7 +118,8 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         try:
             for name, sent in job["inputs"].items():
                 shell.user_ns[name] = unpack_input(sent, _ATTACHED)
-            register_copies(take_on(job.get("registered")), shell.user_ns)  # for the cell's own
+            registered = registrations.take_on(job.get("registered"))  # for the cell's own
+            registrations.register_copies(registered, shell.user_ns)
         except Exception as exc:  # a name that could not be made here: said, nothing ran
             send("stream", "stderr", f"{exc}\n")
             return {
@@ -164,6 +165,9 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         "inputs_seconds": inputs_seconds,
         "outputs_seconds": outputs_seconds,
         "keras": kept_state.carried(),  # the kernel's names count on past the cell's
+        # the classes the cell defined, and what it registered: the models of them load there
+        "classes": [name for name in outputs if isinstance(shell.user_ns.get(name), type)],
+        "registered": registrations.carried(),
     }
 
 

@@ -1,4 +1,5 @@
-"""The notebook's Keras registrations, made again in an isolated run's process.
+"""The notebook's Keras registrations, made again in an isolated run's process (and those its
+cell made, back in the kernel).
 
 keras.io's saving guide registers a layer and a function from a notebook cell
 (``@keras.saving.register_keras_serializable(package="MyLayers")``) and then, in the cell the user
@@ -68,12 +69,13 @@ def carried() -> dict[str, bytes] | None:
         return None
 
 
-def take_on(data: dict[str, bytes] | None) -> dict[str, dict[str, Any]]:
+def take_on(data: dict[str, bytes] | None, *, replace: bool = True) -> dict[str, dict[str, Any]]:
     """Register here what ``carried`` packed, in each Keras the names sent in have imported (a
     cell that uses none, or imports it itself, pays no import, not even the unpickling's: a
-    model sent in finds them by name anyway, ``sending.classes``). Returns what it registered,
-    for ``register_copies``."""
-    registered: dict[str, dict[str, Any]] = {}
+    model sent in finds them by name anyway, ``sending.classes``). Returns what it unpacked,
+    for ``register_copies`` and the loads. ``replace=False`` (the kernel, taking the child's
+    back): only names not registered here yet, those the isolated cell registered."""
+    unpacked: dict[str, dict[str, Any]] = {}
     for package, pickled in (data or {}).items():
         if package not in sys.modules:
             continue
@@ -81,10 +83,12 @@ def take_on(data: dict[str, bytes] | None) -> dict[str, dict[str, Any]]:
             import cloudpickle
 
             objects = cloudpickle.loads(pickled)
+            known = _registry(package, 1)
             for name, obj in objects.items():
-                _register(package, name, obj)
-            registered[package] = objects
-    return registered
+                if replace or name not in known:
+                    _register(package, name, obj)
+            unpacked[package] = objects
+    return unpacked
 
 
 def register_copies(found: Mapping[str, Mapping[str, Any]], namespace: Mapping[str, Any]) -> None:
