@@ -370,6 +370,22 @@ def test_the_saving_guides_cell_saves_and_loads_its_registered_layer_and_functio
     run(iso_shell, "import keras")  # the name the other tests use
 
 
+def test_an_isolated_cells_new_layer_never_takes_a_sent_layers_name(iso_shell):
+    """A setup cell's ``encoder`` (named ``sequential``) sent to a fresh process, where the
+    cell's new ``Sequential`` was named ``sequential`` too: the joining model failed there."""
+    setup = "import keras\nencoder = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])"
+    assert run(iso_shell, setup).success
+    cell = (
+        "%%kerasrun --isolate --quiet --label encoder\n"
+        "head = keras.Sequential([keras.layers.Dense(1)])\ninputs = keras.Input((8,))\n"
+        "model = keras.Model(inputs, head(encoder(inputs)))\n"
+    )
+    result = run(iso_shell, cell)
+    assert result.success, result.error_in_exec
+    ns = iso_shell.user_ns
+    assert ns["head"].name != ns["encoder"].name
+
+
 CLASSES_IN_THE_CELL = """%%kerasrun --isolate --quiet --label made-there
 @keras.saving.register_keras_serializable()
 class CustomModel(keras.Model):  # keras.io's "customizing fit", re-run with its class

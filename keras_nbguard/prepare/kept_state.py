@@ -153,10 +153,12 @@ BACKEND_SETTINGS = {"floatx": "float32", "epsilon": 1e-07, "image_data_format": 
 
 
 def carried() -> dict[str, dict[str, Any]]:
-    """Each imported Keras' inputs' name counters (the ones our clear keeps) and the user's
-    settings, as plain values, for a fresh
+    """Each imported Keras' inputs' name counters (the ones our clear keeps), the names its new
+    layers must skip (``layer_names``) and the user's settings, as plain values, for a fresh
     process to name and behave as this one: keras.io's seq2seq inference cell, isolated, joins
     a loaded model's ``input_layer_1`` to new inputs, which a fresh process named so again."""
+    with contextlib.suppress(Exception):
+        _note_names()  # a kernel that never cleared: its names are in Keras' own counters
     found = {}
     for keras in backends.loaded():
         with contextlib.suppress(Exception):
