@@ -6,6 +6,7 @@ import dataclasses
 import gc
 import subprocess
 import sys
+import time
 import weakref
 
 import pytest
@@ -245,6 +246,20 @@ def test_the_walk_is_bounded(ip):
     # Unbounded in depth; time enough that a heap grown by the whole suite can't cut it short.
     unbounded = find_leaks(shell=ip, time_limit=60)
     assert by_name(unbounded, "deep").path == "deep[0][0][0][0][0][0][0]"
+
+
+def test_the_walks_limit_counts_its_own_work_not_the_clock(ip, monkeypatch):
+    """On a machine others keep busy the clock runs on while the walk waits for the CPU: with a
+    limit on the clock, a walk of 40 ms alone passed its 1 s under load (CI), and the release
+    step, which trusts only a complete walk, released nothing."""
+    import itertools
+
+    run(ip, "kept = [tiny('kept')]")
+    clock = itertools.count(0.0, 10.0)  # each reading of the clock 10 s after the last
+    monkeypatch.setattr(time, "perf_counter", lambda: next(clock))
+    report = find_leaks(shell=ip)
+    monkeypatch.undo()
+    assert report.complete and by_name(report, "kept").path == "kept[0]"
 
 
 def test_a_module_that_came_after_a_walk_ends_the_next_ones_chains(ip):

@@ -46,7 +46,7 @@ from keras_nbguard.records.run import HeldModels
 
 _OUTPUT_NAME = re.compile(r"_\d+")
 _NODE = "node"
-WALK_SECONDS = 1.0  # the heap walk's limit: past it, nothing is released (the walk is partial)
+WALK_SECONDS = 1.0  # the heap walk's limit, CPU seconds: past it, nothing is released (partial)
 Release = Callable[[], None]
 Found = tuple[str, int, str, Release]  # (kind, holder id, text, action)
 

@@ -134,7 +134,7 @@ def build_report(
         if probe.complete
         else (
             f"the walk stopped after {probe.scans} heap scans (depth {probe.max_depth} or "
-            f"{probe.time_limit:g} s limit): some holders may be missing",
+            f"{probe.time_limit:g} s of CPU limit): some holders may be missing",
         )
     )
     return LeakReport(
