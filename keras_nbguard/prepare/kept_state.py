@@ -106,14 +106,17 @@ def forget() -> None:
 
 def _note_names() -> None:
     """The names each Keras' own counters handed out, before any clear: Keras 3's clear on
-    TensorFlow resets the default graph, where Keras 2 counts its layers' names."""
-    state: Any = sys.modules.get(KERAS3_STATE)
-    if state is not None:
-        layer_names.before_clear(state.get_global_attribute(COUNTERS))
-    backend: Any = sys.modules.get(KERAS2_BACKEND)
-    if backend is not None:
-        graph = backend.tf.compat.v1.get_default_graph()
-        layer_names.before_clear(backend.PER_GRAPH_OBJECT_NAME_UIDS.get(graph))
+    TensorFlow resets the default graph, where Keras 2 counts its layers' names. (Never in the
+    way of the settings kept: a Keras whose internals moved names as it did before.)"""
+    with contextlib.suppress(Exception):
+        state: Any = sys.modules.get(KERAS3_STATE)
+        if state is not None:
+            layer_names.before_clear(state.get_global_attribute(COUNTERS))
+    with contextlib.suppress(Exception):
+        backend: Any = sys.modules.get(KERAS2_BACKEND)
+        if backend is not None:
+            graph = backend.tf.compat.v1.get_default_graph()
+            layer_names.before_clear(backend.PER_GRAPH_OBJECT_NAME_UIDS.get(graph))
 
 
 def _inputs_only(counters: Any) -> dict[str, int]:
@@ -157,8 +160,7 @@ def carried() -> dict[str, dict[str, Any]]:
     layers must skip (``layer_names``) and the user's settings, as plain values, for a fresh
     process to name and behave as this one: keras.io's seq2seq inference cell, isolated, joins
     a loaded model's ``input_layer_1`` to new inputs, which a fresh process named so again."""
-    with contextlib.suppress(Exception):
-        _note_names()  # a kernel that never cleared: its names are in Keras' own counters
+    _note_names()  # a kernel that never cleared: its names are in Keras' own counters
     found = {}
     for keras in backends.loaded():
         with contextlib.suppress(Exception):
