@@ -100,24 +100,6 @@ def notebook_classes(namespace: Mapping[str, Any]) -> dict[str, type]:
     }
 
 
-def registered_names(classes: Mapping[str, type]) -> dict[str, type]:
-    """``classes`` under the names Keras saves them by where the notebook registered them
-    (``@keras.saving.register_keras_serializable(package="MyLayers")``: ``MyLayers>Scale``).
-    Sent by value, a class is not registered where it arrives, and Keras looks it up by that
-    name: a model of such a layer could not be sent to an isolated run."""
-    found: dict[str, type] = {}
-    for cls in classes.values():
-        saving = sys.modules.get(f"{keras_package_of(cls)}.saving")
-        registered = getattr(saving, "get_registered_name", None)
-        try:
-            name = registered(cls) if registered is not None else None
-        except Exception:
-            continue
-        if isinstance(name, str) and name != cls.__name__:
-            found[name] = cls
-    return found
-
-
 def notebook_functions(namespace: Mapping[str, Any]) -> dict[str, Any]:
     """The functions the notebook defines (a TextVectorization's ``standardize``, an
     activation): Keras saves them by name."""

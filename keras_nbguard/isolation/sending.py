@@ -30,7 +30,6 @@ from keras_nbguard.isolation.kinds import (
     keras_bytes,
     keras_package,
     notebook_classes,
-    registered_names,
     shareable,
     short,
     this_process_own,
@@ -245,7 +244,7 @@ class _Packer:
         found = {
             **functions_keras_names(self.namespace),
             **classes,
-            **registered_names(classes),
+            # each also under the name it was registered by (MyLayers>Scale): Keras saves it so
             **{
                 name: obj
                 for objects in registrations.own().values()
