@@ -64,6 +64,15 @@ inputs = keras.Input((8,))
 model = keras.Model(inputs, head(encoder(inputs)))
 """
 
+# a cell that makes its encoder on its first run and reuses it: its re-runs' new head took it
+REUSES_ENCODER = """%%kerasrun -l reuses
+if "kept" not in globals():
+    kept = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+head = keras.Sequential([keras.layers.Dense(1)])
+inputs = keras.Input((8,))
+model = keras.Model(inputs, head(kept(inputs)))
+"""
+
 
 def main() -> None:
     with warnings.catch_warnings(record=True) as caught:
@@ -97,6 +106,7 @@ keep, names, policies, cleared = [], [], [], []
     joins = shell.run_cell(JOINED)
     assert shell.run_cell(ENCODER).success
     joins_encoder = [shell.run_cell(JOINS_ENCODER) for _ in range(2)]
+    joins_encoder += [shell.run_cell(REUSES_ENCODER) for _ in range(3)]
     distribution = distribution_in_a_run() if FLAVOUR == "jax" else None
     print(
         json.dumps(

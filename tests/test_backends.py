@@ -53,11 +53,13 @@ def test_every_run_is_cleared_and_new_inputs_never_take_kept_inputs_names(flavou
     name, seen = flavour
     assert seen["cleared"] == [True, True, True]  # what the clear resets was reset each run
     assert all(r["cleared"] for r in seen["records"])
-    # each run's layers named afresh (plain cells: dense_2, dense_4), the inputs' names kept
-    # counting: a new Input joins a kept model's own Inputs without a clash of names
-    assert seen["names"] == ["dense", "dense", "dense"]
+    # each run's layers named afresh, skipping only the names of the models the cell keeps in
+    # `keep` (a plain cell's: dense_2, dense_4 too), the inputs' names kept counting: a new
+    # Input joins a kept model's own Inputs without a clash of names
+    assert seen["names"] == ["dense", "dense_2", "dense_4"]
     assert seen["join_error"] is None
-    assert seen["encoder_errors"] == []  # a new layer never took the setup cell's layer's name
+    # a new layer never took the name of a setup cell's layer, nor of one the cell reuses
+    assert seen["encoder_errors"] == []
     if name == "jax":  # the user's distribution survives the clear too
         assert seen["distribution"] == "DataParallel"
 

@@ -97,7 +97,41 @@ def test_a_new_layer_never_takes_the_name_of_one_made_outside_the_run(keras_shel
         assert result.success, result.error_in_exec
     assert keras_shell.user_ns["head"].name != heads[0]
     assert run(keras_shell, "encoder = model2").success
-    result = run(keras_shell, JOINS_ENCODER.format(label="joins", model="model"))
+    again = []
+    for _ in range(2):  # an encoder that holds the label's own last head: a name of its own
+        result = run(keras_shell, JOINS_ENCODER.format(label="joins", model="model"))
+        assert result.success, result.error_in_exec
+        again.append(keras_shell.user_ns["head"].name)
+        names = [layer.name for layer in keras_shell.user_ns["model"]._flatten_layers()]
+        assert len(set(names)) == len(names), names
+    assert again[0] == again[1]
+
+
+REUSES_ITS_ENCODER = """%%kerasrun --quiet --label reuses
+try:
+    encoder
+except NameError:
+    encoder = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+head = keras.Sequential([keras.layers.Dense(1)])
+inputs = keras.Input((8,))
+model = keras.Model(inputs, head(encoder(inputs)))
+"""
+
+
+def test_a_layer_the_cell_reuses_from_its_last_run_keeps_its_name_to_itself(keras_shell):
+    """Run 1 makes ``encoder`` (``sequential``) and ``head`` (``sequential_1``); run 2 reuses
+    the encoder and the run's restarted counters named its new head ``sequential``: "The name
+    "sequential" is used 2 times in the model", where a bare re-run works."""
+    heads = []
+    for _ in range(3):
+        result = run(keras_shell, REUSES_ITS_ENCODER)
+        assert result.success, result.error_in_exec
+        heads.append(keras_shell.user_ns["head"].name)
+    assert len(set(heads)) == 1 and heads[0] != keras_shell.user_ns["encoder"].name
+    # the cell edited to make its encoder anew each run: the names of its first run again
+    makes_it = REUSES_ITS_ENCODER.replace("try:\n    encoder\nexcept NameError:\n    ", "")
+    assert makes_it.count("encoder = ") == 1 and "try" not in makes_it
+    result = run(keras_shell, makes_it)
     assert result.success, result.error_in_exec
     assert keras_shell.user_ns["head"].name == heads[0]
 

@@ -48,6 +48,11 @@ class Keras:
         return model if isinstance(model, type) else None
 
     @property
+    def layer_class(self) -> type | None:
+        layer = getattr(getattr(self.module, "layers", None), "Layer", None)
+        return layer if isinstance(layer, type) else None
+
+    @property
     def callback_class(self) -> type | None:
         return getattr(getattr(self.module, "callbacks", None), "Callback", None)
 

@@ -34,6 +34,7 @@ from keras_nbguard.ipython.magic_options import (
     run_changes,
     run_option_arguments,
 )
+from keras_nbguard.ipython.reused_layers import hold_reused_layers
 from keras_nbguard.ipython.show import show_bundle
 from keras_nbguard.ipython.stable_code import CodeCache, StableCellCode
 from keras_nbguard.ipython.status import history_db_row, option_rows, status_rows
@@ -263,6 +264,8 @@ class KerasMagics(Magics):
             from keras_nbguard.advisor.batch_advisor import advice_for_label
 
             print(advice_for_label(self.session, label, options))
+        if options.clear:  # (its clear restarts the label's layer names)
+            hold_reused_layers(self._shell.transform_cell(cell), self._shell.user_ns, label)
         run = None
         try:
             with self.session.track(label, cell_id=self._cell_id, run_options=options) as run:

@@ -12,6 +12,11 @@ elsewhere still have: those made by cells run without the magic, and by other la
 A run then takes the lowest free names, the same ones run after run, and a label re-run beside
 another keeps its names too (each skips only the other's).
 
+A run's own last layers are replaced, as a rule, and their names taken again; but a cell that
+makes a layer once and reuses it on re-runs (``if "encoder" not in globals(): encoder = ...``)
+keeps it beside the new ones. The IPython layer says which before the run (``hold``): the run
+skips their names too, so its new layers take the names they took the first time.
+
 Keras 3 keys its counters by prefix (``dense``); Keras 2 by ``(namespace, prefix)``. Both name
 the n-th object ``prefix_n`` and the first ``prefix``, reading the counter, then adding one.
 """
@@ -34,6 +39,7 @@ class _Names:
     def __init__(self) -> None:
         self.outside: set[str] = set()
         self.by_label: dict[str, set[str]] = {}
+        self.held: dict[str, set[str]] = {}  # a label's names its next run keeps (``hold``)
         self.label: str | None = None  # the run naming now; None: a cell without the magic
 
     def avoided_by(self, label: str | None) -> set[str]:
@@ -89,23 +95,39 @@ def before_clear(counters: Mapping[Any, int] | None) -> None:
         NAMES.outside.update(implied(_prefix(key), count))
 
 
+def made_by(label: str) -> bool:
+    """Whether ``label``'s latest run named any layer (else there is nothing to ``hold``)."""
+    return bool(NAMES.by_label.get(label))
+
+
+def hold(label: str, names: Iterable[str]) -> None:
+    """Of ``label``'s latest run's layers, those named ``names`` stay for its next run (the cell
+    reuses them): the next run's new layers skip their names."""
+    NAMES.held[label] = NAMES.by_label.get(label, set()).intersection(names)
+
+
 def counters(kept: Mapping[Any, int], label: str | None) -> SkippingCounters:
     """The counters after a clear: ``kept`` (the inputs'), skipping what ``label``'s run must
-    not take. A run's clear (``label``) starts its names: they replace its last run's."""
+    not take. A run's clear (``label``) starts its names: they replace its last run's, but for
+    those it holds (``hold``)."""
+    held = NAMES.held.get(label, set()) if label is not None else set()
     if label is not None:
         NAMES.label = label
-        NAMES.by_label[label] = set()
-    return SkippingCounters(kept, NAMES.avoided_by(label))
+        NAMES.by_label[label] = set(held)
+    return SkippingCounters(kept, NAMES.avoided_by(label) | held)
 
 
 def run_ended() -> None:
     """Names made from now on are the notebook's, outside any run."""
+    if NAMES.label is not None:
+        NAMES.held.pop(NAMES.label, None)  # said again before each run
     NAMES.label = None
 
 
 def forget() -> None:
     NAMES.outside.clear()
     NAMES.by_label.clear()
+    NAMES.held.clear()
     NAMES.label = None
 
 
