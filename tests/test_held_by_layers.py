@@ -307,3 +307,43 @@ def test_a_head_built_on_a_setup_cells_model_goes_with_its_run(shell):
     assert "encoder — its outbound node into model of #2" in released.paths, released.paths
     assert len(shell.user_ns["encoder"]._outbound_nodes) == 1  # the latest run's call
     assert run(shell, "loss = model.evaluate(x, y, verbose=0)").success  # still works
+
+
+# A cell that makes its encoder once and reuses it on re-runs, as notebooks cache what is costly
+ENCODER_ONCE = """%%kerasrun --label once --quiet
+if "encoder" not in globals():
+    encoder = keras.Sequential([keras.layers.Dense(8, activation="relu")])
+head = keras.Sequential([keras.layers.Dense(3, activation="softmax")])
+inputs = keras.Input((16,))
+model = keras.Model(inputs, head(encoder(inputs)))
+model.compile("adam", "sparse_categorical_crossentropy")
+model.fit(x, y, epochs=1, verbose=0)
+"""
+
+
+@pytest.mark.slow
+def test_a_layer_the_cell_made_on_its_first_run_and_reuses_is_neither_renamed_nor_stale(shell):
+    """Run 1 makes ``encoder``; run 2 reuses it beside a new ``head``, which took the encoder's
+    name ("The name "sequential" is used 2 times in the model": the cell ran bare, failed under
+    the magic), and the encoder, part of every run's model, was called stale with
+    ``%nbguard free`` as the cure. The new layers skip the names the reused ones have, the
+    same names each run; the encoder is the latest run's; the last run's head goes, and is said
+    released."""
+    assert run(shell, ENCODER_SETUP.replace("encoder = ", "_unused = ")).success
+    names = []
+    refs = []
+    for _ in range(3):
+        result = run(shell, ENCODER_ONCE)
+        assert result.success, result.error_in_exec
+        layers = shell.user_ns["model"].layers  # (inputs count on, as in plain cells)
+        names.append([layer.name for layer in layers if not layer.name.startswith("input")])
+        refs.append([weakref.ref(shell.user_ns["head"])])
+    assert names[0] == names[1] == names[2] and len(set(names[0])) == len(names[0]), names
+    assert alive(refs) == [[False], [False], [True]]
+    record = keras_nbguard.runs("once")[-1]
+    assert record.stale_models is None, record.stale_models
+    released = record.released_models
+    assert released is not None and released.runs == (2,), released
+    assert "encoder — its outbound node into model of #2" in released.paths, released.paths
+    report = keras_nbguard.leaks()
+    assert not report.stale, report

@@ -46,7 +46,8 @@ class ModelRegistry:
     """Which run made each model, by weak reference only: a model dies whenever the user lets go.
 
     A run hands over, when it ends, the models it fit (``FitTimer.models``) and those it built
-    (``CreationWatch.models``): the first run to hand a model over made it, the latest used it.
+    (``CreationWatch.models``): the first run to hand a model over made it, the latest used it
+    (fit, built, or built a model out of it).
     Runs don't nest, so the order they are noted in is the order they happened: a model is stale
     when a later run of its label was noted, whatever the run numbers say.
     """
@@ -89,6 +90,10 @@ class ModelRegistry:
                 self._refs[ref.key] = ref
                 created += 1
             ref.last = run
+            for part in _reused_parts(model):  # an earlier run's layer it is made of: used now
+                part_ref = self._ref(part)
+                if part_ref is not None:
+                    part_ref.last = run
         for item in nodes:
             node = item() if isinstance(item, weakref.ref) else item
             if node is not None and id(node) not in self._nodes:
@@ -170,6 +175,17 @@ class ModelRegistry:
     def _forget_node(self, ref: _NodeRef) -> None:
         if self._nodes.get(ref.key) is ref:
             del self._nodes[ref.key]
+
+
+def _reused_parts(model: Any) -> list[Any]:
+    """The layers ``model`` is made of, but itself: a model an earlier run made and this one's
+    model reuses (``head(encoder(inputs))`` with run 1's ``encoder``) is this run's too, not
+    stale."""
+    flatten = getattr(model, "_flatten_layers", None)
+    try:
+        return list(flatten(include_self=False, recursive=True)) if callable(flatten) else []
+    except Exception:
+        return []
 
 
 class CreationWatch:
