@@ -18,7 +18,8 @@ from keras_nbguard.ipython.reused_layers import rebound_names
             {"model", "f"},
         ),
         ("if 'encoder' not in globals():\n    encoder = make()", set()),
-        ("for i in range(3):\n    layer = make()\nwhile False:\n    w = 1", set()),
+        ("for i in range(3):\n    layer = make()\n    if i:\n        e = 1", {"i", "layer"}),
+        ("while fits < 3:\n    model = make()", {"model"}),  # k-fold, early restarts
         ("encoder = encoder if ready else make()", set()),  # reads its old value
         ("encoder = globals().get('encoder') or make()", set()),
         ("total += 1", set()),

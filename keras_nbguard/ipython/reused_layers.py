@@ -8,10 +8,11 @@ run started them (``prepare/layer_names``), so run 2's new ``Sequential`` was na
 "sequential" is used 2 times in the model"): a cell that runs bare broke on its first re-run.
 
 Before each run, the layers the cell's names will still hold are told to ``layer_names``: the
-names the cell binds anew in any case (an assignment at its top level, or in a ``with`` or
-``try`` block there, that does not read the name's old value) let go of theirs; the layers in
-all other names (one level into short lists, tuples and dicts: ``models.append(model)``) stay,
-and the run's new layers skip their names, as a bare re-run's would."""
+names the cell binds anew in any case (an assignment at its top level, or in a ``with``, ``try``
+or loop block there, not under an ``if``, that does not read the name's old value) let go of
+theirs; the layers in all other names (one level into short lists, tuples and dicts:
+``models.append(model)``) stay, and the run's new layers skip their names, as a bare re-run's
+would."""
 
 from __future__ import annotations
 
@@ -71,12 +72,18 @@ def _bound_in(statements: Iterable[ast.stmt]) -> Iterator[str]:
         elif isinstance(statement, ast.Try | ast.TryStar):  # the handlers may not run
             yield from _bound_in(statement.body)
             yield from _bound_in(statement.finalbody)
+        elif isinstance(statement, ast.For | ast.AsyncFor | ast.While):
+            # a loop runs (k-fold: `for fold in range(k): model = build()`): what an `if`
+            # inside it binds, as anywhere, may not be
+            if not isinstance(statement, ast.While):
+                yield from _target_names(statement.target)
+            yield from _bound_in(statement.body)
         elif isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             yield statement.name
         elif isinstance(statement, ast.Import | ast.ImportFrom):
             for alias in statement.names:
                 yield (alias.asname or alias.name).split(".")[0]
-        # if, for, while, match: their bodies may not run; += and the like keep the old value
+        # if, match: their bodies may not run; += and the like keep the old value
 
 
 def _target_names(target: ast.expr) -> Iterator[str]:
