@@ -138,7 +138,15 @@ model.fit(ds, epochs=1, verbose=0)
     assert not [f for f in keras_nbguard.diagnose("rebuilt") if f.kind == "dataset_rebuilt"]
     assert run(keras_shell, cell).success  # the third rebuild after the first
     finding = only("dataset_rebuilt", "rebuilt")
-    assert "1 of its functions traced again in each of rebuilt #2–#4" in finding.message
+    assert "1 of its functions traced again in each of rebuilt #2–#4, " in finding.message
+    # what it costs: the time those traces took, each run (the median in the message)
+    took = [r.dataset_trace_seconds for r in keras_nbguard.runs("rebuilt")[1:]]
+    assert all(
+        t is not None and 0 < t < r.wall_seconds
+        for t, r in zip(took, keras_nbguard.runs("rebuilt")[1:], strict=True)
+    )
+    assert finding.message.endswith(f"{sorted(took[-3:])[1] * 1000:.0f} ms a run")
+    assert all(" tf.data traces in " in value for _, value in finding.evidence)
 
 
 def test_a_list_growing_every_run_is_named_with_its_size(keras_shell):

@@ -372,14 +372,18 @@ def test_retracing_is_counted(keras_shell):
     run(keras_shell, same)
     again = keras_nbguard.runs("again")[-1]
     # same model; Keras' own pipeline for the arrays is not the user's to fix
-    assert again.traces == 0 and again.dataset_traces == 0
+    assert again.traces == 0 and again.dataset_traces == 0 and again.dataset_trace_seconds == 0
     built = (
         "%%kerasrun --label built --quiet --no-clear\nimport tensorflow as tf\n"
         "ds = tf.data.Dataset.from_tensor_slices((x, y)).map(lambda a, b: (a * 2, b))"
         ".batch(8)\nmodel.fit(ds, epochs=1, verbose=0)\n"
     )
     run(keras_shell, built)
-    assert keras_nbguard.runs("built")[-1].dataset_traces == 1  # the map, traced anew
+    rebuilt = keras_nbguard.runs("built")[-1]
+    assert rebuilt.dataset_traces == 1  # the map, traced anew, and the time it took
+    assert 0 < rebuilt.dataset_trace_seconds < rebuilt.wall_seconds
+    took = f"1 tf.data of yours ({rebuilt.dataset_trace_seconds * 1000:.0f} ms)"
+    assert took in rebuilt.summary_text()
 
 
 def test_a_strategys_own_functions_are_counted_apart_from_the_users(keras_shell):

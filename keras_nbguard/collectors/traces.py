@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 from collections import Counter
 from types import FrameType, ModuleType
 from typing import Any
@@ -63,6 +64,7 @@ class TraceCounter:
     def __init__(self) -> None:
         self.count: int | None = 0
         self.dataset_count: int | None = 0
+        self.dataset_seconds: float | None = 0.0  # the time those traces took: what it costs
         self.framework_count: int | None = 0
         self.names: Counter[str] = Counter()  # the tf.functions traced, by name
         self.reason: str | None = None
@@ -98,6 +100,7 @@ class TraceCounter:
         original = getattr(module, TRACE_FUNCTION, None)
         if original is None:
             self.count = self.dataset_count = self.framework_count = None
+            self.dataset_seconds = None
             self.reason = "this TensorFlow version has no trace hook we know"
             return None
         counter = self
@@ -105,27 +108,34 @@ class TraceCounter:
         @functools.wraps(original)
         def traced(*args: Any, **kwargs: Any) -> Any:
             # nested tf.functions trace inside their caller's trace: count the outer one only
+            users_dataset = False
             if counter._depth == 0:
-                counter._count(
+                users_dataset = counter._count(
                     args[3] if len(args) > 3 else kwargs.get("tracing_options"),
                     args[0] if args else kwargs.get("function_type"),
                 )
             counter._depth += 1
+            started = time.perf_counter() if users_dataset else 0.0
             try:
                 return original(*args, **kwargs)
             finally:
                 counter._depth -= 1
+                if users_dataset and counter.dataset_seconds is not None:
+                    counter.dataset_seconds += time.perf_counter() - started
 
         return AttributePatch(module, TRACE_FUNCTION, traced)
 
-    def _count(self, tracing_options: Any, function_type: Any) -> None:
+    def _count(self, tracing_options: Any, function_type: Any) -> bool:
+        """Count one trace; True when it is of a pipeline the user built (to be timed)."""
         if self.count is None or self.dataset_count is None or self.framework_count is None:
-            return
+            return False
         name = str(getattr(tracing_options, "name", ""))
         if name.startswith(DATASET_PREFIX):
-            if not _inside_keras_adapter():
-                self.dataset_count += 1
-        elif _is_tensorflows_own(getattr(tracing_options, "python_function", None)):
+            if _inside_keras_adapter():
+                return False
+            self.dataset_count += 1
+            return True
+        if _is_tensorflows_own(getattr(tracing_options, "python_function", None)):
             self.framework_count += 1
         else:
             self.count += 1
@@ -138,6 +148,7 @@ class TraceCounter:
                 seen.add(hash(function_type))  # the same input traced twice (variables) is one
             except TypeError:
                 seen.add(-len(seen) - 1)  # can't tell: a distinct one
+        return False
 
 
 def _is_tensorflows_own(function: Any) -> bool:

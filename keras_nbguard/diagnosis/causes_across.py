@@ -133,15 +133,24 @@ def _dataset_rebuilt(runs: list[RunRecord]) -> Finding | None:
     if len(latest) < DATASET_RUNS or not all(r.dataset_traces for r in latest):
         return None
     per_run = sorted(r.dataset_traces or 0 for r in latest)[len(latest) // 2]
+    timed = [r.dataset_trace_seconds for r in latest if r.dataset_trace_seconds is not None]
+    cost = f", {fmt_seconds(sorted(timed)[len(timed) // 2])} a run" if timed else ""
     return Finding(
         "dataset_rebuilt",
         f"a tf.data pipeline of yours is built anew every run: {per_run} of its functions "
-        f"traced again in each of {span(latest)}",
+        f"traced again in each of {span(latest)}{cost}",
         "build the dataset once, in a cell of its own, and pass it to fit: every rebuild traces "
         "its map functions again and keeps another pipeline's graph",
-        tuple((name_of(r), f"{r.dataset_traces} tf.data traces") for r in latest),
+        tuple((name_of(r), _dataset_evidence(r)) for r in latest),
         names(latest),
         0.3,
+    )
+
+
+def _dataset_evidence(run: RunRecord) -> str:
+    took = run.dataset_trace_seconds
+    return f"{run.dataset_traces} tf.data traces" + (
+        f" in {fmt_seconds(took)}" if took is not None else ""
     )
 
 

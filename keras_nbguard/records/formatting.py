@@ -258,6 +258,8 @@ def fmt_traces(record: RunRecord) -> str:
     if record.trace_kind == "tf.function":
         data = NA if record.dataset_traces is None else str(record.dataset_traces)
         text += f", {data} tf.data of yours"
+        if record.dataset_traces and record.dataset_trace_seconds is not None:
+            text += f" ({fmt_seconds(record.dataset_trace_seconds)})"
     if record.traced:  # what was traced: a strategy's many steady traces don't read as retracing
         text += "; most: " + ", ".join(f"{name} {count}×" for name, count in record.traced)
     if record.framework_traces:

@@ -139,6 +139,7 @@ class RunRecord:
     run_number: int = 1
     traced: tuple[tuple[str, int], ...] = ()  # the functions traced most, with their counts
     dataset_traces: int | None = None  # functions traced of tf.data pipelines the user built
+    dataset_trace_seconds: float | None = None  # the time those traces took
     # TensorFlow's own tf.functions traced in the run (a strategy's multi-device iterators): not
     # in ``traces``; None where not counted (not TensorFlow, or a record from before)
     framework_traces: int | None = None

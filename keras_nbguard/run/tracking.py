@@ -321,6 +321,7 @@ class Run:
             traced=tuple(self.traces.names.most_common(3)),
             signatures=getattr(self.traces, "signatures", ()),  # tf.function only
             dataset_traces=self.traces.dataset_count,
+            dataset_trace_seconds=getattr(self.traces, "dataset_seconds", None),
             framework_traces=getattr(self.traces, "framework_count", None),  # tf.function only
             warnings=tuple(self.warnings),
             run_number=self.run_number,
