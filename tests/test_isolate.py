@@ -386,6 +386,28 @@ def test_an_isolated_cells_new_layer_never_takes_a_sent_layers_name(iso_shell):
     assert ns["head"].name != ns["encoder"].name
 
 
+REUSES_ITS_ENCODER = """%%kerasrun{flag} --quiet --label reuses
+if "kept" not in globals():
+    kept = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+head = keras.Sequential([keras.layers.Dense(1)])
+inputs = keras.Input((8,))
+model = keras.Model(inputs, head(kept(inputs)))
+"""
+
+
+def test_a_cell_reusing_its_first_runs_layer_runs_isolated_then_here(iso_shell):
+    """Run 1 (isolated) makes ``kept``, which comes back, loaded (its name counted nowhere
+    here); run 3, in the kernel, restarted the label's names and its new head took the
+    name of ``kept``: "The name "sequential" is used 2 times in the model". Layers that come
+    back are the label's names, as if made here."""
+    assert run(iso_shell, "import keras").success
+    for flag in (" --isolate", " --isolate", ""):
+        result = run(iso_shell, REUSES_ITS_ENCODER.format(flag=flag))
+        assert result.success, (flag, result.error_in_exec)
+        ns = iso_shell.user_ns
+        assert ns["head"].name != ns["kept"].name
+
+
 CLASSES_IN_THE_CELL = """%%kerasrun --isolate --quiet --label made-there
 @keras.saving.register_keras_serializable()
 class CustomModel(keras.Model):  # keras.io's "customizing fit", re-run with its class

@@ -20,11 +20,9 @@ import ast
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from keras_nbguard import backends
 from keras_nbguard.prepare import layer_names
 
 KEEPING_CALLS = frozenset({"globals", "locals", "vars"})  # `x = globals().get("x") or ...`
-MAX_ITEMS = 256  # a longer list or dict is data, not the models kept (each run costs a look)
 
 
 def hold_reused_layers(code: str, namespace: Mapping[str, Any], label: str) -> None:
@@ -33,15 +31,9 @@ def hold_reused_layers(code: str, namespace: Mapping[str, Any], label: str) -> N
     if not layer_names.made_by(label):  # its last run named no layer: nothing to keep
         return
     try:
-        kinds = tuple(c for c in (k.layer_class for k in backends.loaded()) if c is not None)
         rebound = rebound_names(code)
-        names = {
-            name
-            for key, value in list(namespace.items())
-            if key not in rebound and not key.startswith("_")
-            for layer in _layers_in(value, kinds)
-            for name in _names_of(layer)
-        }
+        kept = [v for k, v in list(namespace.items()) if k not in rebound and k[:1] != "_"]
+        names = layer_names.names_in(kept)
     except Exception:
         return
     layer_names.hold(label, names)
@@ -101,18 +93,3 @@ def _reads_old_value(value: ast.expr, names: set[str]) -> bool:
         if isinstance(node, ast.Name) and (node.id in names or node.id in KEEPING_CALLS):
             return True
     return False
-
-
-def _layers_in(value: Any, kinds: tuple[type, ...]) -> Iterator[Any]:
-    if isinstance(value, kinds):
-        yield value
-    elif isinstance(value, list | tuple | dict) and len(value) <= MAX_ITEMS:
-        for item in list(value.values() if isinstance(value, dict) else value):
-            if isinstance(item, kinds):
-                yield item
-
-
-def _names_of(layer: Any) -> Iterator[str]:
-    """The layer's name and its sublayers' (both Kerases flatten them so)."""
-    for part in layer._flatten_layers(include_self=True, recursive=True):
-        yield part.name

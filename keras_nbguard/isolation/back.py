@@ -23,7 +23,7 @@ from keras_nbguard.isolation.nested_models import rejoin
 from keras_nbguard.isolation.parent import ChildResult
 from keras_nbguard.isolation.receiving import keras_scope
 from keras_nbguard.isolation.run import IsolatedRun, Transfer
-from keras_nbguard.prepare import kept_state
+from keras_nbguard.prepare import kept_state, layer_names
 from keras_nbguard.prepare.deepclean import clear_kernel_cache
 from keras_nbguard.prepare.lookup_tables import freed_with_their_objects
 
@@ -113,6 +113,9 @@ def received(
     if run is not None:
         run.back = back
         run.returned = tuple(weakref.ref(model) for model in models.values())
+        # their names are the label's: a run here next skips those it keeps (the encoder the
+        # cell made once) and takes the others again
+        layer_names.made_in_another_process(run.label, models.values())
         if failed:
             run.not_sent = {**(run.not_sent or {}), **failed}
     return bound

@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import collections
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
+
+from keras_nbguard import backends
 
 # prefixes that name no layer: every symbolic tensor and shape inference takes one
 UNCHECKED = frozenset({"keras_tensor", "scratch_graph"})
 MAX_IMPLIED = 10_000  # names read off one plain counter (a loop that made 100k layers)
+MAX_ITEMS = 256  # a longer list or dict is data, not models kept (``names_in`` looks at each)
 
 
 class _Names:
@@ -104,6 +107,36 @@ def hold(label: str, names: Iterable[str]) -> None:
     """Of ``label``'s latest run's layers, those named ``names`` stay for its next run (the cell
     reuses them): the next run's new layers skip their names."""
     NAMES.held[label] = NAMES.by_label.get(label, set()).intersection(names)
+
+
+def made_in_another_process(label: str, values: Iterable[Any]) -> None:
+    """``label``'s latest run ran in another process (``--isolate``) and sent back the layers
+    in ``values``: they are its names, as if it had run here (``hold`` keeps those that its
+    next run here reuses, and the rest are taken again)."""
+    NAMES.by_label[label] = names_in(values)
+
+
+def names_in(values: Iterable[Any]) -> set[str]:
+    """The names of the Keras layers in ``values`` (and one level into short lists, tuples
+    and dicts of them), with the names of the layers each is made of."""
+    kinds = tuple(c for c in (k.layer_class for k in backends.loaded()) if c is not None)
+    if not kinds:
+        return set()
+    return {
+        part.name
+        for value in values
+        for layer in _layers_in(value, kinds)
+        for part in layer._flatten_layers(include_self=True, recursive=True)  # both Kerases
+    }
+
+
+def _layers_in(value: Any, kinds: tuple[type, ...]) -> Iterator[Any]:
+    if isinstance(value, kinds):
+        yield value
+    elif isinstance(value, list | tuple | dict) and len(value) <= MAX_ITEMS:
+        for item in list(value.values() if isinstance(value, dict) else value):
+            if isinstance(item, kinds):
+                yield item
 
 
 def counters(kept: Mapping[Any, int], label: str | None) -> SkippingCounters:
