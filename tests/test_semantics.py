@@ -36,6 +36,21 @@ def test_a_traceback_names_the_cells_own_number(shell, capsys):
     assert f"In[{result.execution_count + 1}]" not in out
 
 
+def test_autograph_converts_the_cells_lambdas_as_in_a_plain_cell(shell, capsys):
+    """AutoGraph finds a lambda's source by parsing the cell's whole cached text, which began
+    with the magic line: every ``ds.map(lambda ...)`` ran unconverted ("AutoGraph could not
+    transform <lambda> ... invalid syntax"), and one that branches on a tensor failed."""
+    cell = (
+        "%%kerasrun --quiet --label mapped\nimport tensorflow as tf\n"
+        "ds = tf.data.Dataset.from_tensor_slices(tf.constant([1.0, 5.0]))\n"
+        "halved = [float(v) for v in ds.map(lambda v: v / 2 if v > 2 else v)]\n"
+    )
+    result = run(shell, cell)
+    assert result.success, result.error_in_exec
+    assert shell.user_ns["halved"] == [1.0, 2.5]
+    assert "could not transform" not in capsys.readouterr().out
+
+
 AWAITABLE = "import asyncio\nasync def double(x):\n    await asyncio.sleep(0)\n    return 2 * x"
 
 

@@ -71,8 +71,11 @@ async def run_cell_body_async(shell: Any, magic_line: str, body: str) -> Any:
 
 def _compile(shell: Any, magic_line: str, body: str, flags: int) -> _Compiled:
     source = _transform(shell, body)
-    # Cache the magic line too, so line numbers and the shown source match the cell on screen.
-    text, number = f"{magic_line}\n{source}", _cell_number(shell)
+    # Cache the magic line too, so line numbers and the shown source match the cell on screen,
+    # as a comment: the cached text must stay Python, as IPython's own (transformed) is.
+    # AutoGraph parses it whole to find a lambda's source: with the bare magic line every
+    # `ds.map(lambda x, y: ...)` of the cell failed to convert ("invalid syntax, line 1").
+    text, number = f"# {magic_line}\n{source}", _cell_number(shell)
     if not getattr(shell, "ast_transformers", None):  # the text decides the code: no parse
         known = _BODIES.get(source, text, flags | shell.compile.flags)
         if known is not None:
