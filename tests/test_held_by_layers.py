@@ -309,26 +309,24 @@ def test_a_head_built_on_a_setup_cells_model_goes_with_its_run(shell):
     assert run(shell, "loss = model.evaluate(x, y, verbose=0)").success  # still works
 
 
-# A cell that makes its encoder once and reuses it on re-runs, as notebooks cache what is costly
-ENCODER_ONCE = """%%kerasrun --label once --quiet
-if "encoder" not in globals():
-    encoder = keras.Sequential([keras.layers.Dense(8, activation="relu")])
-head = keras.Sequential([keras.layers.Dense(3, activation="softmax")])
-inputs = keras.Input((16,))
-model = keras.Model(inputs, head(encoder(inputs)))
-model.compile("adam", "sparse_categorical_crossentropy")
-model.fit(x, y, epochs=1, verbose=0)
-"""
+# The same cell making its encoder once and reusing it on re-runs, as notebooks cache their
+# costly parts
+ENCODER_ONCE = HEAD_ON_ENCODER.replace("--label head", "--label once").replace(
+    "classifier = ",
+    'if "encoder" not in globals():\n'
+    '    encoder = keras.Sequential([keras.layers.Dense(8, activation="relu")])\n'
+    "classifier = ",
+)
 
 
 @pytest.mark.slow
 def test_a_layer_the_cell_made_on_its_first_run_and_reuses_is_neither_renamed_nor_stale(shell):
-    """Run 1 makes ``encoder``; run 2 reuses it beside a new ``head``, which took the encoder's
+    """Run 1 makes ``encoder``; run 2 reuses it beside a new ``classifier``, which took its
     name ("The name "sequential" is used 2 times in the model": the cell ran bare, failed under
     the magic), and the encoder, part of every run's model, was called stale with
     ``%nbguard free`` as the cure. The new layers skip the names the reused ones have, the
-    same names each run; the encoder is the latest run's; the last run's head goes, and is said
-    released."""
+    same names each run; the encoder is the latest run's; the last run's classifier goes, and is
+    said released."""
     assert run(shell, ENCODER_SETUP.replace("encoder = ", "_unused = ")).success
     names = []
     refs = []
@@ -337,7 +335,7 @@ def test_a_layer_the_cell_made_on_its_first_run_and_reuses_is_neither_renamed_no
         assert result.success, result.error_in_exec
         layers = shell.user_ns["model"].layers  # (inputs count on, as in plain cells)
         names.append([layer.name for layer in layers if not layer.name.startswith("input")])
-        refs.append([weakref.ref(shell.user_ns["head"])])
+        refs.append([weakref.ref(shell.user_ns["classifier"])])
     assert names[0] == names[1] == names[2] and len(set(names[0])) == len(names[0]), names
     assert alive(refs) == [[False], [False], [True]]
     record = keras_nbguard.runs("once")[-1]
