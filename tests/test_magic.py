@@ -134,6 +134,11 @@ def test_a_layer_the_cell_reuses_from_its_last_run_keeps_its_name_to_itself(kera
     result = run(keras_shell, makes_it)
     assert result.success, result.error_in_exec
     assert keras_shell.user_ns["head"].name == heads[0]
+    # a cache of the user's own under a private name keeps its layer too
+    private = REUSES_ITS_ENCODER.replace("encoder", "_encoder").replace("reuses", "private")
+    for _ in range(2):
+        result = run(keras_shell, private)
+        assert result.success, result.error_in_exec
 
 
 def test_last_expression_is_the_cell_result_and_names_stay(keras_shell):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from keras_nbguard.ipython.reused_layers import rebound_names
+from keras_nbguard.ipython.reused_layers import IPYTHON_CACHES, rebound_names
 
 
 @pytest.mark.parametrize(
@@ -30,3 +30,10 @@ from keras_nbguard.ipython.reused_layers import rebound_names
 )
 def test_rebound_names(cell, rebound):
     assert rebound_names(cell) == rebound
+
+
+def test_only_ipythons_own_caches_are_passed_over():
+    """A user's ``_encoder`` cache keeps its layer; ``Out[n]``'s and ``_3``'s are released."""
+    caches = ["_", "__", "___", "_12", "_i", "_ii", "_i7", "_oh", "_ih", "_dh", "In", "Out"]
+    assert all(IPYTHON_CACHES.fullmatch(name) for name in caches)
+    assert not any(IPYTHON_CACHES.fullmatch(n) for n in ["_encoder", "_cache", "_i_model", "In2"])

@@ -17,12 +17,15 @@ would."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from keras_nbguard.prepare import layer_names
 
 KEEPING_CALLS = frozenset({"globals", "locals", "vars"})  # `x = globals().get("x") or ...`
+# IPython's caches (Out[n], _n, _, the inputs): what they hold is released, not kept
+IPYTHON_CACHES = re.compile(r"_{1,3}|_\d+|_i{1,3}\d*|_[oid]h|In|Out|exit|quit")
 
 
 def hold_reused_layers(code: str, namespace: Mapping[str, Any], label: str) -> None:
@@ -32,11 +35,15 @@ def hold_reused_layers(code: str, namespace: Mapping[str, Any], label: str) -> N
         return
     try:
         rebound = rebound_names(code)
-        kept = [v for k, v in list(namespace.items()) if k not in rebound and k[:1] != "_"]
+        kept = [v for k, v in list(namespace.items()) if k not in rebound and not _cache(k)]
         names = layer_names.names_in(kept)
     except Exception:
         return
     layer_names.hold(label, names)
+
+
+def _cache(name: str) -> bool:
+    return IPYTHON_CACHES.fullmatch(name) is not None
 
 
 def rebound_names(code: str) -> set[str]:
