@@ -58,8 +58,9 @@ def test_the_names_earlier_model_is_gone_before_the_new_one_loads(tmp_path, monk
 
 
 def _run():
-    """What ``received`` writes on the run: how much came back, what did not."""
-    return types.SimpleNamespace(not_sent=None, back=None, returned=())
+    """What ``received`` reads and writes on the run: its label (the names of the layers that
+    came back are its), how much came back, what did not."""
+    return types.SimpleNamespace(label="back", not_sent=None, back=None, returned=())
 
 
 def test_a_name_whose_new_value_fails_to_load_is_said_so_with_what_became_of_it(tmp_path):
