@@ -265,7 +265,7 @@ class KerasMagics(Magics):
 
             print(advice_for_label(self.session, label, options))
         if options.clear:  # (its clear restarts the label's layer names)
-            hold_reused_layers(self._shell.transform_cell(cell), self._shell.user_ns, label)
+            hold_reused_layers(self._shell, cell, label)
         run = None
         try:
             with self.session.track(label, cell_id=self._cell_id, run_options=options) as run:

@@ -28,13 +28,15 @@ KEEPING_CALLS = frozenset({"globals", "locals", "vars"})  # `x = globals().get("
 IPYTHON_CACHES = re.compile(r"_{1,3}|_\d+|_i{1,3}\d*|_[oid]h|In|Out|exit|quit")
 
 
-def hold_reused_layers(code: str, namespace: Mapping[str, Any], label: str) -> None:
-    """Tell ``layer_names`` which of ``label``'s last run's layers its next run (``code``, as
-    Python) keeps. Never raises: the worst a failure here costs is the clash it is there for."""
+def hold_reused_layers(shell: Any, cell: str, label: str) -> None:
+    """Tell ``layer_names`` which of ``label``'s last run's layers its next run (``cell``, the
+    body under the magic line) keeps. Never raises: the worst a failure here costs is the clash
+    it is there for."""
     if not layer_names.made_by(label):  # its last run named no layer: nothing to keep
         return
     try:
-        rebound = rebound_names(code)
+        rebound = rebound_names(shell.transform_cell(cell))  # (IPython's syntax made Python)
+        namespace: Mapping[str, Any] = shell.user_ns
         kept = [v for k, v in list(namespace.items()) if k not in rebound and not _cache(k)]
         names = layer_names.names_in(kept)
     except Exception:
