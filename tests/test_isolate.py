@@ -406,6 +406,9 @@ def test_a_cell_reusing_its_first_runs_layer_runs_isolated_then_here(iso_shell):
         assert result.success, (flag, result.error_in_exec)
         ns = iso_shell.user_ns
         assert ns["head"].name != ns["kept"].name
+    # no model of an earlier run is left: run 2's came back, and goes as a run's here does
+    record = keras_nbguard.runs("reuses")[-1]
+    assert record.stale_models is None, record.stale_models
 
 
 CLASSES_IN_THE_CELL = """%%kerasrun --isolate --quiet --label made-there
