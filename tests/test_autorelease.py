@@ -273,3 +273,54 @@ def test_no_heap_walk_when_the_last_model_was_only_rebound(keras_shell, monkeypa
     refs = rerun(keras_shell, KERAS_IO.replace("--label io", "--label assigned"), 3)
     assert walks == [] and alive(refs) == [False, False, True]
     assert last("assigned").released_models.count == 1
+
+
+# keras.io's scikit-learn wrapper, as its docs use it: the cell ends in ``est.fit(X, y)``, so
+# IPython keeps each run's fitted estimator, and its model, in Out[n]
+ESTIMATORS = """
+from keras.wrappers import SKLearnRegressor
+def build(X, y):
+    return make_model()
+"""
+FIT_ESTIMATOR = (
+    "%%kerasrun --label est --quiet\n"
+    "est = SKLearnRegressor(model=build, fit_kwargs=dict(epochs=1, verbose=0))\n"
+    "{hold}est.fit(x, y.ravel())\n"
+)
+
+
+def fit_estimators(shell, times: int, hold: str = "") -> list[weakref.ref]:
+    run(shell, ESTIMATORS)
+    refs = []
+    for _ in range(times):
+        result = run(shell, FIT_ESTIMATOR.format(hold=hold))
+        assert result.success, result.error_in_exec
+        refs.append(weakref.ref(shell.user_ns["est"].model_))
+    return refs
+
+
+@pytest.mark.slow
+def test_a_cell_ending_in_an_estimators_fit_keeps_only_the_latest_model(keras_shell):
+    refs = fit_estimators(keras_shell, 3)
+    out = keras_shell.user_ns["Out"]
+    estimators = [n for n, v in out.items() if type(v).__name__ == "SKLearnRegressor"]
+    assert alive(refs) == [False, False, True]
+    # the earlier runs' estimators left IPython's caches with their models: said with the entry
+    # that held them; run 3 released run 2's (its own stays in Out, and in your name)
+    assert len(estimators) == 1 and out[estimators[0]] is keras_shell.user_ns["est"]
+    released = last("est").released_models
+    assert released.runs == (2,) and released.paths == (
+        f"Out[{estimators[0] - 1}] (its SKLearnRegressor)",
+    )
+    assert last("est").stale_models is None
+    assert keras_shell.user_ns["est"].predict(keras_shell.user_ns["x"][:2]).shape == (2,)
+
+
+@pytest.mark.slow
+def test_an_estimator_the_user_keeps_keeps_its_model_and_says_where(keras_shell):
+    run(keras_shell, "ests = []")
+    refs = fit_estimators(keras_shell, 2, hold="ests.append(est)\n")
+    assert alive(refs) == [True, True]
+    stale = last("est").stale_models
+    assert stale is not None and stale.runs == (1,) and "ests[0].model_" in stale.paths
+    assert keras_shell.user_ns["ests"][0].predict(keras_shell.user_ns["x"][:2]).shape == (2,)

@@ -27,7 +27,7 @@ from keras_nbguard.models.caches import (
     pop_entry,
     reset_cache_name,
 )
-from keras_nbguard.models.frameworks import callback_class, instance_dict
+from keras_nbguard.models.frameworks import callback_class, instance_dict, is_estimator
 from keras_nbguard.models.naming import awkwardness
 from keras_nbguard.models.registry import ModelRegistry, RunRef
 from keras_nbguard.models.stale_nodes import (
@@ -183,7 +183,7 @@ def _settle_walked(
             for _, holder, text, action in sorted(actions, key=lambda a: _path_order(a[2])):
                 releases.setdefault(text, action)
                 holders.setdefault(holder, text)
-            settled.released.append((run, size, list(holders.values())))
+            settled.released.append((run, size, _outermost_paths(list(holders.values()))))
             settled.going.append(weakref.ref(model))
             weights.add(model)
         elif id(model) not in outside:  # one the plan kept: no run's, nothing to report
@@ -201,6 +201,17 @@ def _through_a_kept_models_node(chain: Chain, earlier: set[int]) -> bool:
     node lists: Keras' record of a call an earlier run made on it (``head(encoder(inputs))``),
     not that model holding the other as a part of it."""
     return id(chain.via) not in earlier and node_link(chain) is not None
+
+
+def _outermost_paths(texts: list[str]) -> list[str]:
+    """``texts`` less those under another one: ``Out[2].history_ (its History)`` goes with
+    ``Out[2] (its SKLearnClassifier)``."""
+    paths = [text.partition(" (")[0] for text in texts]
+    return [
+        text
+        for text, path in zip(texts, paths, strict=True)
+        if not any(path != other and path.startswith((f"{other}.", f"{other}[")) for other in paths)
+    ]
 
 
 def _holder(probe: Probe, chain: Chain) -> str | None:
@@ -270,21 +281,33 @@ def _cached(chain: Chain, shell: Any, user_ns: Any) -> tuple[int, str, Release] 
             clear_tracebacks(shell)
 
         return 1, "the last traceback", forget_traceback
+    if len(chain.edges) == 2 and is_estimator(holder) and last is not None and last.key == "model_":
+        # a cell ending in ``est.fit(X, y)``: the fitted estimator in Out[n], its model in it
+        entry = _cache_entry(chain, shell, user_ns)
+        return None if entry is None else (0, f"{entry[0]} (its {type(holder).__name__})", entry[1])
     if len(chain.edges) != 1:
         return None
+    entry = _cache_entry(chain, shell, user_ns)
+    return None if entry is None else (0, *entry)
+
+
+def _cache_entry(chain: Chain, shell: Any, user_ns: Any) -> tuple[str, Release] | None:
+    """The IPython cache entry ``chain`` starts at (``Out[7]``, ``_7``, ``_``, the last result)
+    and how to drop it; None when it starts elsewhere."""
+    kind, key = chain.root.kind, chain.first_key
     if kind == "out":
-        return 0, f"Out[{key}]", lambda: pop_entry(chain.objs[0], key, "", {})
+        return f"Out[{key}]", lambda: pop_entry(chain.objs[0], key, "", {})
     if kind in ("ns", "hidden", "displayhook") and key in CACHE_NAMES:
-        return 0, str(key), lambda: reset_cache_name(shell, user_ns, str(key), {})
+        return str(key), lambda: reset_cache_name(shell, user_ns, str(key), {})
     if kind in ("ns", "hidden") and isinstance(key, str) and _OUTPUT_NAME.fullmatch(key):
 
         def drop_output_name() -> None:
             for names in (user_ns, getattr(shell, "user_ns_hidden", None)):
                 pop_entry(names, key, "", {})
 
-        return 0, key, drop_output_name
+        return key, drop_output_name
     if kind == "exec" and key == "result":
-        return 0, "the last result", lambda: setattr(chain.objs[0], "result", None)
+        return "the last result", lambda: setattr(chain.objs[0], "result", None)
     return None
 
 
@@ -297,9 +320,15 @@ def _outermost(models: list[Any]) -> list[Any]:
 
 
 def _all_named(models: list[Any], user_ns: Any) -> bool:
-    """Whether a name of the user's binds each model itself: then none can be released (the
-    model a re-run cell is about to rebind), and the heap walk can be skipped."""
-    named = {id(v) for k, v in list(user_ns.items()) if not k.startswith("_")}
+    """Whether a name of the user's binds each model itself, or the estimator fitted with it
+    (``est.fit(X, y)``: ``est.model_``): then none can be released (the model a re-run cell is
+    about to rebind), and the heap walk can be skipped."""
+    named = set()
+    for key, value in list(user_ns.items()):
+        if not key.startswith("_"):
+            named.add(id(value))
+            if is_estimator(value):
+                named.add(id((instance_dict(value) or {}).get("model_")))
     return all(id(m) in named for m in models)
 
 

@@ -80,9 +80,17 @@ def worth_following(obj: Any, callback: tuple[type, ...]) -> bool:
         return False
     if isinstance(obj, types.FunctionType):
         return package_of(obj) not in FRAMEWORKS
-    if isinstance(obj, callback) or type(obj).__name__ in _FOLLOWED:
+    if isinstance(obj, callback) or type(obj).__name__ in _FOLLOWED or is_estimator(obj):
         return True
     return package_of(obj if isinstance(obj, type) else type(obj)) not in FRAMEWORKS
+
+
+def is_estimator(obj: Any) -> bool:
+    """A scikit-learn estimator (Keras' ``SKLearnClassifier``, scikeras' ``KerasClassifier``):
+    the user's, whoever defined it; a fitted one keeps its model in ``model_``. False when
+    scikit-learn is not imported (never imports it)."""
+    base = getattr(sys.modules.get("sklearn.base"), "BaseEstimator", None)
+    return base is not None and isinstance(obj, base)
 
 
 def package_of(obj: Any) -> str:

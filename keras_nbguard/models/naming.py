@@ -222,10 +222,15 @@ def _key_text(key: Any) -> str:
     return f"<{type(key).__name__} key>"
 
 
+# IPython's output cache after the names it outlives; the last result (replaced by every cell)
+# and get_ipython()'s attributes last
+_HEAD_RANKS = {"Out[": 3, "sys.": 3, "get_ipython": 6, "the last result": 6}
+
+
 def awkwardness(path: str) -> int:
     """Sort key: stable, public paths first (``Out[7]`` outlives ``_7``, which outlives ``_``)."""
-    head = re.match(r"Out\[|_\d+\b|_+\W|sys\.|get_ipython", path)
-    rank = {"Out[": 3, "sys.": 3, "get_ipython": 6}.get(head.group(), 0) if head else 0
+    head = re.match(r"Out\[|_\d+\b|_+\W|sys\.|get_ipython|the last result", path)
+    rank = _HEAD_RANKS.get(head.group(), 0) if head else 0
     if head and not rank:
         rank = 4 if head.group()[1:2].isdigit() else 5
     return rank + path.count("._") + 2 * path.count("<") + 8 * (" — " in path)
