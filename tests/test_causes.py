@@ -235,3 +235,20 @@ def test_a_callbacks_one_time_work_is_not_named_as_its_cost_per_batch():
     # a record from before the slowest call was kept: judged on the whole time, as before
     old = CallbackTime("TensorBoard.on_train_batch_end", 0.160, 150, 0)
     assert [f.kind for f in diagnose([fit_with(old)])] == ["callbacks"]
+
+
+@pytest.mark.slow
+def test_memory_xla_keeps_is_said_to_be_xlas_with_the_way_out(keras_shell):
+    # jit_compile=True (Keras 3's default on a GPU): TensorFlow keeps every program XLA
+    # compiled, and each run's new model is a new one; clear and deep clean can't free them
+    cell = "%%kerasrun --label xla --quiet\nm = make_model(64)\n{compile}m.fit(x, y, verbose=0)\n"
+    xla = cell.format(compile="m.compile('adam', 'mse', jit_compile=True)\n")
+    for _ in range(MIN_RUNS + 1):
+        assert run(keras_shell, xla).success
+    assert run(keras_shell, cell.format(compile="").replace("xla", "plain")).success
+    runs = keras_nbguard.runs("xla")
+    assert [f.xla for r in runs for f in r.fits] == [True] * len(runs)
+    assert [f.xla for f in keras_nbguard.runs("plain")[-1].fits] == [False]  # "auto" on a CPU
+    note = runs[-1].memory_note
+    assert note is not None and "TensorFlow keeps every program it compiles" in note, note
+    assert note.endswith("jit_compile=False compiles nothing to keep")

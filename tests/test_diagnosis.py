@@ -189,6 +189,31 @@ def test_growth_no_name_or_model_explains_is_told_as_native_with_isolate_as_the_
     assert "native" not in finding.message and "%nbguard leaks" in finding.advice
 
 
+def _with_xla(runs):
+    """The runs' fits ran XLA-compiled steps on TensorFlow (``jit_compile=True``)."""
+    return [
+        dataclasses.replace(r, fits=tuple(dataclasses.replace(f, xla=True) for f in r.fits))
+        for r in runs
+    ]
+
+
+def test_native_growth_of_runs_xla_compiled_names_xla_and_jit_compile_as_a_way_out():
+    # a Dense(64) MLP fit with jit_compile=True under the magic: +7.5 MiB a run, nothing of the
+    # user's growing, and no API of TensorFlow's frees what XLA compiled
+    rss = [500 * MiB + i * 7 * MiB for i in range(12)]
+    (finding,) = diagnose(_with_xla(runs_of([1.0] * 12, rss)))
+    assert "XLA compiled your models' training steps" in finding.message
+    assert "native memory kept by the framework" not in finding.message
+    assert "--isolate" in finding.advice and "jit_compile=False" in finding.advice
+    (plain,) = diagnose(runs_of([1.0] * 12, rss))  # the same rise without XLA: as before
+    assert "XLA" not in plain.message + plain.advice
+    # under the runs a finding needs, the summary's line says it with the number
+    few = _after_each(_with_xla(runs_of([1.0] * 6, [800 * MiB + i * 2 * MiB for i in range(6)])))
+    assert few[-1].memory_note.startswith("+2.0 MiB a run left over runs 2–6")
+    assert "TensorFlow keeps every program it compiles" in few[-1].memory_note
+    assert few[-1].memory_note.endswith("jit_compile=False compiles nothing to keep")
+
+
 def test_memory_that_warms_up_and_slows_is_no_leak_and_a_steady_rise_still_is():
     # Keras' own GAN and text examples: the framework's memory rose 3-9 MiB a run over the
     # first runs, then well under 1, level by run 13 (bench_examples.py, 24 runs)

@@ -267,6 +267,7 @@ class FitTimer:
                     rss_peak=call.rss_peak,
                     gpu_peak=call.gpu_peak,
                     cpu_seconds=call.cpu_seconds,
+                    xla=_xla_on_tensorflow(model),
                 )
             )
 
@@ -398,3 +399,18 @@ def _epoch_clock_class(callback_base: type) -> type:
                 listener(epoch, seconds)
 
     return EpochClock
+
+
+def _xla_on_tensorflow(model: Any) -> bool | None:
+    """Whether ``model``'s fit ran XLA-compiled steps on TensorFlow (``jit_compile``, resolved by
+    the fit); None on another backend or when it can't be read. TensorFlow keeps each program
+    XLA compiles until the process ends (no API frees it): +8 MiB a run for a small MLP."""
+    keras = next(
+        (k for k in backends.loaded() if k.model_class and isinstance(model, k.model_class)), None
+    )
+    if keras is None or keras.backend != "tensorflow":
+        return None
+    try:
+        return bool(model.jit_compile) and not bool(getattr(model, "run_eagerly", False))
+    except Exception:
+        return None

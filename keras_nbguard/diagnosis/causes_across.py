@@ -3,6 +3,8 @@ that traced more than the runs before it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from keras_nbguard.diagnosis.findings import (
     DATASET_RUNS,
     MIN_RUNS,
@@ -59,6 +61,19 @@ NATIVE_ADVICE = (
     "`%%kerasrun --isolate` runs each in a fresh process: the kernel stays flat "
     "(0.04 MiB a run in bench/bench_isolate.py)"
 )
+# TensorFlow has no way to free the programs XLA compiled (clear_session, the deep clean and
+# its kernel cache's clear leave them): a Dense(64) MLP fit with jit_compile=True, +8 MiB a run
+XLA_KEPT = (
+    "XLA compiled your models' training steps (jit_compile, Keras' default on a GPU), and "
+    "TensorFlow keeps every program it compiles until the process ends"
+)
+XLA_ADVICE = f"{NATIVE_ADVICE}; or `model.compile(..., jit_compile=False)` compiles none"
+
+
+def xla_kept(runs: Sequence[RunRecord]) -> str | None:
+    """Why memory nothing of the user's holds rises run after run: the runs' fits ran programs
+    XLA compiled on TensorFlow, each run's new model a new program. None: none did."""
+    return XLA_KEPT if any(fit.xla for run in runs for fit in run.fits) else None
 
 
 def state_growth(runs: list[RunRecord]) -> Finding | None:
@@ -70,6 +85,8 @@ def state_growth(runs: list[RunRecord]) -> Finding | None:
     native = native_growth(measured)  # (named only once it is clear: findings.rss_trend)
     if grown:
         what = f": {fmt_growth(grown[0])} in the last run"
+    elif native and (xla := xla_kept(measured)):
+        what = f": not in your names, and no earlier run's model is alive: {xla}"
     elif native:  # no name of yours grew, no model outlived its run: TensorFlow's own memory
         what = (
             ": not in your names, and no earlier run's model is alive (native memory kept "
@@ -87,7 +104,7 @@ def state_growth(runs: list[RunRecord]) -> Finding | None:
         f"{span(measured)} ({fmt_bytes(int(line.rise))} in all){what}",
         f"stop keeping every run's objects: clear or bound `{grown[0].name}`"
         if grown
-        else NATIVE_ADVICE
+        else (XLA_ADVICE if xla_kept(measured) else NATIVE_ADVICE)
         if native
         else "something keeps objects across runs: `%nbguard leaks` lists the models still held",
         tuple(evidence),
@@ -111,6 +128,12 @@ def memory_note(runs: list[RunRecord]) -> str | None:
         return None
     if not native_growth(trend.runs):  # a name or a model of yours: %nbguard leaks says which
         return None
+    if xla := xla_kept(trend.runs):
+        return (
+            f"{fmt_bytes(int(line.slope), signed=True)} a run left over {trend.span}, the "
+            f"framework's own memory ({NOT_YOURS}; {xla}); %%kerasrun --isolate keeps the "
+            f"kernel flat, jit_compile=False compiles nothing to keep"
+        )
     why = [NOT_YOURS]
     # the allocators first (a rise under 2 MiB a run gets no shape from the trend), then the
     # shape: a warm-up, steps (or what _why_not_rss says first)

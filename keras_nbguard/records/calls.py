@@ -50,6 +50,9 @@ class FitRecord:
     # the process's CPU time during it, all its threads: a fit that takes longer for as much
     # work waited for a busier machine (None: recorded before it was measured)
     cpu_seconds: float | None = None
+    # its steps ran as programs XLA compiled on TensorFlow (``jit_compile``, Keras 3's default
+    # on a GPU): TensorFlow keeps every one for the process's life (None: not TensorFlow)
+    xla: bool | None = None
 
     @property
     def reached_training(self) -> bool:
