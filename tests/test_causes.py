@@ -252,3 +252,24 @@ def test_memory_xla_keeps_is_said_to_be_xlas_with_the_way_out(keras_shell):
     note = runs[-1].memory_note
     assert note is not None and "TensorFlow keeps every program it compiles" in note, note
     assert note.endswith("jit_compile=False compiles nothing to keep")
+
+
+@pytest.mark.slow
+def test_a_pipeline_a_models_own_fit_builds_at_every_call_is_not_yours_rebuilt(keras_shell):
+    # KerasHub's tasks (keras.io's BERT classifier: classifier.fit(x=features, y=labels)) turn
+    # the arrays into a tf.data pipeline inside their own fit, at every call, as Keras' data
+    # adapters do: nothing the user could build once
+    cell = """%%kerasrun --label pipelined --quiet
+import tensorflow as tf
+class Pipelined(keras.Sequential):
+    def fit(self, x=None, y=None, batch_size=32, **kwargs):
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).map(lambda a, b: (a / 2, b))
+        return super().fit(ds.batch(batch_size), **kwargs)
+model = Pipelined([keras.Input((8,)), keras.layers.Dense(1)])
+model.compile("adam", "mse")
+model.fit(x, y, epochs=1, verbose=0)
+"""
+    for _ in range(DATASET_RUNS + 1):
+        assert run(keras_shell, cell).success
+    assert [r.dataset_traces for r in keras_nbguard.runs("pipelined")] == [0] * (DATASET_RUNS + 1)
+    assert not [f for f in keras_nbguard.diagnose("pipelined") if f.kind == "dataset_rebuilt"]

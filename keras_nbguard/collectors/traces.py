@@ -18,6 +18,7 @@ from collections import Counter
 from types import FrameType, ModuleType
 from typing import Any
 
+from keras_nbguard import backends
 from keras_nbguard.collectors.jax_compiles import JaxCompileCounter, NoTraces
 from keras_nbguard.collectors.patching import AttributePatch, PatchOnImport
 
@@ -32,6 +33,7 @@ KERAS_ADAPTERS = (
     f"{os.sep}trainers{os.sep}data_adapters{os.sep}",  # Keras 3
     f"{os.sep}tf_keras{os.sep}src{os.sep}engine{os.sep}data_adapter",
 )  # Keras 2
+MODEL_CALLS = frozenset({"fit", "evaluate", "predict"})  # (a subclass's own, too)
 # TensorFlow's own tf.functions, traced for what the user asked: a distribution strategy's
 # multi-device iterator traces six of them for every iterator it makes (84 in a small fit and
 # evaluate on MirroredStrategy). They are the framework's machinery, not the user's to fix:
@@ -131,7 +133,7 @@ class TraceCounter:
             return False
         name = str(getattr(tracing_options, "name", ""))
         if name.startswith(DATASET_PREFIX):
-            if _inside_keras_adapter():
+            if _built_for_a_models_call():
                 return False
             self.dataset_count += 1
             return True
@@ -158,13 +160,19 @@ def _is_tensorflows_own(function: Any) -> bool:
     return isinstance(module, str) and module.startswith(FRAMEWORK_MODULE)
 
 
-def _inside_keras_adapter() -> bool:
-    """Whether this trace is made by Keras' own data adapters (rare enough to walk the stack)."""
+def _built_for_a_models_call() -> bool:
+    """Whether this trace is of a pipeline a model's own ``fit``, ``evaluate`` or ``predict``
+    builds from what it was given, anew at every call: Keras' data adapters, or a library's
+    model that turns arrays into tf.data itself (KerasHub's tasks: a false `dataset_rebuilt`
+    on every re-run of keras.io's BERT classifier). Rare enough to walk the stack."""
     frame: FrameType | None = sys._getframe(2)
+    models = tuple(c for c in (k.model_class for k in backends.loaded()) if c is not None)
     for _ in range(FRAMES_LOOKED_AT):
         if frame is None:
             return False
         if any(part in frame.f_code.co_filename for part in KERAS_ADAPTERS):
+            return True
+        if frame.f_code.co_name in MODEL_CALLS and isinstance(frame.f_locals.get("self"), models):
             return True
         frame = frame.f_back
     return False
