@@ -64,3 +64,15 @@ def test_patches_a_module_when_it_is_imported_and_undoes_it(tmp_path, monkeypatc
         scope.uninstall()
         sys.modules.pop("nbguard_patch_target", None)
     assert nbguard_patch_target.f() == "real"
+
+
+def test_a_patch_made_over_ours_stays_when_ours_is_undone():
+    ours = AttributePatch(Child, "inherited", lambda self: "ours")
+    theirs = Child.__dict__["inherited"]
+    Child.inherited = lambda self: "theirs, around " + theirs(self)
+    try:
+        ours.restore()
+        assert Child().inherited() == "theirs, around ours"  # ours passes through, inside
+    finally:
+        del Child.inherited
+    assert Child().inherited() == "base"

@@ -135,3 +135,33 @@ def test_two_threads_never_both_start_a_run_and_fit_is_always_restored(keras_she
     assert len(overlaps) + len(refused) == 200 and refused  # the other thread was told
     assert keras.Model.fit is fit  # the scoped patch is gone after every run
     assert keras_nbguard.get_session().current is None
+
+
+def test_a_fit_patch_made_in_the_cell_stays_as_in_a_plain_cell_and_fits_are_still_timed(
+    keras_shell,
+):
+    """Auto-logging (``mlflow.autolog()`` in the training cell) wraps ``Model.fit`` while ours is
+    on: putting ours back at the run's end dropped theirs, and every later cell lost it."""
+    run(keras_shell, "logged = []")
+    cell = """%%kerasrun --label autolog --quiet
+if not hasattr(keras.Model.fit, "logs"):  # patched once, as an autologger does
+    _fit = keras.Model.fit
+    def fit(self, *args, **kwargs):
+        logged.append(self.name)
+        return _fit(self, *args, **kwargs)
+    fit.logs = True
+    keras.Model.fit = fit
+model = make_model()
+model.fit(x, y, epochs=1, verbose=0)
+"""
+    try:
+        for _ in range(3):
+            assert run(keras_shell, cell).success
+        assert run(keras_shell, "make_model().fit(x, y, epochs=1, verbose=0)").success
+        assert hasattr(keras_shell.user_ns["keras"].Model.fit, "logs")  # theirs, still on
+        assert len(keras_shell.user_ns["logged"]) == 4  # each run's fit, and the plain cell's
+        assert [len(r.fits) for r in keras_nbguard.runs("autolog")] == [1, 1, 1]
+    finally:
+        Model = keras_shell.user_ns["keras"].Model
+        if "fit" in vars(Model):
+            del Model.fit

@@ -123,6 +123,9 @@ class FitTimer:
         self.epoch_listeners: list[EpochListener] = []
         self._scope = PatchEveryKeras()
         self._depth = 0  # inside one of our calls: fit's validation runs evaluate, not the user
+        # our wrappers can outlive the run inside another's patch (patching.py): then they
+        # pass every call through
+        self._installed = False
 
     @property
     def reasons(self) -> list[str]:
@@ -130,9 +133,11 @@ class FitTimer:
 
     # -- the scoped patch ------------------------------------------------------------------------
     def install(self) -> None:
+        self._installed = True
         self._scope.install(self._patch)
 
     def uninstall(self) -> None:
+        self._installed = False
         self._scope.uninstall()
 
     def _patch(self, package: ModuleType) -> PatchGroup:
@@ -156,8 +161,8 @@ class FitTimer:
         @functools.wraps(original)
         def timed(model: Any, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
-            if timer._depth:  # fit's own evaluate, or a predict in a callback: part of the fit
-                return original(model, *args, **kwargs)
+            if timer._depth or not timer._installed:  # fit's own evaluate, a predict in a
+                return original(model, *args, **kwargs)  # callback: part of the fit; or after it
             timer._depth += 1
             try:
                 if name == "fit":

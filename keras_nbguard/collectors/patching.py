@@ -24,9 +24,15 @@ class AttributePatch:
         self.owner, self.name = owner, name
         # vars(), not getattr(): a lookup would unwrap descriptors and see inherited attributes.
         self._saved = vars(owner).get(name, _MISSING)
+        self._replacement = replacement
         setattr(owner, name, replacement)
 
     def restore(self) -> None:
+        """Put back what was there, unless another patch went over ours meanwhile
+        (``mlflow.autolog()`` in a run's cell wraps ``Model.fit``, ours inside it): that one
+        stays, as it would have without us, and ours, inside it, passes calls through."""
+        if vars(self.owner).get(self.name, _MISSING) is not self._replacement:
+            return
         if self._saved is _MISSING:
             delattr(self.owner, self.name)  # inherited: the base class's one shows through again
         else:
