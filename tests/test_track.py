@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 
@@ -126,3 +127,32 @@ def test_two_watches_on_one_module_both_fire(tmp_path, monkeypatch):
             watch.close()
         sys.modules.pop("late_two", None)
     assert sorted(seen) == [(1, 2), (2, 2)]
+
+
+@pytest.mark.slow
+def test_a_run_that_imports_keras_names_its_layers_as_the_runs_after_it():
+    """Keras first imported inside a run (a notebook's first cell, all in one): its names are
+    the run's, so the next run takes them again, not ``dense_2``. In a fresh interpreter: in
+    this one Keras is already imported by an earlier test."""
+    script = textwrap.dedent(
+        """
+        import os, tempfile
+        os.environ["KERAS_NBGUARD_DB"] = os.path.join(tempfile.mkdtemp(), "runs.sqlite")
+        import numpy as np
+        import keras_nbguard
+        names = []
+        for _ in range(3):
+            with keras_nbguard.track("first"):
+                import keras
+                model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+                model.compile("sgd", "mse")
+                model.fit(np.ones((8, 4)), np.ones((8, 2)), verbose=0)
+                names.append(model.layers[0].name)
+        print("fit" in vars(keras.Model), names)  # our patch of fit gone after the runs
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "False ['dense', 'dense', 'dense']"

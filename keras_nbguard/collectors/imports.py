@@ -37,6 +37,7 @@ class ImportWatch(importlib.abc.MetaPathFinder):
     def __init__(self, name: str, callback: Callable[[ModuleType], None]) -> None:
         self.name = name
         self._callback = callback
+        self._finding = False
         sys.meta_path.insert(0, self)
 
     def close(self) -> None:
@@ -44,27 +45,39 @@ class ImportWatch(importlib.abc.MetaPathFinder):
             sys.meta_path.remove(self)
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != self.name:
+        # (asked again by a finder we asked: another import hook that asks the others too, as
+        # gcfreeze's does; answering would wrap the loader twice and call back twice, and a
+        # second patch of Model.fit over the first left the first on it after the run)
+        if fullname != self.name or self._finding:
             return None
         # Several watches may wait for one module (the fit timer and the leak finder): the first
         # speaks for all of them, and every finder of ours is skipped when asking the real ones.
         watches = [f for f in sys.meta_path if isinstance(f, ImportWatch) and f.name == fullname]
         if watches[0] is not self:
             return None
-        for finder in sys.meta_path:
-            if isinstance(finder, ImportWatch) or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+        self._finding = True
+        try:
+            return _spec_calling_back(fullname, path, target, watches)
+        finally:
+            self._finding = False
 
-                    def notify(module: ModuleType) -> None:
-                        for watch in watches:
-                            watch._callback(module)
 
-                    spec.loader = _CallbackLoader(spec.loader, notify)
-                return spec
-        return None
+def _spec_calling_back(fullname: str, path: Any, target: Any, watches: list[ImportWatch]) -> Any:
+    """The real finders' spec, its loader calling each of ``watches`` back once it has run."""
+    for finder in sys.meta_path:
+        if isinstance(finder, ImportWatch) or not hasattr(finder, "find_spec"):
+            continue
+        spec = finder.find_spec(fullname, path, target)
+        if spec is not None:
+            if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+
+                def notify(module: ModuleType) -> None:
+                    for watch in watches:
+                        watch._callback(module)
+
+                spec.loader = _CallbackLoader(spec.loader, notify)
+            return spec
+    return None
 
 
 def when_imported(name: str, callback: Callable[[ModuleType], None]) -> ImportWatch | None:

@@ -104,6 +104,23 @@ def forget() -> None:
     layer_names.forget()
 
 
+def adopt_names(label: str) -> None:
+    """At the end of ``label``'s clearing run: names on Keras' plain counters are the run's
+    (``layer_names.adopt``); ours, noting each name, go on from them."""
+    with contextlib.suppress(Exception):
+        state: Any = sys.modules.get(KERAS3_STATE)
+        counters = state.get_global_attribute(COUNTERS) if state is not None else None
+        if counters is not None and not isinstance(counters, layer_names.SkippingCounters):
+            state.set_global_attribute(COUNTERS, layer_names.adopt(label, counters))
+    with contextlib.suppress(Exception):
+        backend: Any = sys.modules.get(KERAS2_BACKEND)
+        if backend is not None:
+            graph = backend.tf.compat.v1.get_default_graph()
+            counters = backend.PER_GRAPH_OBJECT_NAME_UIDS.get(graph)
+            if counters is not None and not isinstance(counters, layer_names.SkippingCounters):
+                backend.PER_GRAPH_OBJECT_NAME_UIDS[graph] = layer_names.adopt(label, counters)
+
+
 def _note_names() -> None:
     """The names each Keras' own counters handed out, before any clear: Keras 3's clear on
     TensorFlow resets the default graph, where Keras 2 counts its layers' names. (Never in the

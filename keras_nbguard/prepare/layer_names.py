@@ -98,6 +98,17 @@ def before_clear(counters: Mapping[Any, int] | None) -> None:
         NAMES.outside.update(implied(_prefix(key), count))
 
 
+def adopt(label: str, counters: Mapping[Any, int]) -> SkippingCounters:
+    """``label``'s run ends with Keras' plain counters: Keras was imported in it, or the cell
+    ran ``clear_session()`` itself, so every name on them is the run's (not made outside the
+    runs, as ``before_clear`` would take them: the next run's new layers skipped them all and
+    named themselves ``dense_2``). Returns the counters to go on with, noting each name."""
+    NAMES.by_label.setdefault(label, set()).update(
+        name for key, count in counters.items() for name in implied(_prefix(key), count)
+    )
+    return SkippingCounters(counters, set())
+
+
 def made_by(label: str) -> bool:
     """Whether ``label``'s latest run named any layer (else there is nothing to ``hold``)."""
     return bool(NAMES.by_label.get(label))

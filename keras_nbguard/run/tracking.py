@@ -23,7 +23,7 @@ from keras_nbguard.collectors.gpu import GpuCollector
 from keras_nbguard.collectors.host_limit import HostLimit
 from keras_nbguard.collectors.process import PeakRss, RssSampler
 from keras_nbguard.collectors.traces import trace_counter_for
-from keras_nbguard.prepare import layer_names
+from keras_nbguard.prepare import kept_state, layer_names
 from keras_nbguard.prepare.before_run import RunOptions, prepare
 from keras_nbguard.records.run import CleanReport, GpuReading, HeldModels, RunKey, RunRecord
 from keras_nbguard.run import outcome
@@ -250,6 +250,8 @@ class Run:
 
     def stop(self, exc: BaseException | None) -> RunRecord:
         wall = time.perf_counter() - self._t0
+        if self.options.clear:  # Keras imported in the run: its names are the run's
+            kept_state.adopt_names(self.label)
         layer_names.run_ended()  # the layers made from now on are the notebook's own
         if self.host_limit is not None:  # first: nothing of ours may be stopped by it
             passed = self._attempt("lifting --host-limit", self.host_limit.disarm)
