@@ -31,6 +31,7 @@ MODULES = (
     "tuner_search",
     "lstm_seq2seq",
     "fine_tuning",
+    "sklearn_wrapper",
 )
 
 
