@@ -93,6 +93,34 @@ def test_a_cell_ending_in_fit_brings_its_model_back_once_and_lets_the_last_one_g
     assert len(parts) == len(set(parts)), last.own_time
 
 
+ESTIMATOR = """%%kerasrun --isolate --quiet --label est
+import keras
+from keras.wrappers import SKLearnRegressor
+def build(X, y):
+    m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+    m.compile("adam", "mse")
+    return m
+est = SKLearnRegressor(model=build, fit_kwargs=dict(epochs=1, verbose=0))
+est.fit(x, y.ravel())
+"""
+
+
+def test_a_cell_ending_in_an_estimators_fit_shows_that_estimator_not_a_copy(iso_shell):
+    """``est.fit(X, y)`` returns ``est``: the cell's value is the name's object, as in a plain
+    cell, not a second copy of it (and of its model) that ``Out[n]`` kept, one a run."""
+    models = []
+    for _ in range(2):
+        result = run(iso_shell, ESTIMATOR)
+        assert result.success, result.error_in_exec
+        assert result.result is iso_shell.user_ns["est"]
+        models.append(weakref.ref(iso_shell.user_ns["est"].model_))
+        del result
+    gc.collect()
+    assert [m() is not None for m in models] == [False, True]  # run 1's left Out[n] with it
+    shown = [v for v in iso_shell.user_ns["Out"].values() if type(v).__name__ == "SKLearnRegressor"]
+    assert shown == [iso_shell.user_ns["est"]]
+
+
 BEST_MODELS = """%%kerasrun --isolate --quiet --label best
 import keras
 def build(units):

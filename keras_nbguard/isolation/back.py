@@ -97,7 +97,10 @@ def received(
         if len(sent) > 2 and sent[2] in models:
             _attach(value, models[sent[2]])
         bound[key] = value
-    if result.get("value") is not None:
+    if result.get("value_of") in bound:  # the cell's value is one of its names' (child.py)
+        bound[LAST] = bound[result["value_of"]]
+        back.value = True
+    elif result.get("value") is not None:
         bound[LAST] = _loads(result["value"])
         back.value = True
         back.nbytes += len(result["value"])

@@ -147,7 +147,9 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         began = time.perf_counter()
         trained_here = [n for n in changed(shell.user_ns, before) if n not in job["outputs"]]
         outputs, not_sent = _collect(shell.user_ns, job["outputs"] + trained_here, result.result)
-        value, bundle = (None, None) if LAST in outputs else _value(shell, result.result)
+        value_of = None if LAST in outputs else _name_of(result.result, shell.user_ns, outputs)
+        sent_as_name = LAST in outputs or value_of is not None
+        value, bundle = (None, None) if sent_as_name else _value(shell, result.result)
         outputs_seconds = time.perf_counter() - began
     finally:
         sys.stdout, sys.stderr = streams
@@ -160,6 +162,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         "not_sent": not_sent,
         "trained_back": [name for name in trained_here if name in outputs],
         "value": value,
+        "value_of": value_of,
         "bundle": bundle,
         "pid": os.getpid(),
         "inputs_seconds": inputs_seconds,
@@ -364,6 +367,16 @@ def _local_functions(value: Any, depth: int = 0) -> Iterator[types.FunctionType]
     elif isinstance(value, list | tuple) and depth < 4:
         for item in value:
             yield from _local_functions(item, depth + 1)
+
+
+def _name_of(value: Any, namespace: dict[str, Any], outputs: dict[str, Any]) -> str | None:
+    """The name sent back that binds the cell's last value itself (a cell ending in
+    ``est.fit(X, y)``, which returns ``est``): the value travels as that name, so that in the
+    kernel ``Out[n] is est``, as in a plain cell. Pickled apart, it was a second copy, with
+    a second copy of the estimator's model that nothing of ours knew and ``Out[n]`` kept."""
+    if value is None:
+        return None
+    return next((name for name in outputs if namespace.get(name) is value), None)
 
 
 def _value(shell: Any, value: Any) -> tuple[bytes | None, dict[str, Any] | None]:
