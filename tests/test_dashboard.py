@@ -256,6 +256,24 @@ def sent(board) -> list[dict]:
     return messages
 
 
+def test_a_run_of_several_fits_draws_each_fits_epochs_as_its_own(keras_shell, board):
+    """k folds, cross-validation, a search: the epoch panel said "epoch 1..5" for the four
+    fits of a cross-validated cell; each bar says which fit it is of."""
+    messages = sent(board)
+    keras_shell.user_ns["board"] = board
+    cell = (
+        "%%kerasrun --quiet --label folds\nfor fold in range(2):\n"
+        "    make_model().fit(x, y, epochs={n}, verbose=0)\n"
+        "drawn = list(board._live[3])  # what the run going on draws, epoch by epoch\n"
+    )
+    assert run(keras_shell, cell.format(n=2)).success
+    assert keras_shell.user_ns["drawn"] == [1, 1, 2, 2]
+    assert board.chart._live["fits"] == [1, 1, 2, 2]  # the record's, once the run ended
+    assert messages[-1]["fits"] == [1, 1, 2, 2] and len(messages[-1]["epochs"]) == 4
+    assert run(keras_shell, cell.replace("range(2)", "range(1)").format(n=3)).success
+    assert board.chart._live["fits"] == [1, 1, 1]
+
+
 def test_a_run_updates_the_plot_live_panels_and_models(keras_shell, board):
     messages = sent(board)
     run(

@@ -73,7 +73,7 @@ def chart_class() -> type:
 
         def __init__(self) -> None:
             self._rows: list[dict[str, Any]] = []
-            self._live: dict[str, Any] = {"t": [], "y": [], "epochs": [], "title": ""}
+            self._live: dict[str, Any] = {"t": [], "y": [], "epochs": [], "fits": [], "title": ""}
             self._send_lock = threading.Lock()
             super().__init__(plotly_v=plotly_tag())
             self.add_class(CHART_CLASS)
@@ -103,9 +103,16 @@ def chart_class() -> type:
                 self.send({"type": "rows", "start": start, "rows": rows[start:]})
 
         def set_live(
-            self, ts: list[float], ys: list[float], epochs: list[float], title: str
+            self,
+            ts: list[float],
+            ys: list[float],
+            epochs: list[float],
+            title: str,
+            fits: list[int] | None = None,
         ) -> None:
-            """The run going on: only the samples the page does not have yet travel."""
+            """The run going on: only the samples the page does not have yet travel. ``fits``:
+            the fit each epoch belongs to (1, 1, 2, ...; None: all one fit's)."""
+            fits = list(fits) if fits is not None else [1] * len(epochs)
             with self._send_lock:
                 old = self._live
                 n = len(old["t"])
@@ -116,9 +123,16 @@ def chart_class() -> type:
                     and (not n or ts[n - 1] == old["t"][n - 1])
                     else 0
                 )
-                if start == len(ts) and epochs == old["epochs"] and title == old["title"]:
+                unchanged = epochs == old["epochs"] and fits == old["fits"]
+                if start == len(ts) and unchanged and title == old["title"]:
                     return
-                self._live = {"t": list(ts), "y": list(ys), "epochs": list(epochs), "title": title}
+                self._live = {
+                    "t": list(ts),
+                    "y": list(ys),
+                    "epochs": list(epochs),
+                    "fits": fits,
+                    "title": title,
+                }
                 self.send(
                     {
                         "type": "live",
@@ -126,6 +140,7 @@ def chart_class() -> type:
                         "t": ts[start:],
                         "y": ys[start:],
                         "epochs": list(epochs),
+                        "fits": fits,
                         "title": title,
                     }
                 )
@@ -148,6 +163,7 @@ def chart_class() -> type:
                             "t": live["t"],
                             "y": live["y"],
                             "epochs": live["epochs"],
+                            "fits": live["fits"],
                             "title": live["title"],
                         }
                     )

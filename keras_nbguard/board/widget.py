@@ -56,7 +56,9 @@ class Dashboard:
         self._models: list[str] = []  # the leak finder's lines: text, never a model
         self._findings: list[Finding] = []  # diagnose() of the kernel's runs, at each refresh
         self._run: Run | None = None
-        self._live: tuple[list[float], list[float], list[float]] = ([], [], [])  # t, rss, epochs
+        # t, rss, each epoch's seconds, and the fit (1, 2, ...) each epoch belongs to
+        self._live: tuple[list[float], list[float], list[float], list[int]] = ([], [], [], [])
+        self._last_epoch = -1  # Keras' number of the last epoch seen: a lower one starts a fit
         self._live_title = "no run yet"
         self._last_push = 0.0
         self._display_id: str | None = None
@@ -112,14 +114,14 @@ class Dashboard:
         # before the run starts: only the live panels change, so no full redraw on its clock
         with self._lock:
             self._run = run
-            self._live = ([], [], [])
+            self._live, self._last_epoch = ([], [], [], []), -1
             self._live_title = f"running: {run.label} #{run.run_number}"
             self._push_live()
 
     def _on_sample(self, t: float, rss: int) -> None:
         # the sampler thread, ~100 Hz: keep it cheap, never raise, never wait for the lock
         try:
-            ts, ys, _ = self._live
+            ts, ys, _, _ = self._live
             if not ts or t - ts[-1] >= LIVE_STEP:
                 ts.append(t)
                 ys.append(rss / 2**20)
@@ -137,14 +139,21 @@ class Dashboard:
             pass  # a figure we could not draw must never stop the sampler
 
     def _on_epoch(self, epoch: int, seconds: float) -> None:
-        self._live[2].append(seconds)  # drawn by the sampler's next push
+        # drawn by the sampler's next push; a cell of several fits (k folds, cross-validation,
+        # a search) draws each fit's epochs as its own, not as one fit's epochs 1..n
+        epochs, fits = self._live[2], self._live[3]
+        fits.append(fits[-1] + int(epoch <= self._last_epoch) if fits else 1)  # (before its bar)
+        self._last_epoch = epoch
+        epochs.append(seconds)
 
     def _on_record(self, record: RunRecord) -> None:
         self._run = None
         samples = record.rss_samples
         epochs = [s for fit in record.fits for s in fit.epoch_seconds]
+        fits = [n for n, fit in enumerate(record.fits, 1) for _ in fit.epoch_seconds]
         with self._lock:
-            self._live = ([t for t, _ in samples], [v / 2**20 for _, v in samples], epochs)
+            rss = [v / 2**20 for _, v in samples]
+            self._live = ([t for t, _ in samples], rss, epochs, fits)
             self._live_title = f"last run: {record.label} #{record.run_number} ({record.status})"
         self.refresh()
 
@@ -152,7 +161,7 @@ class Dashboard:
         self._note(report.text(), failed=report.status == "failed")
         if report.action == "reset_history" and report.status == "done":
             with self._lock:  # the live panel and header agree with the emptied charts
-                self._live, self._live_title = ([], [], []), "history reset: no run since"
+                self._live, self._live_title = ([], [], [], []), "history reset: no run since"
         self.refresh()
 
     def _before_cell(self, info: Any = None) -> None:
@@ -302,9 +311,9 @@ class Dashboard:
         """Draw the run in progress (or the last run): epoch seconds and RSS over time."""
         if self.chart is None:
             return
-        ts, ys, epochs = (list(v) for v in self._live)
+        ts, ys, epochs, fits = (list(v) for v in self._live)
         live = self._live_title
         if self._run is not None and ts:
             live += f" · {ts[-1]:.1f} s, RSS {fmt_bytes(int(ys[-1] * 2**20))}"
-        self.chart.set_live(ts, ys, epochs, live)
+        self.chart.set_live(ts, ys, epochs, live, fits=fits[: len(epochs)])
         self._top.value = self._head.replace("{live}", html.escape(live))

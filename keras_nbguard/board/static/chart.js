@@ -172,16 +172,35 @@ function figure(state, width) {
   }
   if (axes.gpu && !gpu && rows.length) empty("gpu", gpuNote || "no GPU reading");
   const [ex, ey] = axes.epochs, [lx, ly] = axes.live;
+  const severalFits = fitsIn(live) > 1;
   traces.push({type: "bar", meta: "live:epochs", name: "epoch", showlegend: false, xaxis: ex, yaxis: ey,
-               x: live.epochs.map((_, i) => i + 1), y: live.epochs, marker: {color: "#607d8b"},
-               hovertemplate: "epoch %{x}: %{y:.3f} s<extra></extra>"});
+               x: epochX(live), y: live.epochs, marker: {color: "#607d8b"},
+               hovertemplate: (severalFits ? "%{x}" : "epoch %{x}") + ": %{y:.3f} s<extra></extra>"});
   traces.push({type: "scatter", meta: "live:rss", name: "RSS", showlegend: false, mode: "lines",
                xaxis: lx, yaxis: ly, x: live.t, y: live.y, line: {color: "#607d8b"},
                hovertemplate: "%{x:.2f} s: %{y:.1f} MiB<extra></extra>"});
   Object.assign(layout["xaxis" + ex.slice(1)], {tick0: 1, dtick: Math.max(1, Math.ceil(live.epochs.length / 10))});
+  if (severalFits) layout["xaxis" + ex.slice(1)].title.text = "fit · epoch";
   if (!live.epochs.length) empty("epochs", live.t.length ? "no epoch in this run" : "no run yet");
   if (!live.t.length) empty("live", "no run yet");
   return {traces, layout};
+}
+
+// How many fits the run's epochs come from: a cell of several (k folds, cross-validation, a
+// search) labels each bar with its fit, "fit 2 · 1", not as one fit's epochs 1..n.
+function fitsIn(live) {
+  const fits = live.fits || [];
+  return fits.length ? fits[fits.length - 1] : 1;
+}
+
+function epochX(live) {
+  if (fitsIn(live) <= 1) return live.epochs.map((_, i) => i + 1);
+  const fits = live.fits, seen = {};
+  return live.epochs.map((_, i) => {
+    const fit = fits[Math.min(i, fits.length - 1)];
+    seen[fit] = (seen[fit] || 0) + 1;
+    return `fit ${fit} · ${seen[fit]}`;
+  });
 }
 
 function initialize({model}) {
@@ -197,7 +216,7 @@ function initialize({model}) {
       if (msg.start > live.t.length) { model.send({type: "resync"}); return; }
       model.set("live", {t: live.t.slice(0, msg.start).concat(msg.t),
                          y: live.y.slice(0, msg.start).concat(msg.y),
-                         epochs: msg.epochs, title: msg.title});
+                         epochs: msg.epochs, fits: msg.fits || [], title: msg.title});
     }
   });
 }
@@ -211,7 +230,7 @@ function render({model, el}) {
   el.appendChild(box);
   let Plotly = null, pending = null, lastWidth = 0, drawn = null;
   const liveShape = (live) => [live.epochs.length > 0, live.t.length > 0,
-                               Math.max(1, Math.ceil(live.epochs.length / 10))];
+                               Math.max(1, Math.ceil(live.epochs.length / 10)), fitsIn(live) > 1];
   // a whole redraw for a new run (rows) or width; while a run goes, the live samples a few
   // times a second: only the two live traces change (restyle), so a busy page keeps up
   const draw = (what) => {
@@ -226,7 +245,7 @@ function render({model, el}) {
       const live = model.get("live") || {t: [], y: [], epochs: []};
       const shape = liveShape(live);
       if (kind === "live" && drawn && String(shape) === String(drawn.shape)) {
-        Plotly.restyle(box, {x: [live.epochs.map((_, i) => i + 1), live.t],
+        Plotly.restyle(box, {x: [epochX(live), live.t],
                              y: [live.epochs, live.y]}, drawn.liveIndices);
         return;
       }
