@@ -94,6 +94,12 @@ def loaded() -> list[Keras]:
     return found
 
 
+def model_classes() -> tuple[type, ...]:
+    """The public Model class of each Keras imported, Keras 3's and Keras 2's (never imports
+    one); empty when none is."""
+    return tuple(c for c in (k.model_class for k in loaded()) if c is not None)
+
+
 def unsupported(module: ModuleType, package: str) -> str | None:
     """Why an imported Keras can't be measured, in words (None: it can)."""
     version = str(getattr(module, "__version__", ""))

@@ -166,7 +166,7 @@ def _built_for_a_models_call() -> bool:
     model that turns arrays into tf.data itself (KerasHub's tasks: a false `dataset_rebuilt`
     on every re-run of keras.io's BERT classifier). Rare enough to walk the stack."""
     frame: FrameType | None = sys._getframe(2)
-    models = tuple(c for c in (k.model_class for k in backends.loaded()) if c is not None)
+    models = backends.model_classes()
     for _ in range(FRAMES_LOOKED_AT):
         if frame is None:
             return False

@@ -249,7 +249,7 @@ def _model_classes() -> tuple[type, ...]:
     """The model class of each Keras imported here (Keras 3, tf_keras)."""
     from keras_nbguard import backends
 
-    return tuple(c for c in (k.model_class for k in backends.loaded()) if c is not None)
+    return backends.model_classes()
 
 
 def _symbolic(value: Any) -> bool:

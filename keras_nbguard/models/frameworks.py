@@ -48,7 +48,7 @@ _FOLLOWED = frozenset({"ExecutionResult"})  # framework objects that hold user r
 def model_classes() -> tuple[type, ...]:
     """The public Model class of each Keras imported, Keras 3's and Keras 2's (never imports
     one); empty when none is."""
-    return tuple(c for c in (k.model_class for k in backends.loaded()) if c is not None)
+    return backends.model_classes()
 
 
 def callback_class() -> tuple[type, ...]:
