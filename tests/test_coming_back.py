@@ -59,8 +59,13 @@ def test_the_names_earlier_model_is_gone_before_the_new_one_loads(tmp_path, monk
 
 def _run():
     """What ``received`` reads and writes on the run: its label (the names of the layers that
-    came back are its), how much came back, what did not."""
-    return types.SimpleNamespace(label="back", not_sent=None, back=None, returned=())
+    came back are its), how much came back, what did not, the watch that sees the nodes the
+    loads make."""
+    from keras_nbguard.models import CreationWatch
+
+    return types.SimpleNamespace(
+        label="back", not_sent=None, back=None, returned=(), creations=CreationWatch()
+    )
 
 
 def test_a_name_whose_new_value_fails_to_load_is_said_so_with_what_became_of_it(tmp_path):

@@ -439,6 +439,25 @@ def test_a_cell_reusing_its_first_runs_layer_runs_isolated_then_here(iso_shell):
     assert record.stale_models is None, record.stale_models
 
 
+def test_an_isolated_runs_head_on_a_kept_layer_goes_when_the_next_run_here_replaces_it(
+    iso_shell,
+):
+    """In, in, isolated, in: the isolated run's ``head`` came back on the loaded ``kept``,
+    called there by loading, and after the next run here it stayed alive through
+    ``kept._outbound_nodes``, listed stale ("its outbound node (made outside a tracked run)").
+    The nodes loading makes are the isolated run's, and go as a run's here do."""
+    assert run(iso_shell, "import keras").success
+    for flag in ("", "", " --isolate", ""):
+        result = run(iso_shell, REUSES_ITS_ENCODER.format(flag=flag))
+        assert result.success, (flag, result.error_in_exec)
+    record = keras_nbguard.runs("reuses")[-1]
+    assert record.stale_models is None, record.stale_models
+    released = record.released_models
+    assert released is not None and 3 in released.runs, released
+    report = keras_nbguard.leaks()
+    assert not [leak for leak in report.leaks if leak.stale], report
+
+
 CLASSES_IN_THE_CELL = """%%kerasrun --isolate --quiet --label made-there
 @keras.saving.register_keras_serializable()
 class CustomModel(keras.Model):  # keras.io's "customizing fit", re-run with its class

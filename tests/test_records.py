@@ -127,3 +127,16 @@ def test_a_release_that_gave_no_rss_back_says_so_not_minus_zero():
     assert fmt_released(small).endswith("136.0 KiB weights, the RSS the same")
     large = dataclasses.replace(held, rss_freed=8 * 2**20)
     assert fmt_released(large).endswith("RSS -8.0 MiB with its graphs")
+
+
+def test_stale_models_no_path_was_found_for_point_to_leaks_not_to_nothing():
+    """A stale note whose walk found no path (its time ran out) read ``...graphs not
+    counted):  — %nbguard free``: an empty holder, then the command."""
+    from keras_nbguard.records.formatting import fmt_stale
+    from keras_nbguard.records.run import HeldModels
+
+    held = HeldModels(count=1, runs=(2,), weight_bytes=20, command="%nbguard free")
+    assert fmt_stale(held).endswith("not counted): %nbguard leaks says where — %nbguard free")
+    named = dataclasses.replace(held, paths=("models[0]",))
+    assert fmt_stale(named).endswith("not counted): models[0] — %nbguard free")
+

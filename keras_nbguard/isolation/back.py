@@ -61,24 +61,18 @@ def received(
     back = Transfer(names=len(classes), nbytes=sum(len(outputs[name][1]) for name in classes))
     bound.update(classes)
     failed: dict[str, str] = {}
-    for key, sent in outputs.items():
-        if sent[0] != "keras":
-            continue
-        try:
-            models[key] = _load_model(sent[1], sent[2], functions)
-        except Exception as exc:
-            failed[key] = f"a Keras model that could not be loaded here: {exc}"
-            continue
-        back.models += 1
-        back.nbytes += len(sent[2])
-        if key.isidentifier():  # not "hist.model": a History's model, sent on its own
-            bound[key] = models[key]
-    linked = {key: sent[3] for key, sent in outputs.items() if sent[0] == "keras" and len(sent) > 3}
+    # The nodes of Keras' graph the loads make are the run's, as they would be had it run
+    # here: a layer that outlives the run (an encoder the cell keeps) lets go of them later.
+    watch = run.creations if run is not None else None
+    if watch is not None:
+        watch.install()
+    try:
+        back.kept_apart = _load_models(outputs, functions, models, failed, back, bound)
+    finally:
+        if watch is not None:
+            watch.uninstall()
     back.trained = [key for key in result.get("trained_back", ()) if key in models]
-    # a loss defined in the notebook, or one the child sent
-    with keras_scope({**_notebook_classes(), **functions} if linked else {}):
-        back.kept_apart = rejoin(models, linked)  # model: end_to_end_model's layer, as in the cell
-    bound.update((key, models[key]) for key in linked if key in bound)
+    bound.update((key, models[key]) for key in _linked(outputs) if key in bound)
     if models:
         clear_kernel_cache()  # the loads' variable kernels, kept for good otherwise
     for key, sent in outputs.items():
@@ -135,6 +129,40 @@ def _classes_back(outputs: dict[str, Any], names: Any) -> dict[str, type]:
                 if isinstance(value, type):
                     found[name] = value
     return found
+
+
+def _load_models(
+    outputs: dict[str, Any],
+    functions: dict[str, Any],
+    models: dict[str, Any],
+    failed: dict[str, str],
+    back: Transfer,
+    bound: dict[str, Any],
+) -> dict[str, str]:
+    """Load the models that came back into ``models`` (and ``bound``, under their names), what
+    failed into ``failed``; a model that is another's layer in the cell becomes that layer
+    again. Returns the names kept apart from the model they were a layer of, and why."""
+    for key, sent in outputs.items():
+        if sent[0] != "keras":
+            continue
+        try:
+            models[key] = _load_model(sent[1], sent[2], functions)
+        except Exception as exc:
+            failed[key] = f"a Keras model that could not be loaded here: {exc}"
+            continue
+        back.models += 1
+        back.nbytes += len(sent[2])
+        if key.isidentifier():  # not "hist.model": a History's model, sent on its own
+            bound[key] = models[key]
+    linked = _linked(outputs)
+    # a loss defined in the notebook, or one the child sent
+    with keras_scope({**_notebook_classes(), **functions} if linked else {}):
+        return rejoin(models, linked)  # model: end_to_end_model's layer, as in the cell
+
+
+def _linked(outputs: dict[str, Any]) -> dict[str, Any]:
+    """The models that were a layer of another model in the cell: name -> that link."""
+    return {key: sent[3] for key, sent in outputs.items() if sent[0] == "keras" and len(sent) > 3}
 
 
 def _make_room(

@@ -145,11 +145,12 @@ def _settle_walked(
 ) -> None:
     plans: list[tuple[Any, list[Chain], list[Found | None]]] = []
     earlier = {id(m) for m in candidates}
+    unreachable = _unreachable(candidates, probe)
     for model in candidates:
         every = probe.chains.get(id(model), [])
-        if not every:
+        if id(model) in unreachable:
             settled.going.append(weakref.ref(model))
-            continue  # unreachable: garbage that the next gc collects
+            continue  # garbage that the next gc collects
         # not those inside another model, but those through a kept model's node list
         chains = [c for c in every if c.via is None or _through_a_kept_models_node(c, earlier)]
         found = [_bookkeeping(c, shell, user_ns, registry, _holder(probe, c)) for c in chains]
@@ -194,6 +195,24 @@ def _settle_walked(
         action()
     settled.nodes = cut_stale(nodes, user_ns)
     settled.weights = weights if settled.released else None
+
+
+def _unreachable(candidates: list[Any], probe: Probe) -> set[int]:
+    """Ids of the models nothing of yours reaches: held by nothing the walk found, or only
+    through models that are so themselves (the layer an earlier run made, rebound since, whose
+    node list keeps the head it was called with: garbage in one cycle, not stale)."""
+    unreachable: set[int] = set()
+    grew = True
+    while grew:
+        grew = False
+        for model in candidates:
+            if id(model) not in unreachable and all(
+                chain.via is not None and id(chain.via) in unreachable
+                for chain in probe.chains.get(id(model), [])
+            ):
+                unreachable.add(id(model))
+                grew = True
+    return unreachable
 
 
 def _through_a_kept_models_node(chain: Chain, earlier: set[int]) -> bool:

@@ -228,9 +228,11 @@ def _first_paths(paths: tuple[str, ...], count: int = 3) -> str:
 def fmt_stale(held: HeldModels, with_command: bool = True) -> str:
     """``2 models from #3, #4 still alive (16.4 MiB weights): models[0], models[1] — ...``"""
     command = f" — {held.command}" if held.command and with_command else ""
+    # no path found (the walk's time ran out): not an empty holder
+    where = _first_paths(held.paths) if held.paths else "%nbguard leaks says where"
     return (
         f"{_models_from(held)} still alive ({fmt_size(held.weight_bytes)} weights, graphs "
-        f"not counted): {_first_paths(held.paths)}{command}"
+        f"not counted): {where}{command}"
     )
 
 
