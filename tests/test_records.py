@@ -140,3 +140,23 @@ def test_stale_models_no_path_was_found_for_point_to_leaks_not_to_nothing():
     named = dataclasses.replace(held, paths=("models[0]",))
     assert fmt_stale(named).endswith("not counted): models[0] — %nbguard free")
 
+
+def test_an_isolated_run_and_a_run_here_compare_no_rss():
+    """A label run here, then with ``--isolate``, then here: the isolated run's RSS is its own
+    process's, and ``vs previous`` read ``Δ RSS after +15.9 MiB`` between the child's and the
+    kernel's."""
+    from keras_nbguard.records.formatting import fmt_deltas
+
+    here = make_record(run_number=1, rss_after=700 * 2**20)
+    isolated = make_record(run_number=2, rss_after=740 * 2**20, isolated="fresh process")
+    again = make_record(run_number=3, rss_after=716 * 2**20)
+    there = isolated.compared_to(here)
+    assert there.delta_rss_after is None
+    assert fmt_deltas(there).endswith(
+        "Δ RSS after n/a (this run ran isolated: its RSS is another process's)"
+    )
+    back = again.compared_to(isolated)
+    assert back.delta_rss_after is None and "(#2 ran isolated" in fmt_deltas(back)
+    assert again.compared_to(here).delta_rss_after == 16 * 2**20  # both here: compared
+    both = make_record(run_number=4, rss_after=742 * 2**20, isolated="fresh process")
+    assert both.compared_to(isolated).delta_rss_after == 2 * 2**20  # each a fresh process

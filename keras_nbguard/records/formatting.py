@@ -281,7 +281,7 @@ def fmt_deltas(record: RunRecord) -> str:
         )
     rss = fmt_bytes(record.delta_rss_after, signed=True)
     if record.delta_rss_after is None:
-        rss += " (RSS unreadable)"
+        rss += f" ({unknowns.delta_rss_unknown(record)})"
     where = " (in an earlier kernel: a restart between)" if record.previous_elsewhere else ""
     return f"#{record.previous_run}{where}: Δ fit {fit}, Δ RSS after {rss}"
 

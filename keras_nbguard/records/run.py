@@ -156,6 +156,8 @@ class RunRecord:
     delta_rss_after: int | None = None
     previous_run: int | None = None
     previous_elsewhere: bool = False  # the previous run was in another kernel (before a restart)
+    # one of the two ran isolated (--isolate) and the other here: their RSS are two processes'
+    rss_elsewhere: bool = False
     # where the run happened, so history can span kernel restarts
     notebook: str | None = None
     cell_id: str | None = None
@@ -210,12 +212,15 @@ class RunRecord:
         """This record with its deltas against ``previous`` (the last run of the same label)."""
         if previous is None:
             return self
+        # an isolated run's RSS is its own process's: beside the kernel's it says nothing
+        elsewhere = bool(self.isolated) != bool(previous.isolated)
         return dataclasses.replace(
             self,
             previous_run=previous.run_number,
             previous_elsewhere=(previous.kernel_id, previous.pid) != (self.kernel_id, self.pid),
             delta_fit_seconds=_diff(self.fit_seconds, previous.fit_seconds),
-            delta_rss_after=_diff(self.rss_after, previous.rss_after),
+            delta_rss_after=None if elsewhere else _diff(self.rss_after, previous.rss_after),
+            rss_elsewhere=elsewhere,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -32,7 +32,12 @@ def delta_fit_unknown(record: RunRecord) -> str:
 
 
 def delta_rss_unknown(record: RunRecord) -> str:
-    return FIRST_RUN if record.previous_run is None else RSS_UNREADABLE
+    if record.previous_run is None:
+        return FIRST_RUN
+    if record.rss_elsewhere:
+        ran = "this run" if record.isolated else f"#{record.previous_run}"
+        return f"{ran} ran isolated: its RSS is another process's"
+    return RSS_UNREADABLE
 
 
 def gpu_unknown(record: RunRecord) -> str:
