@@ -357,6 +357,23 @@ def test_compact_line_says_the_last_run_its_trend_and_stale_models(keras_shell):
     line.close()
 
 
+def test_compact_line_gives_the_trend_of_the_last_runs_own_line():
+    """The last run isolated, or a sweep's point: the line gave the trend of the label's runs
+    here ("a trend needs 3 runs ... (0 so far)" after four isolated runs)."""
+    import types
+
+    from keras_nbguard.board.compact import CompactLine
+    from keras_nbguard.records.events import Events
+
+    records = [
+        make_record(run_number=n, rss_after=(700 + n) * 2**20, isolated="fresh process")
+        for n in range(1, 5)
+    ]
+    session = types.SimpleNamespace(runs=lambda: records, events=Events(lambda message: None))
+    text = CompactLine(session).line()  # type: ignore[arg-type]
+    assert " · RSS left +" in text and "a trend needs" not in text, text
+
+
 def test_clear_session_button_reports_rss_before_and_after(board):
     board.buttons["clear_session"].click()
     assert "clear_session:" in bottom(board) and "RSS" in bottom(board)
@@ -643,6 +660,20 @@ def test_a_sweeps_points_are_lines_of_their_own():
     fits = {t["label"]: t["x"] for t in data["traces"] if t["uid"].startswith("fit:fit:")}
     assert fits == {"sweep units=32": [1, 3], "sweep units=64": [2, 4]}
     assert data["trends"][0].startswith("sweep units=64")  # the last run's point first
+
+
+def test_a_labels_isolated_runs_are_a_line_of_their_own():
+    """A label run here, then with --isolate, then here: the isolated run's RSS is its child's,
+    and one line joined it to the kernel's (down 40 MiB and up again, though the kernel never
+    moved)."""
+    here = [make_record(run_number=n, rss_after=(800 + n) * 2**20) for n in (1, 2, 4, 5)]
+    isolated = make_record(run_number=3, rss_after=760 * 2**20, isolated="fresh process")
+    records = [*here[:2], isolated, *here[2:]]
+    data = figure_data(records)
+    rss = {t["label"]: t["x"] for t in data["traces"] if t["uid"].startswith("rss:after:")}
+    assert rss == {"mlp": [1, 2, 4, 5], "mlp (isolated)": [3]}, rss
+    words = trend_text(records, "mlp")  # the kernel's runs, 2, 4 and 5, after the warm-up
+    assert words.startswith("mlp: RSS left +") and "per run over runs 2–5" in words, words
 
 
 def test_a_sweep_reads_as_one_table_that_fills_in():

@@ -138,6 +138,20 @@ def test_rss_growing_every_run_is_state_growth_with_the_rate():
     assert finding.kind == "state_growth" and "grows 10.0 MiB a run" in finding.message
 
 
+def test_a_labels_isolated_runs_and_its_runs_here_are_two_series_not_one():
+    """Six runs here at a flat 500 MiB, then six with --isolate, each child at 900 MiB: one
+    series read as growth across the switch. An isolated run's RSS is its own process's."""
+    flat = runs_of([1.0] * 12, [500 * MiB] * 6 + [900 * MiB] * 6)
+    mixed = [
+        dataclasses.replace(r, isolated="fresh process") if i >= 6 else r
+        for i, r in enumerate(flat)
+    ]
+    assert diagnose(mixed) == []
+    assert "RSS left +0.0 MiB per run over runs 8–12" in trends_text("mlp", mixed)
+    back_here = [*mixed, dataclasses.replace(mixed[0], run_number=13, rss_after=500 * MiB)]
+    assert diagnose(back_here) == []  # the kernel's own series goes on
+
+
 def test_rss_after_swinging_up_while_each_next_run_starts_flat_is_no_growth():
     # RSS after each run rises 4 MiB a run (TensorFlow's thread arenas, freed heap not yet given
     # back), but every next run starts from 500 MiB once collected and trimmed: nothing stayed.
@@ -322,6 +336,27 @@ def test_a_clean_label_raises_nothing_and_kept_models_are_named(keras_shell):
     first, second = compared.first, compared.second
     assert rows["fit"][2] == fmt_seconds(second.fit_seconds - first.fit_seconds, signed=True)
     assert "clean #2" in compared.text() and "change" in compared.text()
+
+
+def test_compare_says_no_memory_change_between_an_isolated_run_and_one_here():
+    """The dashboard's compare picker, reuse #4 (isolated) with reuse #5 (here): `rss before
+    714.2 MiB → 755.7 MiB, +41.5 MiB`, the child's RSS against the kernel's."""
+    here = make_record(run_number=5, rss_before=755 * MiB, rss_after=760 * MiB)
+    isolated = make_record(
+        run_number=4, rss_before=714 * MiB, rss_after=742 * MiB, isolated="fresh process"
+    )
+    rows = {name: rest for name, *rest in Comparison(isolated, here).rows()}
+    assert rows["rss before"] == [
+        "714.0 MiB",
+        "755.0 MiB",
+        "n/a (#4 ran isolated: another process's)",
+    ]
+    assert rows["fit"][2] == "+0 ms"  # the fit is the fit, wherever it ran
+    both_here = {
+        n: rest
+        for n, *rest in Comparison(dataclasses.replace(isolated, isolated=None), here).rows()
+    }
+    assert both_here["rss before"][2] == "+41.0 MiB"
 
 
 def test_compare_names_runs_in_the_users_terms():

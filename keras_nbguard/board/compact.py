@@ -8,7 +8,7 @@ import html
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from keras_nbguard.board.figures import trend_text
+from keras_nbguard.board.figures import group_of, trend_text
 from keras_nbguard.records.formatting import fmt_seconds
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ class CompactLine:
             return "keras_nbguard · no run yet"
         last = runs[-1]
         parts = [f"keras_nbguard · {last.label} #{last.run_number} {last.status}", _fit(last)]
-        trend = trend_text(runs, last.label).split(": ", 1)[1]
+        trend = trend_text(runs, group_of(last)).split(": ", 1)[1]  # its line's
         parts.append(trend.split("; ")[0])  # the RSS trend (or "a trend needs 2 runs")
         stale = last.stale_models.count if last.stale_models is not None else 0
         if stale:

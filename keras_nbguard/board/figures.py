@@ -162,10 +162,11 @@ def trend_text(records: Sequence[RunRecord], label: str) -> str:
 
 def group_of(r: RunRecord) -> str:
     """A run's line on the charts: its label, and for a sweep's run its point too, so that each
-    point of a sweep run again and again is a line of its own ("mlp units=32")."""
-    if not r.params:
-        return r.label
-    return f"{r.label} {fmt_params(r.params)}"
+    point of a sweep run again and again is a line of its own ("mlp units=32"); an isolated run's
+    figures are its own process's, so a label's isolated runs are a line of their own beside its
+    runs in the kernel ("mlp (isolated)")."""
+    line = r.label if not r.params else f"{r.label} {fmt_params(r.params)}"
+    return f"{line} (isolated)" if r.isolated and not r.params else line
 
 
 def figure_data(

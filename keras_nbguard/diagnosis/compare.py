@@ -96,6 +96,10 @@ FIGURES: tuple[Figure, ...] = (
 )
 
 
+# figures of the process a run ran in: an isolated run's are its child's
+PROCESS_FIGURES = frozenset({"rss before", "rss after", "rss peak", "gpu peak"})
+
+
 @dataclass(frozen=True)
 class Comparison:
     first: RunRecord
@@ -105,9 +109,12 @@ class Comparison:
         """(figure, first, second, change); "n/a (why)" where a side is unknown, and the change
         then "n/a" (the side says why)."""
         rows = [("status", self.first.status, self.second.status, "")]
+        apart = self._one_isolated()
         for name, value, show, why in FIGURES:
             a, b = value(self.first), value(self.second)
             change = show(b - a, True) if a is not None and b is not None else NA
+            if apart and name in PROCESS_FIGURES:
+                change = f"{NA} ({apart})"
             rows.append(
                 (
                     name,
@@ -117,6 +124,13 @@ class Comparison:
                 )
             )
         return rows
+
+    def _one_isolated(self) -> str | None:
+        """Why two runs' memory can't be compared: one ran isolated, the other in the kernel."""
+        if bool(self.first.isolated) == bool(self.second.isolated):
+            return None
+        isolated = self.first if self.first.isolated else self.second
+        return f"#{isolated.run_number} ran isolated: another process's"
 
     def findings(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The findings each run's summary had that the other's did not, by kind (the texts

@@ -177,7 +177,11 @@ def span(runs: Sequence[RunRecord]) -> str:
 
 def this_kernel(runs: Sequence[RunRecord]) -> list[RunRecord]:
     """The runs since the latest start of a kernel process (a new kernel id, the same id in a new
-    process — "Restart kernel" keeps the id — or run numbers that went back: an old history)."""
+    process — "Restart kernel" keeps the id — or run numbers that went back: an old history), of
+    the latest run's kind: an isolated run's figures are its own fresh process's, which beside
+    the kernel's say nothing (a label run now here, now with --isolate is two series)."""
+    if runs and any(bool(r.isolated) != bool(runs[-1].isolated) for r in runs):
+        runs = [r for r in runs if bool(r.isolated) == bool(runs[-1].isolated)]
     for i in range(len(runs) - 1, 0, -1):
         a, b = runs[i - 1], runs[i]
         if b.run_number <= a.run_number or (
