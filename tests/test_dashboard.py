@@ -237,6 +237,10 @@ def test_the_dashboard_is_whole_when_its_cell_ends_and_holds_no_plotly(keras_she
     # made after a run: its live panel shows that run, not "no run yet"
     assert "last run: mlp #1 (ok)" in board._top.value
     assert len(state["live"]["t"]) > 0
+    # an isolated run's RSS over time is its child's: the panel says whose
+    isolated = make_record(run_number=2, isolated="fresh process", rss_samples=((0.0, 2**30),))
+    keras_nbguard.get_session().events.emit("record", isolated)
+    assert "last run: mlp #2 (ok), the RSS of its own process" in board._top.value
     board.detach()
 
 

@@ -155,6 +155,8 @@ class Dashboard:
             rss = [v / 2**20 for _, v in samples]
             self._live = ([t for t, _ in samples], rss, epochs, fits)
             self._live_title = f"last run: {record.label} #{record.run_number} ({record.status})"
+            if record.isolated:  # the samples are its child's, not this kernel's
+                self._live_title += ", the RSS of its own process"
         self.refresh()
 
     def _on_action(self, report: ActionReport) -> None:
