@@ -47,6 +47,49 @@ def test_an_unchanged_cell_runs_the_same_code_objects_and_tensorflow_keeps_no_ol
     assert len({id(ref()) for ref in fresh}) == 3 and all(ref() is not None for ref in fresh)
 
 
+# The code objects of IPython's timing magics on the running stack (kept: ids alone could
+# be reused once one is freed).
+TIMED_FRAMES = """
+import sys
+def note_timed():
+    frame, here = sys._getframe(), []
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(("<timed ", "<magic-timeit>")):
+            here.append(frame.f_code)
+        frame = frame.f_back
+    seen.append(here)
+"""
+
+
+def test_timing_magics_in_a_cell_run_the_code_of_its_last_run(keras_shell):
+    """``%time model.fit(...)`` compiles its statement at every call: a new code object in the
+    stack of every op TensorFlow traces, a new key of its stack cache (+1.5 MiB a run on a
+    small MLP). In a ``%%kerasrun`` cell each timing magic runs the code of its last run."""
+    keras_shell.user_ns["seen"] = []
+    assert run(keras_shell, TIMED_FRAMES).success
+    cell = (
+        "%%kerasrun --label timed --quiet\n"
+        "model = make_model()\n"
+        "%time model.fit(x, y, epochs=1, verbose=0); note_timed()\n"
+        "%timeit -n1 -r1 note_timed()\n"
+    )
+    for _ in range(3):
+        assert run(keras_shell, cell).success
+    seen = keras_shell.user_ns["seen"]
+    assert [len(frames) for frames in seen] == [1, 1] * 3  # <timed exec>, then <magic-timeit>
+    timed, timeit = [[frames[0] for frames in seen[i::2]] for i in (0, 1)]
+    assert all(code is timed[0] for code in timed) and timed[0].co_filename == "<timed exec>"
+    assert all(code is timeit[0] for code in timeit) and timeit[0] is not timed[0]
+
+    # A plain cell's %time compiles anew, as IPython does.
+    keras_shell.user_ns["seen"] = []
+    plain = "%time model = make_model(); model.fit(x, y, epochs=1, verbose=0); note_timed()"
+    for _ in range(2):
+        assert run(keras_shell, plain).success
+    fresh = [frames[0] for frames in keras_shell.user_ns["seen"]]
+    assert len(fresh) == 2 and fresh[0] is not fresh[1]
+
+
 def test_a_changed_cell_compiles_anew(shell):
     assert run(shell, "%%kerasrun --label v --quiet\nvalue = 1").success
     assert run(shell, "%%kerasrun --label v --quiet\nvalue = 2").success

@@ -215,7 +215,7 @@ class KerasMagics(Magics):
         __tracebackhide__ = True
         if _isolated_line(line):
             return self._isolated(line, cell)
-        with self._measured(line, cell):
+        with self._measured(line, cell), self._timing_magics_kept():
             return run_cell_body(self.shell, f"%%kerasrun {line}".rstrip(), cell)
 
     async def kerasrun_async(self, line: str, cell: str) -> Any:
@@ -223,8 +223,14 @@ class KerasMagics(Magics):
         __tracebackhide__ = True
         if _isolated_line(line):
             return self._isolated(line, cell)  # the child process awaits it
-        with self._measured(line, cell):
+        with self._measured(line, cell), self._timing_magics_kept():
             return await run_cell_body_async(self.shell, f"%%kerasrun {line}".rstrip(), cell)
+
+    def _timing_magics_kept(self) -> contextlib.AbstractContextManager[None]:
+        """A ``%time`` in the body runs the code of its last run (stable_code.py says why)."""
+        if self.stable_code is None:
+            return contextlib.nullcontext()
+        return self.stable_code.running_body()
 
     def _isolated(self, line: str, cell: str) -> Any:
         """``--isolate`` / ``--sweep``: the cell runs in fresh processes (isolation/)."""
