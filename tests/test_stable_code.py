@@ -81,6 +81,18 @@ def test_timing_magics_in_a_cell_run_the_code_of_its_last_run(keras_shell):
     assert all(code is timed[0] for code in timed) and timed[0].co_filename == "<timed exec>"
     assert all(code is timeit[0] for code in timeit) and timeit[0] is not timed[0]
 
+    # %%time above the magic: its cell, and the expression it compiles the rest into, are the
+    # same again (with the body: three code objects under every op).
+    keras_shell.user_ns["seen"] = []
+    outer = "%%time\n%%kerasrun --label timed --quiet\nnote_timed()\n" + CELL_FRAMES
+    for _ in range(2):
+        assert run(keras_shell, outer).success
+    seen = keras_shell.user_ns["seen"]  # each run: its <timed eval> code, then its cells'
+    (timed, cells), (timed_again, cells_again) = seen[0:2], seen[2:4]
+    assert [code.co_filename for code in timed] == ["<timed eval>"] and len(cells) == 2
+    assert timed[0] is timed_again[0]
+    assert [ref() for ref in cells] == [ref() for ref in cells_again]  # the body's, the cell's
+
     # A plain cell's %time compiles anew, as IPython does.
     keras_shell.user_ns["seen"] = []
     plain = "%time model = make_model(); model.fit(x, y, epochs=1, verbose=0); note_timed()"

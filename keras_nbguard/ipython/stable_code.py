@@ -83,23 +83,28 @@ def point_traceback_at(compiler: Any, reused_filename: str, number: Any) -> None
 
 def is_kerasrun_cell(tree: Any) -> bool:
     """Whether ``tree`` is what IPython makes of a ``%%kerasrun`` cell: one call of
-    ``run_cell_magic('kerasrun', ...)`` (or, for an awaiting body, of ``kerasrun_async``)."""
+    ``run_cell_magic('kerasrun', ...)`` (or, for an awaiting body, of ``kerasrun_async``), as a
+    statement or, as ``%%time`` compiles it, an expression; or a cell magic above ours."""
     body = getattr(tree, "body", None)
-    if not isinstance(body, list) or len(body) != 1 or not isinstance(body[0], ast.Expr):
+    if isinstance(tree, ast.Expression):  # as %%time above it compiles the cell
+        call = body
+    elif not isinstance(body, list) or len(body) != 1 or not isinstance(body[0], ast.Expr):
         return False
-    call = body[0].value
+    else:
+        call = body[0].value
     if isinstance(call, ast.Await):
         call = call.value
     if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute):
         return False
     if call.func.attr == AWAITING_CALL:
         return True
-    first = call.args[0] if call.args else None
-    return (
-        call.func.attr == "run_cell_magic"
-        and isinstance(first, ast.Constant)
-        and first.value == MAGIC_NAME
-    )
+    if call.func.attr != "run_cell_magic" or len(call.args) < 3:
+        return False
+    name, body = call.args[0], call.args[2]
+    if isinstance(name, ast.Constant) and name.value == MAGIC_NAME:
+        return True
+    # another cell magic above ours (%%time): it runs a %%kerasrun cell in its turn
+    return isinstance(body, ast.Constant) and str(body.value).startswith(f"%%{MAGIC_NAME}")
 
 
 class StableCellCode:
@@ -140,7 +145,9 @@ class StableCellCode:
         ) -> CodeType:
             if args or kwargs:
                 return original.__call__(self, source, filename, symbol, *args, **kwargs)
-            if filename in TIMING_MAGIC_FILES and stable._bodies_running:
+            if filename in TIMING_MAGIC_FILES and (
+                stable._bodies_running or is_kerasrun_cell(source)  # %%time above the magic
+            ):
                 code, _ = cache.get_or_compile(  # (a tree: the magic parsed its statement)
                     compiled_from(source, None, shell),
                     f"{filename} {symbol}",
