@@ -58,6 +58,37 @@ def test_read_then_write_names_go_in_and_come_back(shell):
     assert "items (pickle" in words and "counter (pickle" in words
 
 
+def test_a_model_a_with_block_builds_is_the_cells_own_not_sent(shell):
+    """keras.io's distributed training guide builds its model in ``with strategy.scope():``.
+    The block's body runs whole, so the kernel's model of the last run was not needed in the
+    child, yet it was sent at every run (3.1 MiB there; a large model's seconds). Under a
+    manager that may swallow an error (``suppress``) the body may stop early: sent, as before."""
+    setup = (
+        "import contextlib\nimport numpy as np\nimport tensorflow as tf\nimport keras\n"
+        "def make():\n"
+        "    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])\n"
+        "    m.compile('sgd', 'mse')\n"
+        "    return m\n"
+        "x, y = np.ones((8, 4), 'float32'), np.ones((8, 1), 'float32')\n"
+        "model = make()\n"
+    )
+    assert run(shell, setup).success
+    for label, manager in (
+        ("scoped", "tf.device('/CPU:0')"),
+        ("swallowed", "contextlib.suppress(ValueError)"),
+    ):
+        cell = (
+            f"%%kerasrun --isolate --label {label} --quiet\n"
+            f"with {manager}:\n"
+            "    model = make()\n"
+            "model.fit(x, y, epochs=1, verbose=0)\n"
+        )
+        with capture_output() as seen:
+            result = run(shell, cell)
+        assert result.success, (result.error_in_exec, seen.stdout, seen.stderr)
+        assert ("model (keras" in _sent(label)) is (label == "swallowed"), _sent(label)
+
+
 TEXT_SETUP = """\
 import numpy as np
 import tensorflow as tf

@@ -190,6 +190,7 @@ def _deleted_names(stmt: ast.stmt) -> list[str]:
 def _surely_bound(stmt: ast.stmt) -> set[str]:
     """Names a top-level statement binds whenever it completes (not in a branch or a loop)."""
     targets: list[ast.expr] = []
+    in_body: set[str] = set()
     if isinstance(stmt, ast.Assign):
         targets = stmt.targets
     elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) and (
@@ -198,15 +199,34 @@ def _surely_bound(stmt: ast.stmt) -> set[str]:
         targets = [stmt.target]
     elif isinstance(stmt, ast.With):
         targets = [i.optional_vars for i in stmt.items if i.optional_vars is not None]
+        # its body runs whole (``with strategy.scope(): model = ...``: the model is the cell's,
+        # nothing to send), unless its manager may swallow an error and skip the rest
+        if not any(_may_swallow(item.context_expr) for item in stmt.items):
+            in_body = _surely_bound_in(stmt.body)
     elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return {stmt.name}
     elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
         return {(a.asname or a.name).split(".")[0] for a in stmt.names}
-    bound = {p.id for t in targets for p in _unpacked(t) if isinstance(p, ast.Name)}
+    bound = in_body | {p.id for t in targets for p in _unpacked(t) if isinstance(p, ast.Name)}
     for node in ast.walk(stmt):  # walrus
         if isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name):
             bound.add(node.target.id)
     return bound
+
+
+def _surely_bound_in(body: list[ast.stmt]) -> set[str]:
+    bound: set[str] = set()
+    for stmt in body:
+        bound = (bound - set(_deleted_names(stmt))) | _surely_bound(stmt)
+    return bound
+
+
+def _may_swallow(manager: ast.expr) -> bool:
+    """``contextlib.suppress(...)`` or ``suppress(...)``: an error in the body ends it quietly,
+    and what its later lines bind may never be bound."""
+    called = manager.func if isinstance(manager, ast.Call) else manager
+    name = called.attr if isinstance(called, ast.Attribute) else getattr(called, "id", "")
+    return name == "suppress"
 
 
 def _bound_anywhere(tree: ast.AST) -> list[str]:
