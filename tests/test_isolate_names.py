@@ -89,6 +89,28 @@ def test_a_model_a_with_block_builds_is_the_cells_own_not_sent(shell):
         assert ("model (keras" in _sent(label)) is (label == "swallowed"), _sent(label)
 
 
+def test_a_pipeline_the_isolated_cell_made_is_said_to_stay_there_in_the_users_words(shell):
+    """keras.io's distributed training guide makes its datasets in the training cell. Pickling
+    one back failed with "Cannot convert a Tensor of dtype variant to a NumPy array", which
+    says nothing of what to do."""
+    cell = (
+        "%%kerasrun --isolate --label made --quiet\n"
+        "import tensorflow as tf\n"
+        "train_ds, test_ds = tf.data.Dataset.range(8).batch(2), tf.data.Dataset.range(4)\n"
+        "count = int(train_ds.cardinality())\n"
+    )
+    with capture_output() as seen:
+        result = run(shell, cell)
+    assert result.success, (result.error_in_exec, seen.stdout, seen.stderr)
+    assert shell.user_ns["count"] == 4 and "train_ds" not in shell.user_ns
+    words = _sent("made")
+    assert (
+        "train_ds and test_ds (each a tf.data pipeline: it stays in the process "
+        "that made it; make it in a cell of its own to have it here and in isolated runs)"
+    ) in words, words
+    assert "variant" not in words
+
+
 TEXT_SETUP = """\
 import numpy as np
 import tensorflow as tf

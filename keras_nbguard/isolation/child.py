@@ -198,6 +198,7 @@ def _collect(
     models beside ``best_model = models[0]``) travels once too, the pickle holding its key: in
     the kernel, ``best_model is models[0]`` as it was in the cell. A model that is a layer of
     another one sent back says where (``nested_models``)."""
+    from keras_nbguard.isolation.kinds import is_dataset
     from keras_nbguard.isolation.names import describe
     from keras_nbguard.isolation.nested_models import links
 
@@ -226,6 +227,9 @@ def _collect(
         if _symbolic(value):
             not_sent[name] = "a symbolic tensor of the cell's Keras graph: it stays there"
             continue
+        if is_dataset(value):  # pickling says "Cannot convert a Tensor of dtype variant ..."
+            not_sent[name] = PIPELINE_STAYS
+            continue
         slot, held = _held_model(value, models)
         try:
             if held is None:
@@ -243,6 +247,13 @@ def _collect(
             not_sent[name] = f"{describe(value)}: {exc}"
     not_sent.pop(LAST, None)  # not a name: the value is shown as IPython would show it instead
     return outputs, not_sent
+
+
+# A pipeline made in a cell of its own is the kernel's, and reaches isolated runs (replayed)
+PIPELINE_STAYS = (
+    "a tf.data pipeline: it stays in the process that made it; make it in a cell of its own "
+    "to have it here and in isolated runs"
+)
 
 
 def _model_classes() -> tuple[type, ...]:
