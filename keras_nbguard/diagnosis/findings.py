@@ -38,9 +38,9 @@ WRITER_BYTES = 64 * 2**10  # a callback method writing this much over a fit is c
 CHECKPOINT_SHARE = 0.10  # ...and named when its share of the fit time is this at least
 INPUT_SHARE = 0.50  # making a Python input's batches, as a share of the fit: it waits for them
 TRACES_PER_FIT = 4  # JAX: compilations of Keras' steps per fit beyond which retracing is named
-LOOP_CALLS = 10  # predict (or evaluate) calls of one batch each in a run, at least...
+LOOP_CALLS = 10  # predict (evaluate, fit) calls of one batch each in a run, at least...
 LOOP_SECONDS = 0.5  # ...taking this long in all...
-LOOP_SHARE = 0.20  # ...and this share of the run: named inference_loop
+LOOP_SHARE = 0.20  # ...and this share of the run: named inference_loop (fit_loop)
 # TensorFlow warns "5 out of the last N calls to <f> triggered tf.function retracing" once one
 # function traced this often (tf 2.21: polymorphic_function.FREQUENT_TRACING_WARNING_THRESHOLD):
 # a tf.function traced for this many distinct inputs (Python values, shapes) within a run is
