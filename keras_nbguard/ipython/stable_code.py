@@ -100,11 +100,11 @@ def is_kerasrun_cell(tree: Any) -> bool:
         return True
     if call.func.attr != "run_cell_magic" or len(call.args) < 3:
         return False
-    name, body = call.args[0], call.args[2]
+    name, cell = call.args[0], call.args[2]
     if isinstance(name, ast.Constant) and name.value == MAGIC_NAME:
         return True
     # another cell magic above ours (%%time): it runs a %%kerasrun cell in its turn
-    return isinstance(body, ast.Constant) and str(body.value).startswith(f"%%{MAGIC_NAME}")
+    return isinstance(cell, ast.Constant) and str(cell.value).startswith(f"%%{MAGIC_NAME}")
 
 
 class StableCellCode:
