@@ -219,7 +219,10 @@ def test_fit_called_step_by_step_is_a_fit_loop_with_train_on_batch_as_the_advice
     assert "fit sets up its data adapter, callbacks and progress for every call" in finding.message
     assert "`model.train_on_batch(x, y)`" in finding.advice
     # the same steps in one fit: no loop to speak of
-    whole = "%%kerasrun --label whole --quiet\nmodel = make_model()\nmodel.fit(x[:20], y[:20], batch_size=1, verbose=0)\n"
+    whole = (
+        "%%kerasrun --label whole --quiet\nmodel = make_model()\n"
+        "model.fit(x[:20], y[:20], batch_size=1, verbose=0)\n"
+    )
     assert run(keras_shell, whole).success
     assert not [f for f in keras_nbguard.diagnose("whole") if f.kind == "fit_loop"]
 

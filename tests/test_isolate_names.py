@@ -29,6 +29,13 @@ def _sent(label: str) -> str:
     return record.isolated
 
 
+def _ran(shell, cell: str) -> None:
+    """Run ``cell``; if it failed, say so with what it printed."""
+    with capture_output() as seen:
+        result = run(shell, cell)
+    assert result.success, (result.error_in_exec, seen.stdout, seen.stderr)
+
+
 def test_read_then_write_names_go_in_and_come_back(shell):
     setup = (
         "import numpy as np\nn = 5\nitems = [1]\ncounter = 0\ngone = 'x'\n"
@@ -46,9 +53,7 @@ def test_read_then_write_names_go_in_and_come_back(shell):
         "    counter += 1\n"
         "bump()\n"
     )
-    with capture_output() as seen:
-        result = run(shell, cell)
-    assert result.success, (result.error_in_exec, seen.stdout, seen.stderr)
+    _ran(shell, cell)
     ns = shell.user_ns
     assert ns["n"] == 6 and ns["items"] == [1, 6] and ns["counter"] == 1
     assert ns["arr"][0] == 7 and ns["arr"].flags.writeable  # a writable copy went, and came back
@@ -83,9 +88,7 @@ def test_a_model_a_with_block_builds_is_the_cells_own_not_sent(shell):
             "    model = make()\n"
             "model.fit(x, y, epochs=1, verbose=0)\n"
         )
-        with capture_output() as seen:
-            result = run(shell, cell)
-        assert result.success, (result.error_in_exec, seen.stdout, seen.stderr)
+        _ran(shell, cell)
         assert ("model (keras" in _sent(label)) is (label == "swallowed"), _sent(label)
 
 
@@ -99,9 +102,7 @@ def test_a_pipeline_the_isolated_cell_made_is_said_to_stay_there_in_the_users_wo
         "train_ds, test_ds = tf.data.Dataset.range(8).batch(2), tf.data.Dataset.range(4)\n"
         "count = int(train_ds.cardinality())\n"
     )
-    with capture_output() as seen:
-        result = run(shell, cell)
-    assert result.success, (result.error_in_exec, seen.stdout, seen.stderr)
+    _ran(shell, cell)
     assert shell.user_ns["count"] == 4 and "train_ds" not in shell.user_ns
     words = _sent("made")
     assert (
@@ -141,9 +142,7 @@ batches = sum(1 for _ in train_ds)
 def test_an_adapted_text_vectorization_and_its_pipeline_reach_the_child(shell):
     assert run(shell, TEXT_SETUP).success
     setup = _cell_number(shell)
-    with capture_output() as seen:
-        result = run(shell, TEXT_TRAIN)
-    assert result.success, (result.error_in_exec, seen.stdout, seen.stderr)
+    _ran(shell, TEXT_TRAIN)
     ns = shell.user_ns
     layer = ns["vectorize_layer"]
     assert ns["vocab"] == layer.get_vocabulary()  # the same vocabulary in the child
@@ -190,9 +189,7 @@ def test_an_adapted_feature_space_feeds_a_replayed_pipeline_in_the_child(shell):
     encoders at its first call, inside the replayed ``map``'s graph, and Keras failed there
     (``OperatorNotAllowedInGraphError``): the example could not run with ``--isolate``."""
     assert run(shell, FEATURES_SETUP).success
-    with capture_output() as seen:
-        result = run(shell, FEATURES_TRAIN)
-    assert result.success, (result.error_in_exec, seen.stdout, seen.stderr)
+    _ran(shell, FEATURES_TRAIN)
     ns = shell.user_ns
     assert ns["width"] == int(next(iter(ns["preprocessed_train_ds"]))[0].shape[-1])
     (record,) = keras_nbguard.runs("features")
@@ -230,9 +227,7 @@ top = float(max(float(tf.reduce_max(x)) for x, _ in ds_train))
 def test_a_tf_data_pipeline_built_in_a_setup_cell_is_replayed_for_an_isolated_fit(shell):
     assert run(shell, PIPELINE_SETUP).success
     setup = _cell_number(shell)
-    with capture_output() as seen:
-        result = run(shell, PIPELINE_TRAIN)
-    assert result.success, (result.error_in_exec, seen.stdout, seen.stderr)
+    _ran(shell, PIPELINE_TRAIN)
     ns = shell.user_ns
     assert ns["shapes"] == [(64, 28, 28, 1)] * 4  # map, cache, shuffle, batch: as built here
     assert 0.9 < ns["top"] <= 1.0  # normalized by the notebook's own function
@@ -273,9 +268,7 @@ combined.fit(noise, np.zeros((16, 1)), epochs=1, verbose=0)
 
 def test_a_sub_model_built_in_a_setup_cell_is_used_in_an_isolated_cell(shell):
     assert run(shell, SUBMODEL_SETUP).success
-    with capture_output() as seen:
-        result = run(shell, SUBMODEL_TRAIN)
-    assert result.success, (result.error_in_exec, seen.stdout, seen.stderr)
+    _ran(shell, SUBMODEL_TRAIN)
     ns = shell.user_ns
     assert ns["same"] is True  # its weights came along
     assert ns["factor"] == ("Scale", 3.0)  # and the notebook's class it is made of
@@ -293,9 +286,7 @@ def test_a_pipeline_with_no_cell_to_replay_is_saved_by_tf_data(shell):
     )
     assert shell.run_cell(made, store_history=False).success
     total = "total = int(sum(int(tf.reduce_sum(b)) for b in saved_ds))\n"
-    with capture_output() as seen:
-        result = run(shell, "%%kerasrun --isolate --label saved --quiet\n" + total)
-    assert result.success, (result.error_in_exec, seen.stdout, seen.stderr)
+    _ran(shell, "%%kerasrun --isolate --label saved --quiet\n" + total)
     assert shell.user_ns["total"] == 90
     assert "saved_ds (tf.data " in _sent("saved") and "earlier run" not in _sent("saved")
     # saved once: the pipeline can't change, and saving runs it in the kernel (time, and
