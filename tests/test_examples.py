@@ -61,6 +61,7 @@ def test_the_corpus_holds_every_example_the_issue_names():
 
 
 @pytest.mark.parametrize("name", list(EXAMPLES))
+@pytest.mark.usefixtures("unhurried_walk")  # conftest: the release step's walk, under load
 def test_example_runs_under_kerasrun_on_keras3(shell, name):
     seen = run_example(shell, name, "kerasrun", RUNS, "keras3")
     _check_runs(seen, "Keras 3")
