@@ -14,6 +14,34 @@ def test_dict_round_trip_keeps_every_field():
     assert RunRecord.from_dict(record.to_dict()) == record
 
 
+def test_a_newer_writers_fields_are_ignored_at_every_depth():
+    # every kernel of a machine writes one history, whatever version of ours each runs: a
+    # record a newer version wrote (a field added to the deep clean's report) made reading the
+    # whole history raise, the history page and `runs()` of every notebook with it
+    from keras_nbguard.records.calls import CallbackTime, InferenceRecord
+    from keras_nbguard.records.run import CleanReport, Growth, HeldModels
+
+    fit = dataclasses.replace(
+        make_record().fits[0], callbacks=(CallbackTime("Cb.on_epoch_end", 0.1, 2),)
+    )
+    record = make_record(
+        fits=(fit,),
+        deep_clean=CleanReport(available=True, entries=2, runs=1),
+        growth=(Growth(name="histories", kind="list", items=3, bytes=1024),),
+        inference=(InferenceRecord(kind="predict", seconds=0.2),),
+        released_models=HeldModels(count=1, runs=(2,), paths=("Out[3]",)),
+        stale_models=HeldModels(count=1, runs=(1,), paths=("keep[0]",)),
+    )
+    data = record.to_dict()
+    newer = {**data, "added_later": 1}
+    for key in ("gpu", "deep_clean", "released_models", "stale_models"):
+        newer[key] = {**data[key], "added_later": 1}
+    for key in ("fits", "growth", "inference"):
+        newer[key] = [{**item, "added_later": 1} for item in data[key]]
+    newer["fits"][0]["callbacks"] = [{**data["fits"][0]["callbacks"][0], "added_later": 1}]
+    assert RunRecord.from_dict(newer) == record
+
+
 def test_unknown_figures_show_as_na_never_zero():
     record = make_record(
         rss_before=None, rss_after=None, rss_peak=None, traces=None, fit_seconds=None, fits=()

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, fields, replace
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def from_fields(cls: type[T], data: dict[str, Any]) -> T:
+    """``cls(**data)`` without the keys ``cls`` has no field for: what a newer version of ours
+    added. Every kernel of a machine writes one run history, whatever version each runs."""
+    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in data.items() if k in known})
 
 
 @dataclass(frozen=True)
@@ -61,12 +70,13 @@ class FitRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FitRecord:
-        return cls(
-            **{
+        return from_fields(
+            cls,
+            {
                 **data,
                 "epoch_seconds": tuple(data.get("epoch_seconds", ())),
-                "callbacks": tuple(CallbackTime(**c) for c in data.get("callbacks", ())),
-            }
+                "callbacks": tuple(from_fields(CallbackTime, c) for c in data.get("callbacks", ())),
+            },
         )
 
 

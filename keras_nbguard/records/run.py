@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from keras_nbguard.records import unknowns
-from keras_nbguard.records.calls import FitRecord, InferenceRecord
+from keras_nbguard.records.calls import FitRecord, InferenceRecord, from_fields
 from keras_nbguard.records.formatting import (
     NA,
     clean_worth_showing,
@@ -233,31 +233,33 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
-        known = {f.name for f in dataclasses.fields(cls)}
-        data = {k: v for k, v in data.items() if k in known}  # a newer writer's extras: ignored
+        data = dict(data)  # (a newer writer's extras are left out at every depth: from_fields)
         data["fits"] = tuple(FitRecord.from_dict(f) for f in data.get("fits", ()))
-        data["gpu"] = GpuReading(**(data.get("gpu") or {}))
+        data["gpu"] = from_fields(GpuReading, data.get("gpu") or {})
         for key in ("warnings", "advice", "findings"):
             data[key] = tuple(data.get(key, ()))
         data["traced"] = tuple((name, count) for name, count in data.get("traced", ()))
         data["signatures"] = tuple((name, n) for name, n in data.get("signatures", ()))
         data["own_time"] = tuple((part, s) for part, s in data.get("own_time", ()))
-        data["growth"] = tuple(Growth(**g) for g in data.get("growth", ()))
-        data["inference"] = tuple(InferenceRecord(**i) for i in data.get("inference", ()))
+        data["growth"] = tuple(from_fields(Growth, g) for g in data.get("growth", ()))
+        data["inference"] = tuple(
+            from_fields(InferenceRecord, i) for i in data.get("inference", ())
+        )
         data["rss_samples"] = tuple(tuple(s) for s in data.get("rss_samples", ()))
         if data.get("deep_clean"):
-            data["deep_clean"] = CleanReport(**data["deep_clean"])
+            data["deep_clean"] = from_fields(CleanReport, data["deep_clean"])
         for key in ("released_models", "stale_models"):
             if data.get(key):
                 held = data[key]
-                data[key] = HeldModels(
-                    **{
+                data[key] = from_fields(
+                    HeldModels,
+                    {
                         **held,
                         "runs": tuple(held.get("runs", ())),
                         "paths": tuple(held.get("paths", ())),
-                    }
+                    },
                 )
-        return cls(**data)
+        return from_fields(cls, data)
 
     # -- display -------------------------------------------------------------------------------
     def _wall_covers(self) -> str:
