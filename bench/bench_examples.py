@@ -5,6 +5,7 @@
     python bench/bench_examples.py --only mnist_convnet --modes bare,kerasrun --runs 8
     python bench/bench_examples.py --keras tf_keras          # the examples that run on Keras 2
     python bench/bench_examples.py --only gan --save out/    # keep the runs; --load out/ reprints
+    python bench/bench_examples.py --backend jax --only mnist_convnet --modes kerasrun
 
 Each (example, way) runs in a fresh Python process (``bench/examples/runner.py``): a real
 IPython shell, the setup cell once, the train cell N times. Per example it prints:
@@ -213,6 +214,12 @@ def main() -> None:
     parser.add_argument("--only", default=None, help=f"comma-separated, of: {', '.join(every)}")
     parser.add_argument("--modes", default=",".join(MODES), help=f"of: {', '.join(MODES)}")
     parser.add_argument("--keras", choices=("keras3", "tf_keras"), default="keras3")
+    parser.add_argument(
+        "--backend",
+        choices=("tensorflow", "jax", "torch"),
+        default="tensorflow",
+        help="Keras 3's backend (an example written for TensorFlow alone fails on the others)",
+    )
     parser.add_argument("--save", metavar="DIR", help="keep each (example, way)'s runs as JSON")
     parser.add_argument(
         "--load", metavar="DIR", help="measure nothing: print the figures --save kept in DIR"
@@ -222,11 +229,13 @@ def main() -> None:
     modes = args.modes.split(",")
     if unknown := [n for n in names if n not in every] + [m for m in modes if m not in MODES]:
         parser.error(f"unknown: {', '.join(unknown)}")
+    if args.keras == "tf_keras" and args.backend != "tensorflow":
+        parser.error("Keras 2 (tf_keras) runs on TensorFlow only")
     skipped = [n for n in names if args.keras not in every[n].kerases]
     names = [n for n in names if n not in skipped]
     first = FIRST if args.runs >= FIRST + 2 else 1
     print(
-        f"{args.runs} runs per (example, way), each way in a fresh process; {args.keras}; "
+        f"{args.runs} runs per (example, way), each way in a fresh process; {_keras(args)}; "
         f"RSS slope over runs {first}-{args.runs} in MiB/run: least squares [Theil-Sen]; "
         f"times: median of runs 2-{args.runs}. Ways run one after another (not interleaved): "
         f"times are noisy on a shared machine."
@@ -279,14 +288,20 @@ def main() -> None:
 
 def _seen(name: str, mode: str, args: argparse.Namespace) -> dict[str, Any] | None:
     """One (example, way): measured (and kept under --save), or read back (--load)."""
-    kept = Path(args.load or args.save or ".") / f"{args.keras}-{name}-{mode}.json"
+    kept = Path(args.load or args.save or ".") / f"{_keras(args)}-{name}-{mode}.json"
     if args.load:
         return json.loads(kept.read_text()) if kept.exists() else None
-    seen: dict[str, Any] = measure(name, mode, args.runs, args.keras)[name]
+    backend = {"KERAS_BACKEND": args.backend}
+    seen: dict[str, Any] = measure(name, mode, args.runs, args.keras, environ=backend)[name]
     if args.save:
         kept.parent.mkdir(parents=True, exist_ok=True)
         kept.write_text(json.dumps(seen))
     return seen
+
+
+def _keras(args: argparse.Namespace) -> str:
+    """``keras3``, ``tf_keras``, or ``keras3-jax``: which Keras ran, in the output and --save."""
+    return args.keras if args.backend == "tensorflow" else f"{args.keras}-{args.backend}"
 
 
 def _table(table: dict[str, dict[str, dict[str, Any]]], modes: list[str], runs: int) -> None:
