@@ -4,6 +4,7 @@
     python bench/bench_overhead.py --only mnist_convnet,dense512 --pairs 10
     python bench/bench_overhead.py --apart 2        # also each way in kernels of its own
     python bench/bench_overhead.py --jupyter 2      # also in real Jupyter kernels, as in a notebook
+    python bench/bench_overhead.py --keras tf_keras # the examples that run on Keras 2
 
 One fresh process per example, in a real ``InteractiveShell``: the setup cell once, one warm-up of
 each way, then the train cell bare and under ``%%kerasrun --quiet`` alternately (ABAB, so the
@@ -37,11 +38,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_cells import FIT, SETUP
-from bench.examples import examples
+from bench.examples import KERASES, Example, examples
 
 # the issue's own cell: bench_cells.py's Dense(512) model, built, compiled and fit for one epoch
-DENSE512_SETUP = SETUP
-DENSE512_TRAIN = f"model = make_model()\n{FIT}\n"
+DENSE512 = Example(
+    name="dense512",
+    follows="issue 23's Dense(512) cell",
+    setup=SETUP,
+    train=f"model = make_model()\n{FIT}\n",
+    kerases=KERASES,
+)
 
 CHILD = """
 import gc, json, os, statistics, sys, time
@@ -207,12 +213,22 @@ def main() -> None:
         default=0,
         help="also: each way in real Jupyter kernels, ROUNDS of each, --pairs runs a kernel",
     )
+    parser.add_argument("--keras", choices=KERASES, default="keras3")
     args = parser.parse_args()
-    cases = {"dense512": (DENSE512_SETUP, DENSE512_TRAIN)}
-    cases.update({e.name: (e.setup, e.train) for e in examples().values()})
+    if args.keras == "tf_keras":
+        os.environ["TF_USE_LEGACY_KERAS"] = "1"  # every child's tf.keras is tf_keras, too
+    everything = {"dense512": DENSE512, **examples()}
+    cases = {
+        name: (e.cell("setup", args.keras), e.cell("train", args.keras))
+        for name, e in everything.items()
+        if args.keras in e.kerases
+    }
     chosen = args.only.split(",") if args.only else list(cases)
+    unknown = [name for name in chosen if name not in cases]
+    if unknown:
+        parser.error(f"not on {args.keras}: {', '.join(unknown)}; these are: {', '.join(cases)}")
     print(
-        f"%%kerasrun's cost per run, {args.pairs} interleaved pairs per example, "
+        f"%%kerasrun's cost per run on {args.keras}, {args.pairs} interleaved pairs per example, "
         f"{os.cpu_count()} CPUs; medians; goal: + <= max(50 ms, 5%)"
     )
     for name in chosen:
