@@ -128,6 +128,34 @@ model.fit(Slow(), epochs=3, verbose=0)  # the step time: the median of the epoch
     assert keras_nbguard.diagnose("fastgen") == []
 
 
+def test_an_image_data_generator_is_named_so_with_advice_it_can_take(keras_shell):
+    # The code people copy from older tutorials: ImageDataGenerator(...).flow(x, y). Its batches
+    # are a PyDataset the user never wrote, and flow() takes no workers.
+    cell = """%%kerasrun --label idg --quiet
+import time
+from tensorflow.keras.preprocessing.image import ImageDataGenerator  # as tutorials import it
+def decode(image):
+    time.sleep(0.1)  # reading and augmenting one image, say: far longer than a step's share
+    return image
+images = np.random.default_rng(2).random((16, 8, 8, 3), dtype="float32")
+datagen = ImageDataGenerator(horizontal_flip=True, preprocessing_function=decode)
+pixels = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(1)])
+pixels.compile("adam", "mse")
+pixels.fit(datagen.flow(images, y[:16], batch_size=4), epochs=3, verbose=0)
+"""
+    assert run(keras_shell, cell).success
+    fit = keras_nbguard.runs("idg")[-1].fits[0]
+    assert fit.input_kind == "ImageDataGenerator" and fit.input_batches == 12
+    assert fit.input_seconds >= 0.1 * 4 * 12  # four images a batch, each 0.1 s at least
+    finding = only("input_pipeline", "idg")
+    assert finding.message.startswith(
+        f"your ImageDataGenerator took {fmt_seconds(fit.input_seconds / 12)} to make each of "
+        "its 12 batches"
+    )
+    assert "RandomRotation" in finding.advice and "batches.workers = 4" in finding.advice
+    assert "PyDataset with workers" not in finding.advice  # what flow() can't take
+
+
 @pytest.mark.slow
 def test_a_dataset_built_in_every_run_is_dataset_rebuilt(keras_shell):
     cell = """%%kerasrun --label rebuilt --quiet

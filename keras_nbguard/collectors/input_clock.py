@@ -16,6 +16,9 @@ from typing import Any
 from keras_nbguard.collectors.patching import AttributePatch
 
 PY_DATASET_MODULE = "keras.src.trainers.data_adapters.py_dataset_adapter"
+# ImageDataGenerator's flow(), flow_from_directory() and flow_from_dataframe() make PyDatasets
+# of their own (Keras 3 keeps the class for the code people copy): named so, the user knows it
+IMAGE_ITERATOR_MODULE = "keras.src.legacy.preprocessing.image"
 
 
 class InputClock:
@@ -24,7 +27,7 @@ class InputClock:
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
-        self.kind: str | None = None  # "generator" or "PyDataset"
+        self.kind: str | None = None  # "generator", "PyDataset" or "ImageDataGenerator"
         self.seconds: float | None = None
         self.batches = 0
         self._patch: AttributePatch | None = None
@@ -36,7 +39,7 @@ class InputClock:
             return self._timed(x)
         adapters = sys.modules.get(PY_DATASET_MODULE)
         if adapters is not None and isinstance(x, adapters.PyDataset):
-            self.kind, self.seconds = "PyDataset", 0.0
+            self.kind, self.seconds = _py_dataset_kind(x), 0.0
             adapter = adapters.PyDatasetAdapter
             original = adapter._get_iterator
             timed = self._timed
@@ -64,3 +67,12 @@ class InputClock:
                 self.seconds = (self.seconds or 0.0) + clock() - start
             self.batches += 1
             yield batch
+
+
+def _py_dataset_kind(x: Any) -> str:
+    """``ImageDataGenerator`` for the batches its ``flow`` methods make, else ``PyDataset``."""
+    images = sys.modules.get(IMAGE_ITERATOR_MODULE)
+    iterator = getattr(images, "Iterator", None)
+    if isinstance(iterator, type) and isinstance(x, iterator):
+        return "ImageDataGenerator"
+    return "PyDataset"

@@ -158,9 +158,7 @@ def _input_pipeline(run: RunRecord) -> Finding | None:
         f"your {fit.input_kind} took {fmt_seconds(per_batch)} to make each of its "
         f"{fit.input_batches} batches, {share:.0%} of a {fmt_seconds(_step_seconds(fit))} "
         f"training step in {name_of(run)}: the fit waits for its input",
-        "make batches ahead and in parallel: a tf.data pipeline with .map(..., "
-        "num_parallel_calls=tf.data.AUTOTUNE).cache().prefetch(tf.data.AUTOTUNE), or a "
-        "PyDataset with workers=4",
+        _INPUT_ADVICE.get(fit.input_kind or "", _INPUT_ADVICE["PyDataset"]),
         (
             ("making batches", fmt_seconds(fit.input_seconds)),
             ("per batch", fmt_seconds(per_batch)),
@@ -169,6 +167,23 @@ def _input_pipeline(run: RunRecord) -> Finding | None:
         (name_of(run),),
         min(1.0, share),
     )
+
+
+_PARALLEL = (
+    "make batches ahead and in parallel: a tf.data pipeline with .map(..., "
+    "num_parallel_calls=tf.data.AUTOTUNE).cache().prefetch(tf.data.AUTOTUNE)"
+)
+_INPUT_ADVICE = {
+    "generator": f"{_PARALLEL}, or a PyDataset with workers=4",
+    "PyDataset": f"{_PARALLEL}, or a PyDataset with workers=4",
+    # its flow() takes no workers, and it augments one image at a time in NumPy and SciPy
+    "ImageDataGenerator": (
+        "augment with Keras' layers instead (RandomFlip, RandomRotation, RandomTranslation, "
+        "RandomZoom) in a tf.data .map(..., num_parallel_calls=tf.data.AUTOTUNE) or at the "
+        "model's start, as keras.io does now; or let Keras make its batches in threads: "
+        "batches = datagen.flow(...); batches.workers = 4"
+    ),
+}
 
 
 def _step_seconds(fit: FitRecord) -> float:
