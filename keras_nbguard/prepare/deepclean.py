@@ -35,6 +35,7 @@ from typing import Any
 from keras_nbguard import backends
 from keras_nbguard.backends import BACKEND_NAMES
 from keras_nbguard.collectors.process import RssReader, default_rss_reader
+from keras_nbguard.prepare.recompiled import forget_replaced_step_functions
 from keras_nbguard.records import notices
 from keras_nbguard.records.run import CleanReport
 
@@ -134,6 +135,7 @@ class DeepClean:
         self._rss = rss or default_rss_reader()
         self._warn = warn or _warn
         self._runs: list[_RunEntries] = []
+        self._fitted: list[weakref.ref[Any]] = []  # every run's models, for recompiled.py
         self._names_cache: tuple[int, frozenset[str]] | None = None  # (registry size, names)
         # Entries that exist now were not made by our runs: never ours to purge.
         self._baseline: frozenset[str] = self._guarded(self._custom_names, None) or frozenset()
@@ -152,6 +154,8 @@ class DeepClean:
         """Attribute the entries added since ``mark`` to this run, owned by ``models`` (weakly)."""
 
         def attribute() -> None:
+            known = {id(ref()) for ref in self._fitted}
+            self._fitted += [ref for ref in models if ref() is not None and id(ref()) not in known]
             names = self._custom_names()
             if names is None:
                 return
@@ -191,6 +195,7 @@ class DeepClean:
             if registry is None:
                 purge.reason = "TensorFlow is not imported"
                 return purge
+            self._forget_replaced_step_functions()  # before the runs are judged: they may go
             if not any(run.dead(going) for run in self._runs):  # the usual case: nothing to purge
                 return purge  # and nothing released by us: no census of the eager functions
             purge.functions_before = _function_names()
@@ -251,6 +256,15 @@ class DeepClean:
             # anew at its next fit all the same, so emptying the cache costs it nothing
             clear_kernel_cache(even_inside_a_clear=True)
         return entries, runs
+
+    def _forget_replaced_step_functions(self) -> None:
+        """Keras 2's models compiled again since their last fit let go of the step functions
+        (and graphs) of that fit (recompiled.py); the dead models are forgotten."""
+        self._fitted = [ref for ref in self._fitted if ref() is not None]
+        for ref in self._fitted:
+            model = ref()
+            if model is not None:
+                forget_replaced_step_functions(model)
 
     def _library_entries(self, names: frozenset[str]) -> frozenset[str]:
         """The entries among ``names`` whose gradient function is TensorFlow's or Keras' own."""
