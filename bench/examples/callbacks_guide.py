@@ -144,4 +144,5 @@ EXAMPLE = Example(
     follows="keras.io/guides/writing_your_own_callbacks",
     setup=SETUP,
     train=TRAIN,
+    kerases=("keras3", "tf_keras"),
 )

@@ -126,4 +126,5 @@ EXAMPLE = Example(
     follows="keras.io/examples/vision/image_classification_from_scratch",
     setup=SETUP,
     train=TRAIN,
+    kerases=("keras3", "tf_keras"),
 )

@@ -107,4 +107,5 @@ EXAMPLE = Example(
     follows="keras.io/examples/timeseries/timeseries_classification_transformer",
     setup=SETUP,
     train=TRAIN,
+    kerases=("keras3", "tf_keras"),
 )
