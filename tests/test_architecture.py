@@ -19,6 +19,7 @@ PRIVATE_MODULE_READERS = {
     "collectors/traces.py": "TF's tracing entry point: counting traces",
     "collectors/input_clock.py": "Keras' PyDataset adapter: timing the user's input",
     "prepare/deepclean.py": "TF's op and context internals: the deep clean of dead runs",
+    "prepare/recompiled.py": "TF's tf.function class: a recompiled Keras 2 model's old steps",
     "prepare/gcfreeze.py": "Keras' base classes: freezing framework objects out of gc",
     "prepare/tracing_warnings.py": "TF's count of recent traces: forgotten at a clear",
     "prepare/kept_state.py": "Keras' global state: name counters and settings kept at a clear",
