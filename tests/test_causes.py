@@ -94,6 +94,7 @@ model.fit(batches(), steps_per_epoch=4, epochs=3, verbose=0)
         f"your generator took {fmt_seconds(per_batch)} to make "
         f"each of its {fit.input_batches} batches"
     )
+    assert "a keras.utils.PyDataset (batch i in __getitem__) with workers=4" in finding.advice
 
 
 def test_a_slow_py_dataset_is_timed_too_and_a_fast_input_is_not_named(keras_shell):
@@ -119,6 +120,7 @@ model.fit(Slow(), epochs=3, verbose=0)  # the step time: the median of the epoch
     assert found[0].message.startswith(
         f"your PyDataset took {fmt_seconds(per_batch)} to make each of its 12 batches"
     )
+    assert "super().__init__(workers=4)" in found[0].advice  # its own, not a new one
     fast = (
         "%%kerasrun --label fastgen --quiet\ndef batches():\n    while True:\n"
         "        yield x[:32], y[:32]\nmodel.fit(batches(), steps_per_epoch=6, verbose=0)\n"

@@ -174,8 +174,15 @@ _PARALLEL = (
     "num_parallel_calls=tf.data.AUTOTUNE).cache().prefetch(tf.data.AUTOTUNE)"
 )
 _INPUT_ADVICE = {
-    "generator": f"{_PARALLEL}, or a PyDataset with workers=4",
-    "PyDataset": f"{_PARALLEL}, or a PyDataset with workers=4",
+    # a generator runs in fit's thread, one batch at a time: its batches by index can run in several
+    "generator": (
+        f"{_PARALLEL}, or make the same batches in a keras.utils.PyDataset (batch i in "
+        "__getitem__) with workers=4"
+    ),
+    "PyDataset": (
+        f"{_PARALLEL}, or let Keras call yours in threads: super().__init__(workers=4) in its "
+        "__init__"
+    ),
     # its flow() takes no workers, and it augments one image at a time in NumPy and SciPy
     "ImageDataGenerator": (
         "augment with Keras' layers instead (RandomFlip, RandomRotation, RandomTranslation, "
