@@ -11,12 +11,11 @@ from keras_nbguard.diagnosis.findings import (
     NOT_YOURS,
     RECENT,
     Finding,
-    allocators_keep,
+    allocators_slack,
     fit_trend,
     name_of,
     names,
     native_growth,
-    pool_high_water,
     rise_in_steps,
     rss_trend,
     span,
@@ -137,7 +136,7 @@ def memory_note(runs: list[RunRecord]) -> str | None:
     why = [NOT_YOURS]
     # the allocators first (a rise under 2 MiB a run gets no shape from the trend), then the
     # shape: a warm-up, steps (or what _why_not_rss says first)
-    pool = pool_high_water(trend.runs, line.rise) or allocators_keep(trend.runs)
+    pool = allocators_slack(trend.runs, line.rise)
     shape = trend.unflagged_because()
     # where the rise sat, when an allocator's reason came before the shape in unflagged_because
     steps = None if shape and shape.startswith(SHAPES) else rise_in_steps(trend)
