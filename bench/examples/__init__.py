@@ -32,6 +32,10 @@ MODULES = (
     "lstm_seq2seq",
     "fine_tuning",
     "sklearn_wrapper",
+    "functional_api",
+    "weather_forecasting",
+    "text_transformer",
+    "distributed_training",
 )
 
 
