@@ -36,6 +36,7 @@ MODULES = (
     "weather_forecasting",
     "text_transformer",
     "distributed_training",
+    "grad_cam",
 )
 
 
