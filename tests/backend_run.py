@@ -110,6 +110,7 @@ keep, names, policies, cleared = [], [], [], []
     joins_encoder += [shell.run_cell(REUSES_ENCODER) for _ in range(3)]
     distribution = distribution_in_a_run() if FLAVOUR == "jax" else None
     recompiled = step_functions_alive_after_recompiles() if FLAVOUR == "tf_keras" else None
+    slow_inputs = keras2_slow_inputs() if FLAVOUR == "tf_keras" else None
     print(
         json.dumps(
             {
@@ -120,6 +121,7 @@ keep, names, policies, cleared = [], [], [], []
                 "encoder_errors": [repr(r.error_in_exec) for r in joins_encoder if not r.success],
                 "distribution": distribution,
                 "recompiled": recompiled,
+                "slow_inputs": slow_inputs,
                 "policies": shell.user_ns["policies"],
                 "kept_after_free": [m is not None for m in shell.user_ns["keep"]],
                 "stale_after_free": len(keras_nbguard.leaks().stale),
@@ -159,6 +161,58 @@ def step_functions_alive_after_recompiles() -> list[bool]:
         assert shell.run_cell(cell).success
     gc.collect()
     return [ref() is not None for ref in shell.user_ns["trained"]]
+
+
+def keras2_slow_inputs() -> list[dict]:
+    """Keras 2's own Python inputs, slow: a ``Sequence`` and ``ImageDataGenerator.flow``'s
+    batches (older tutorials' way to augment), each fit under the magic. Per fit: what its
+    input was timed as, and the input_pipeline finding's message and advice."""
+    assert shell.run_cell(
+        """
+import time
+class SlowSequence(keras.utils.Sequence):
+    def __len__(self):
+        return 4
+    def __getitem__(self, i):
+        time.sleep(0.2)  # reading and decoding, say: far longer than a step, even under load
+        return x[i * 16:(i + 1) * 16], y[i * 16:(i + 1) * 16]
+def decode(image):
+    time.sleep(0.05)  # an augmentation of one image: four make a batch
+    return image
+images = np.random.default_rng(2).random((16, 8, 8, 3), dtype="float32")
+datagen = keras.preprocessing.image.ImageDataGenerator(preprocessing_function=decode)
+"""
+    ).success
+    # (";": no History in Out[n], which would keep each fit's model for the checks after these)
+    fits = {
+        "sequence": ("(8,)", "model.fit(SlowSequence(), epochs=3, verbose=0);"),
+        "images": (
+            "(8, 8, 3)",
+            "model.fit(datagen.flow(images, y[:16], batch_size=4), epochs=3, verbose=0);",
+        ),
+    }
+    seen = []
+    for label, (shape, fit) in fits.items():
+        layers = f"keras.Input({shape}), keras.layers.Flatten(), keras.layers.Dense(1)"
+        cell = (
+            f"%%kerasrun -l {label} --quiet\nmodel = keras.Sequential([{layers}])\n"
+            f"model.compile('adam', 'mse')\n{fit}\n"
+        )
+        assert shell.run_cell(cell).success
+        import keras_nbguard
+
+        record = keras_nbguard.runs(label)[-1].fits[0]
+        found = [f for f in keras_nbguard.diagnose(label) if f.kind == "input_pipeline"]
+        seen.append(
+            {
+                "kind": record.input_kind,
+                "batches": record.input_batches,
+                "seconds": record.input_seconds,
+                "message": found[0].message if found else None,
+                "advice": found[0].advice if found else None,
+            }
+        )
+    return seen
 
 
 def distribution_in_a_run() -> str | None:

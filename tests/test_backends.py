@@ -200,6 +200,25 @@ def test_a_keras_2_model_compiled_again_lets_go_of_its_old_step_functions(flavou
     assert seen["recompiled"] == [False, False, True, True]
 
 
+def test_keras_2s_sequence_and_image_data_generator_are_timed_with_advice_for_keras_2(flavour):
+    """Keras 2's own Python inputs as older tutorials feed them: a slow ``Sequence`` and
+    ``ImageDataGenerator.flow`` reached fit untimed, so a fit that waited on them raised
+    nothing. Their advice is Keras 2's: ``fit(workers=4)``, not Keras 3's PyDataset or
+    ``batches.workers``."""
+    name, seen = flavour
+    if name != "tf_keras":
+        pytest.skip("Keras 2 only")
+    sequence, images = seen["slow_inputs"]
+    assert (sequence["kind"], images["kind"]) == ("Sequence", "ImageDataGenerator")
+    assert sequence["batches"] == images["batches"] == 12  # 4 a epoch, 3 epochs
+    assert sequence["seconds"] >= 0.2 * 12 and images["seconds"] >= 0.05 * 4 * 12
+    assert sequence["message"].startswith("your Sequence took ")
+    assert images["message"].startswith("your ImageDataGenerator took ")
+    for each in (sequence, images):
+        assert "model.fit(..., workers=4)" in each["advice"], each["advice"]
+        assert "PyDataset" not in each["advice"] and "batches.workers" not in each["advice"]
+
+
 JAX_DEFERRED_OOM = """
 import json, os
 os.environ["KERAS_BACKEND"] = "jax"

@@ -1,5 +1,6 @@
-"""Times how long the user's own Python input (a generator, a ``PyDataset``) takes to make the
-batches of one fit: the time the fit waits for its input when that input is the slower side.
+"""Times how long the user's own Python input (a generator, a ``PyDataset``, Keras 2's
+``Sequence``) takes to make the batches of one fit: the time the fit waits for its input when
+that input is the slower side.
 
 Keras pulls such input on a tf.data thread and prefetches, so making a batch overlaps the step
 before it; a fit waits for its input once making the batches takes about as long as the fit
@@ -19,6 +20,11 @@ PY_DATASET_MODULE = "keras.src.trainers.data_adapters.py_dataset_adapter"
 # ImageDataGenerator's flow(), flow_from_directory() and flow_from_dataframe() make PyDatasets
 # of their own (Keras 3 keeps the class for the code people copy): named so, the user knows it
 IMAGE_ITERATOR_MODULE = "keras.src.legacy.preprocessing.image"
+# Keras 2 (tf_keras): a Sequence, ImageDataGenerator's batches among them, reaches fit as the
+# generator its adapter's _handle_multiprocessing makes for each epoch (its workers' queue or
+# a loop over its indices)
+TF_KERAS_ADAPTER_MODULE = "tf_keras.src.engine.data_adapter"
+TF_KERAS_IMAGE_MODULE = "tf_keras.src.preprocessing.image"
 
 
 class InputClock:
@@ -27,7 +33,8 @@ class InputClock:
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
-        self.kind: str | None = None  # "generator", "PyDataset" or "ImageDataGenerator"
+        # "generator", "PyDataset", "Sequence" (Keras 2) or "ImageDataGenerator"
+        self.kind: str | None = None
         self.seconds: float | None = None
         self.batches = 0
         self._patch: AttributePatch | None = None
@@ -39,7 +46,7 @@ class InputClock:
             return self._timed(x)
         adapters = sys.modules.get(PY_DATASET_MODULE)
         if adapters is not None and isinstance(x, adapters.PyDataset):
-            self.kind, self.seconds = _py_dataset_kind(x), 0.0
+            self.kind, self.seconds = _kind_of(x, IMAGE_ITERATOR_MODULE, "PyDataset"), 0.0
             adapter = adapters.PyDatasetAdapter
             original = adapter._get_iterator
             timed = self._timed
@@ -48,6 +55,18 @@ class InputClock:
                 return timed(original(self))
 
             self._patch = AttributePatch(adapter, "_get_iterator", _get_iterator)
+        elif (sequences := _keras2_sequence_adapter(x)) is not None:
+            self.kind, self.seconds = _kind_of(x, TF_KERAS_IMAGE_MODULE, "Sequence"), 0.0
+            make_generator = sequences._handle_multiprocessing
+            timed = self._timed
+
+            def _handle_multiprocessing(self: Any, *args: Any, **kwargs: Any) -> Any:
+                each_epoch = make_generator(self, *args, **kwargs)
+                return lambda: timed(each_epoch())
+
+            self._patch = AttributePatch(
+                sequences, "_handle_multiprocessing", _handle_multiprocessing
+            )
         return x
 
     def restore(self) -> None:
@@ -69,10 +88,19 @@ class InputClock:
             yield batch
 
 
-def _py_dataset_kind(x: Any) -> str:
-    """``ImageDataGenerator`` for the batches its ``flow`` methods make, else ``PyDataset``."""
-    images = sys.modules.get(IMAGE_ITERATOR_MODULE)
-    iterator = getattr(images, "Iterator", None)
+def _kind_of(x: Any, images_module: str, otherwise: str) -> str:
+    """``ImageDataGenerator`` for the batches its ``flow`` methods make, else ``otherwise``."""
+    iterator = getattr(sys.modules.get(images_module), "Iterator", None)
     if isinstance(iterator, type) and isinstance(x, iterator):
         return "ImageDataGenerator"
-    return "PyDataset"
+    return otherwise
+
+
+def _keras2_sequence_adapter(x: Any) -> Any:
+    """tf_keras' adapter class for ``x`` when ``x`` is one of its Sequences, else None."""
+    adapters = sys.modules.get(TF_KERAS_ADAPTER_MODULE)
+    sequence = getattr(getattr(adapters, "data_utils", None), "Sequence", None)
+    if not (isinstance(sequence, type) and isinstance(x, sequence)):
+        return None
+    adapter = getattr(adapters, "KerasSequenceAdapter", None)
+    return adapter if hasattr(adapter, "_handle_multiprocessing") else None
