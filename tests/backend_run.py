@@ -181,6 +181,10 @@ def decode(image):
     return image
 images = np.random.default_rng(2).random((16, 8, 8, 3), dtype="float32")
 datagen = keras.preprocessing.image.ImageDataGenerator(preprocessing_function=decode)
+def batches():
+    while True:
+        time.sleep(0.2)
+        yield x[:16], y[:16]
 """
     ).success
     # (";": no History in Out[n], which would keep each fit's model for the checks after these)
@@ -190,6 +194,7 @@ datagen = keras.preprocessing.image.ImageDataGenerator(preprocessing_function=de
             "(8, 8, 3)",
             "model.fit(datagen.flow(images, y[:16], batch_size=4), epochs=3, verbose=0);",
         ),
+        "generator": ("(8,)", "model.fit(batches(), steps_per_epoch=4, epochs=3, verbose=0);"),
     }
     seen = []
     for label, (shape, fit) in fits.items():

@@ -208,15 +208,18 @@ def test_keras_2s_sequence_and_image_data_generator_are_timed_with_advice_for_ke
     name, seen = flavour
     if name != "tf_keras":
         pytest.skip("Keras 2 only")
-    sequence, images = seen["slow_inputs"]
+    sequence, images, generator = seen["slow_inputs"]
     assert (sequence["kind"], images["kind"]) == ("Sequence", "ImageDataGenerator")
     assert sequence["batches"] == images["batches"] == 12  # 4 a epoch, 3 epochs
     assert sequence["seconds"] >= 0.2 * 12 and images["seconds"] >= 0.05 * 4 * 12
     assert sequence["message"].startswith("your Sequence took ")
     assert images["message"].startswith("your ImageDataGenerator took ")
-    for each in (sequence, images):
+    for each in (sequence, images, generator):
         assert "model.fit(..., workers=4)" in each["advice"], each["advice"]
         assert "PyDataset" not in each["advice"] and "batches.workers" not in each["advice"]
+    # a plain generator was timed already; on Keras 2 its batches by index go in a Sequence
+    assert generator["kind"] == "generator" and generator["message"].startswith("your generator")
+    assert "in a keras.utils.Sequence (batch i in __getitem__)" in generator["advice"]
 
 
 JAX_DEFERRED_OOM = """

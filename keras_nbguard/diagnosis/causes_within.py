@@ -196,19 +196,19 @@ _INPUT_ADVICE = {
 # its queue then waits out a 5 s timeout at each epoch's end (a Sequence of 0.3 s batches, 2
 # CPUs: 40 an epoch 8.4 s with 4 workers, 20.8 s without; 4 an epoch 5.5 s with, 1.4 without)
 _KERAS2_THREADS = (
-    "or let fit make its batches in threads: model.fit(..., workers=4) (Keras 2 then waits "
+    "let fit make its batches in threads: model.fit(..., workers=4) (Keras 2 then waits "
     "about 5 s at each epoch's end: worth it for epochs whose batches take longer)"
 )
 _KERAS2_INPUT_ADVICE = {
     "generator": (
         f"{_PARALLEL}, or make the same batches in a keras.utils.Sequence (batch i in "
-        f"__getitem__) and let fit call it in threads: model.fit(..., workers=4)"
+        f"__getitem__) and {_KERAS2_THREADS}"
     ),
-    "Sequence": f"{_PARALLEL}, {_KERAS2_THREADS}",
+    "Sequence": f"{_PARALLEL}, or {_KERAS2_THREADS}",
     "ImageDataGenerator": (
         "augment with Keras' layers instead (RandomFlip, RandomRotation, RandomTranslation, "
         "RandomZoom) in a tf.data .map(..., num_parallel_calls=tf.data.AUTOTUNE) or at the "
-        f"model's start; {_KERAS2_THREADS}"
+        f"model's start; or {_KERAS2_THREADS}"
     ),
 }
 
