@@ -210,7 +210,7 @@ def test_keras_2s_sequence_and_image_data_generator_are_timed_with_advice_for_ke
         pytest.skip("Keras 2 only")
     sequence, images, generator = seen["slow_inputs"]
     assert (sequence["kind"], images["kind"]) == ("Sequence", "ImageDataGenerator")
-    assert sequence["batches"] == images["batches"] == 12  # 4 a epoch, 3 epochs
+    assert sequence["batches"] == images["batches"] == 12  # 4 an epoch, 3 epochs
     assert sequence["seconds"] >= 0.2 * 12 and images["seconds"] >= 0.05 * 4 * 12
     assert sequence["message"].startswith("your Sequence took ")
     assert images["message"].startswith("your ImageDataGenerator took ")

@@ -44,12 +44,12 @@ class InputClock:
         if isinstance(x, types.GeneratorType):
             self.kind, self.seconds = "generator", 0.0
             return self._timed(x)
+        timed = self._timed
         adapters = sys.modules.get(PY_DATASET_MODULE)
         if adapters is not None and isinstance(x, adapters.PyDataset):
             self.kind, self.seconds = _kind_of(x, IMAGE_ITERATOR_MODULE, "PyDataset"), 0.0
             adapter = adapters.PyDatasetAdapter
             original = adapter._get_iterator
-            timed = self._timed
 
             def _get_iterator(self: Any) -> Iterator[Any]:
                 return timed(original(self))
@@ -58,7 +58,6 @@ class InputClock:
         elif (sequences := _keras2_sequence_adapter(x)) is not None:
             self.kind, self.seconds = _kind_of(x, TF_KERAS_IMAGE_MODULE, "Sequence"), 0.0
             make_generator = sequences._handle_multiprocessing
-            timed = self._timed
 
             def _handle_multiprocessing(self: Any, *args: Any, **kwargs: Any) -> Any:
                 each_epoch = make_generator(self, *args, **kwargs)
