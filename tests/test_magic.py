@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 
 import pytest
 from helpers import run
@@ -199,6 +200,65 @@ def test_keyboard_interrupt_is_recorded_as_interrupted(keras_shell):
     run(keras_shell, "%%kerasrun --label stop --quiet\nraise KeyboardInterrupt\n")
     assert keras_nbguard.runs("stop")[-1].status == "interrupted"
     assert runs and not runs[0].sampler.running  # the sampler thread ended
+
+
+def _press_stop(*_: object) -> None:
+    """The kernel's stop button: SIGINT, to whichever handler is in force."""
+    signal.raise_signal(signal.SIGINT)
+
+
+def test_a_stop_pressed_while_the_run_is_prepared_keeps_it_and_runs_no_cell(keras_shell):
+    """Pressed in our preparation (here: as the run starts), the run was never recorded and
+    stayed claimed: every later %%kerasrun said "run is still going" until a restart."""
+    events = keras_nbguard.get_session().events
+    events.subscribe("start", _press_stop)
+    try:
+        result = run(keras_shell, "%%kerasrun --label stop --quiet\nran = True\n")
+    finally:
+        events.unsubscribe("start", _press_stop)
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert "the cell did not run" in str(result.error_in_exec)
+    assert "ran" not in keras_shell.user_ns
+    assert keras_nbguard.runs("stop")[-1].status == "interrupted"
+    assert run(keras_shell, "%%kerasrun --label stop --quiet\nran = True\n").success
+    assert [r.status for r in keras_nbguard.runs("stop")] == ["interrupted", "ok"]
+
+
+def test_a_second_stop_press_stops_our_preparation_at_once_and_frees_the_kernel(keras_shell):
+    """Held, one press waits for our work to end: a second one must stop it (our work may hang),
+    and the run must not stay claimed."""
+    events = keras_nbguard.get_session().events
+
+    def press_twice(*_: object) -> None:
+        _press_stop()
+        _press_stop()
+
+    events.subscribe("start", press_twice)
+    try:
+        result = run(keras_shell, "%%kerasrun --label twice --quiet\nran = True\n")
+    finally:
+        events.unsubscribe("start", press_twice)
+    assert "pressed twice" in str(result.error_in_exec)
+    assert "ran" not in keras_shell.user_ns
+    assert run(keras_shell, "%%kerasrun --label twice --quiet\nran = True\n").success
+
+
+def test_a_stop_pressed_while_the_record_is_kept_stops_the_cell_after_it(keras_shell):
+    """Pressed as the record is handed round, it cut the round short: the dashboard and the
+    other subscribers after the press never heard of the run."""
+    events = keras_nbguard.get_session().events
+    heard: list = []
+    events.subscribe("record", _press_stop)
+    events.subscribe("record", heard.append)
+    try:
+        result = run(keras_shell, "%%kerasrun --label late --quiet\nran = True\n")
+    finally:
+        events.unsubscribe("record", _press_stop)
+        events.unsubscribe("record", heard.append)
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert keras_shell.user_ns["ran"] is True
+    assert [r.status for r in heard] == ["ok"]  # the cell had ended well: its record says so
+    assert run(keras_shell, "%%kerasrun --label late --quiet\nran = 2\n").success
 
 
 def test_resource_exhausted_is_oom_with_advice_from_the_run(keras_shell):

@@ -21,6 +21,7 @@ from keras_nbguard.records.notices import WarnOnce
 from keras_nbguard.records.options import RunOptions, checked_options
 from keras_nbguard.records.run import RunKey, RunRecord
 from keras_nbguard.run.tracking import Run, RunServices
+from keras_nbguard.session.held_interrupt import HeldInterrupt
 from keras_nbguard.session.history import RunHistory
 from keras_nbguard.session.live_models import LiveModels
 from keras_nbguard.store import feed
@@ -204,34 +205,55 @@ class Session:
         cell_id: str | None = None,
         run_class: type[Run] = Run,
     ) -> Run:
-        with self._lock:  # check and claim at once: two threads must not both start a run
-            if self.current is not None:
-                raise RuntimeError(
-                    f"keras_nbguard: run {self.current.label!r} is still going; "
-                    f"tracked runs can't be nested or run from two threads"
-                )
-            previous = self.last_run(label)
-            key = RunKey(self.notebook, cell_id, self.kernel_id, os.getpid(), process_started())
-            run = run_class(
-                self.services(), label, self.past.next_number(label), options, key, previous
-            )  # an IsolatedRun (isolation/) measures no kernel
-            self.current = run
-        if isinstance(self.store, Store):
-            self.store.try_disk(then=self.past.reread)  # after a fallback to memory: now and then
-        self._feed(run)
-        self.events.emit("start", run)
-        try:
-            run.start()
-        except BaseException:
-            self.current = None
-            run.stop(None)
-            raise
-        # held by the run's feed: written with its first samples or its end (store/feed.py)
-        self._record_start(run)
+        with HeldInterrupt() as stop:  # a stop pressed now must not leave the run claimed
+            with self._lock:  # check and claim at once: two threads must not both start a run
+                if self.current is not None:
+                    raise RuntimeError(
+                        f"keras_nbguard: run {self.current.label!r} is still going; "
+                        f"tracked runs can't be nested or run from two threads"
+                    )
+                previous = self.last_run(label)
+                key = RunKey(self.notebook, cell_id, self.kernel_id, os.getpid(), process_started())
+                run = run_class(
+                    self.services(), label, self.past.next_number(label), options, key, previous
+                )  # an IsolatedRun (isolation/) measures no kernel
+                self.current = run
+            try:
+                if isinstance(self.store, Store):
+                    self.store.try_disk(then=self.past.reread)  # after a fallback to memory
+                self._feed(run)
+                self.events.emit("start", run)
+                run.start()
+            except BaseException:
+                self.current = None
+                run.stop(None)
+                raise
+            # held by the run's feed: written with its first samples or its end (store/feed.py)
+            self._record_start(run)
+        if stop.pressed:  # the cell does not run; the run is kept, interrupted
+            interrupted = KeyboardInterrupt(
+                "stopped while keras_nbguard prepared the run: the cell did not run"
+            )
+            self.finish(run, interrupted)
+            raise interrupted
         return run
 
     def finish(self, run: Run, error: BaseException | None) -> RunRecord | None:
-        """Stop the run's collectors and keep its record; never raises (it runs in a finally)."""
+        """Stop the run's collectors and keep its record (it runs in a finally). It raises only
+        KeyboardInterrupt, for a stop pressed meanwhile on a cell that had ended well, once
+        the record is kept (held_interrupt.py)."""
+        with HeldInterrupt() as stop:
+            try:
+                record = self._finish(run, error)
+            finally:
+                with self._lock:
+                    if self.current is run:  # never left claimed, whatever went wrong
+                        self.current = None
+        if stop.pressed and error is None:
+            raise KeyboardInterrupt("stopped as keras_nbguard kept the run: the cell had ended")
+        return record
+
+    def _finish(self, run: Run, error: BaseException | None) -> RunRecord | None:
         try:
             # the previous run as found at begin(): runs don't nest, so it is still the last one
             record = run.stop(error).compared_to(run.previous_record)
