@@ -170,6 +170,31 @@ def test_the_summary_says_what_was_released_and_what_is_still_alive(keras_shell)
     assert "released     1 model from #3" in bundle["text/plain"]
 
 
+STOP_AT_BATCH_3 = """
+import signal
+class StopAt(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 3:
+            signal.raise_signal(signal.SIGINT)  # the stop button, mid-fit
+"""
+
+
+@pytest.mark.slow
+def test_a_fit_stopped_midway_is_released_as_the_last_traceback_not_its_callbacks(keras_shell):
+    """The stopped fit's frames hold its callbacks, ours too, each with the model: the released
+    line named each link (``sys.last_traceback.tb_next…f_locals["args"][6][1] (its EpochClock)``,
+    a class of ours) instead of the one thing that let go, the traceback."""
+    run(keras_shell, STOP_AT_BATCH_3)
+    stopped = KERAS_IO.replace(FIT, "model.fit(x, y, epochs=3, verbose=0, callbacks=[StopAt()])")
+    assert isinstance(run(keras_shell, stopped).error_in_exec, KeyboardInterrupt)
+    held = weakref.ref(keras_shell.user_ns["model"])
+    refs = rerun(keras_shell, KERAS_IO, 1)
+    assert alive([held, *refs]) == [False, True]
+    released = last("io").released_models
+    assert released.paths == ("the last traceback",)
+    assert "EpochClock" not in dict(last("io").summary_rows())["released"]
+
+
 @pytest.mark.slow
 def test_a_reset_and_a_new_kernel_never_make_the_latest_model_stale(keras_shell, tmp_path):
     session = keras_nbguard.get_session()

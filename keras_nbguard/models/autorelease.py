@@ -276,6 +276,14 @@ def _nothing() -> None:
 
 
 def _cached(chain: Chain, shell: Any, user_ns: Any) -> tuple[int, str, Release] | None:
+    kind, key = chain.root.kind, chain.first_key
+    if kind == "traceback" or (kind == "sys" and key in TRACEBACK_ATTRS):
+        # first: what a stopped fit's frames hold (its callbacks, ours among them, with their
+        # .model) goes with the traceback; naming each callback's link was noise
+        def forget_traceback() -> None:
+            clear_tracebacks(shell)
+
+        return 1, "the last traceback", forget_traceback
     holder = chain.objs[-2] if len(chain.objs) >= 2 else None
     callback = callback_class()
     last = chain.edges[-1] if chain.edges else None
@@ -293,13 +301,6 @@ def _cached(chain: Chain, shell: Any, user_ns: Any) -> tuple[int, str, Release] 
             setattr(holder, key, None)
 
         return id(holder), f"{text} (its {type(holder).__name__})", unlink
-    kind, key = chain.root.kind, chain.first_key
-    if kind == "traceback" or (kind == "sys" and key in TRACEBACK_ATTRS):
-
-        def forget_traceback() -> None:
-            clear_tracebacks(shell)
-
-        return 1, "the last traceback", forget_traceback
     if len(chain.edges) == 2 and is_estimator(holder) and last is not None and last.key == "model_":
         # a cell ending in ``est.fit(X, y)``: the fitted estimator in Out[n], its model in it
         entry = _cache_entry(chain, shell, user_ns)
