@@ -75,6 +75,32 @@ def test_a_delta_without_its_figure_says_why():
     assert "n/a (no fit in #1)" in dict(second.summary_rows())["vs previous"]
 
 
+def test_a_fit_stopped_part_way_is_no_fit_time_to_compare_and_says_so():
+    """A fit stopped in its second epoch took 0.8 s: beside the next run's whole 0.2 s fit the
+    summary said "Δ fit -600 ms"; stopped in its first epoch, "n/a (no fit in #1)", though #1
+    did fit."""
+    whole = make_record().fits[0]
+    stopped = make_record(
+        status="interrupted",
+        fit_seconds=0.8,
+        fits=(dataclasses.replace(whole, seconds=0.8, epoch_seconds=(0.7,), completed=False),),
+    )
+    assert dict(stopped.summary_rows())["fit"].startswith(
+        "800 ms; epochs [700 ms], stopped after 1 epoch,"
+    )
+    after = make_record(run_number=2, fit_seconds=0.2).compared_to(stopped)
+    assert after.delta_fit_seconds is None
+    assert "Δ fit n/a (#1's fit stopped part way)" in dict(after.summary_rows())["vs previous"]
+    failing = make_record(
+        run_number=2,
+        status="error",
+        fits=(dataclasses.replace(whole, epoch_seconds=(), completed=False),),
+        fit_seconds=None,
+    )
+    assert "failed before its first epoch ended" in dict(failing.summary_rows())["fit"]
+    assert failing.compared_to(make_record()).delta_fit_reason == "this run's fit failed part way"
+
+
 def test_delta_is_unknown_when_either_side_is():
     first = make_record(fit_seconds=None, fits=())
     assert make_record(run_number=2).compared_to(first).delta_fit_seconds is None

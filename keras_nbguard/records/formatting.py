@@ -66,17 +66,28 @@ def fmt_fit(record: RunRecord) -> str:
     for i, fit in enumerate(record.fits, 1):
         prefix = f"fit {i}: " if len(record.fits) > 1 else ""
         if not fit.reached_training:
+            how = unknowns.stopped_or_failed(record) if i == len(record.fits) else "failed"
             parts.append(
-                f"{prefix}failed before its first epoch ended ({fmt_seconds(fit.seconds)} spent)"
+                f"{prefix}{how} before its first epoch ended ({fmt_seconds(fit.seconds)} spent)"
             )
             continue
         bs = "set by your input" if fit.batch_size is None else str(fit.batch_size)
         cb = fmt_seconds(fit.callback_seconds)
         parts.append(
-            f"{prefix}epochs [{_fmt_epochs(fit.epoch_seconds)}]{_outside_epochs(fit)}, "
-            f"batch {bs}, your callbacks {cb}"
+            f"{prefix}epochs [{_fmt_epochs(fit.epoch_seconds)}]{_outside_epochs(fit)}"
+            f"{_cut_short(record, fit, i)}, batch {bs}, your callbacks {cb}"
         )
     return "; ".join(parts)
+
+
+def _cut_short(record: RunRecord, fit: FitRecord, number: int) -> str:
+    """``, stopped after 1 epoch``: where a fit that had ended epochs did not end (its time then
+    is no whole fit's)."""
+    if fit.completed:
+        return ""
+    how = unknowns.stopped_or_failed(record) if number == len(record.fits) else "failed"
+    done = len(fit.epoch_seconds)
+    return f", {how} after {done} epoch{'s' if done != 1 else ''}"
 
 
 OUTSIDE_SHOWN = 0.5  # seconds, and a fifth of the fit: time a fit spent outside its epochs
@@ -273,9 +284,11 @@ def fmt_deltas(record: RunRecord) -> str:
     if record.previous_run is None:
         return "first run of this label"
     fit = fmt_seconds(record.delta_fit_seconds, signed=True)
-    if record.delta_fit_seconds is None:  # say why: one of the two runs fit nothing
+    if record.delta_fit_seconds is None:  # say why: a fit cut short, or a run that fit nothing
         fit += (
-            " (no fit in this run)"
+            f" ({record.delta_fit_reason})"
+            if record.delta_fit_reason
+            else " (no fit in this run)"
             if record.fit_seconds is None
             else f" (no fit in #{record.previous_run})"
         )

@@ -158,6 +158,8 @@ class RunRecord:
     previous_elsewhere: bool = False  # the previous run was in another kernel (before a restart)
     # one of the two ran isolated (--isolate) and the other here: their RSS are two processes'
     rss_elsewhere: bool = False
+    # why delta_fit_seconds is None where a fit of either run stopped or failed part way
+    delta_fit_reason: str | None = None
     # where the run happened, so history can span kernel restarts
     notebook: str | None = None
     cell_id: str | None = None
@@ -214,11 +216,21 @@ class RunRecord:
             return self
         # an isolated run's RSS is its own process's: beside the kernel's it says nothing
         elsewhere = bool(self.isolated) != bool(previous.isolated)
+        # a fit stopped or failed part way took no whole fit's time: no difference to show
+        mine, theirs = unknowns.fit_cut_short(self), unknowns.fit_cut_short(previous)
+        cut = (
+            f"this run's {mine}"
+            if mine
+            else f"#{previous.run_number}'s {theirs}"
+            if theirs
+            else None
+        )
         return dataclasses.replace(
             self,
             previous_run=previous.run_number,
             previous_elsewhere=(previous.kernel_id, previous.pid) != (self.kernel_id, self.pid),
-            delta_fit_seconds=_diff(self.fit_seconds, previous.fit_seconds),
+            delta_fit_seconds=None if cut else _diff(self.fit_seconds, previous.fit_seconds),
+            delta_fit_reason=cut,
             delta_rss_after=None if elsewhere else _diff(self.rss_after, previous.rss_after),
             rss_elsewhere=elsewhere,
         )

@@ -23,9 +23,23 @@ def epoch_unknown(record: RunRecord) -> str:
     return fit_unknown(record) if not record.fits else "one epoch"
 
 
+def fit_cut_short(record: RunRecord) -> str | None:
+    """ "fit stopped part way" (the stop button) or "fit failed part way", where a fit of the run
+    did not end; None where every fit ended. Its time is no whole fit's to compare."""
+    if all(fit.completed for fit in record.fits):
+        return None
+    return f"fit {stopped_or_failed(record)} part way"
+
+
+def stopped_or_failed(record: RunRecord) -> str:
+    return "stopped" if record.status == "interrupted" else "failed"
+
+
 def delta_fit_unknown(record: RunRecord) -> str:
     if record.previous_run is None:
         return FIRST_RUN
+    if record.delta_fit_reason:
+        return record.delta_fit_reason
     if record.fit_seconds is None:
         return fit_unknown(record)
     return "no fit in the run before"
