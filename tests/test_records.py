@@ -98,7 +98,19 @@ def test_a_fit_stopped_part_way_is_no_fit_time_to_compare_and_says_so():
         fit_seconds=None,
     )
     assert "failed before its first epoch ended" in dict(failing.summary_rows())["fit"]
-    assert failing.compared_to(make_record()).delta_fit_reason == "this run's fit failed part way"
+    assert failing.compared_to(make_record()).delta_fit_note == "this run's fit failed part way"
+
+
+def test_a_delta_between_fits_of_different_lengths_says_so():
+    """A fit resumed by BackupAndRestore ran 3 of its 6 epochs: the next, whole run read
+    "Δ fit +1.35 s", a slowdown to the eye."""
+    whole = make_record().fits[0]
+    resumed = make_record(fits=(dataclasses.replace(whole, epoch_seconds=(0.2,) * 3),))
+    again = make_record(run_number=2, fits=(dataclasses.replace(whole, epoch_seconds=(0.2,) * 6),))
+    row = dict(again.compared_to(resumed).summary_rows())["vs previous"]
+    assert "Δ fit +0 ms (6 epochs, #1 ran 3)" in row
+    same = make_record(run_number=2, fits=(dataclasses.replace(whole, epoch_seconds=(0.2,) * 3),))
+    assert "epochs" not in dict(same.compared_to(resumed).summary_rows())["vs previous"]
 
 
 def test_delta_is_unknown_when_either_side_is():

@@ -284,11 +284,11 @@ def fmt_deltas(record: RunRecord) -> str:
     if record.previous_run is None:
         return "first run of this label"
     fit = fmt_seconds(record.delta_fit_seconds, signed=True)
-    if record.delta_fit_seconds is None:  # say why: a fit cut short, or a run that fit nothing
+    if record.delta_fit_note:  # why n/a (a fit cut short), or why not like for like (epochs)
+        fit += f" ({record.delta_fit_note})"
+    elif record.delta_fit_seconds is None:  # say why: one of the two runs fit nothing
         fit += (
-            f" ({record.delta_fit_reason})"
-            if record.delta_fit_reason
-            else " (no fit in this run)"
+            " (no fit in this run)"
             if record.fit_seconds is None
             else f" (no fit in #{record.previous_run})"
         )

@@ -158,8 +158,9 @@ class RunRecord:
     previous_elsewhere: bool = False  # the previous run was in another kernel (before a restart)
     # one of the two ran isolated (--isolate) and the other here: their RSS are two processes'
     rss_elsewhere: bool = False
-    # why delta_fit_seconds is None where a fit of either run stopped or failed part way
-    delta_fit_reason: str | None = None
+    # why delta_fit_seconds is None where a fit of either run stopped or failed part way, or
+    # why it is not like for like: the two runs' fits ran different numbers of epochs
+    delta_fit_note: str | None = None
     # where the run happened, so history can span kernel restarts
     notebook: str | None = None
     cell_id: str | None = None
@@ -225,18 +226,24 @@ class RunRecord:
             if theirs
             else None
         )
+        delta = None if cut else _diff(self.fit_seconds, previous.fit_seconds)
         return dataclasses.replace(
             self,
             previous_run=previous.run_number,
             previous_elsewhere=(previous.kernel_id, previous.pid) != (self.kernel_id, self.pid),
-            delta_fit_seconds=None if cut else _diff(self.fit_seconds, previous.fit_seconds),
-            delta_fit_reason=cut,
+            delta_fit_seconds=delta,
+            delta_fit_note=cut or (_other_epochs(self, previous) if delta is not None else None),
             delta_rss_after=None if elsewhere else _diff(self.rss_after, previous.rss_after),
             rss_elsewhere=elsewhere,
         )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @property
+    def epochs_run(self) -> int:
+        """The epochs its fits ended, all of them together."""
+        return sum(len(fit.epoch_seconds) for fit in self.fits)
 
     def to_json(self) -> str:
         """``json.dumps(self.to_dict())``, the same text 4× faster (the store writes one per
@@ -358,6 +365,15 @@ class RunRecord:
             f"<span style='color:{colour};font-weight:bold'>{html.escape(self.status)}</span>"
             f"<table style='font-size:90%'>{cells}</table></div>"
         )
+
+
+def _other_epochs(record: RunRecord, previous: RunRecord) -> str | None:
+    """ "6 epochs, #2 ran 3": where the two runs' fits ended different numbers of epochs (epochs
+    changed, a fit resumed by ``BackupAndRestore``), their times are not like for like."""
+    mine, theirs = record.epochs_run, previous.epochs_run
+    if mine == theirs or not mine or not theirs:
+        return None
+    return f"{mine} epoch{'s' * (mine != 1)}, #{previous.run_number} ran {theirs}"
 
 
 def _diff(a: float | None, b: float | None) -> Any:

@@ -38,8 +38,8 @@ def stopped_or_failed(record: RunRecord) -> str:
 def delta_fit_unknown(record: RunRecord) -> str:
     if record.previous_run is None:
         return FIRST_RUN
-    if record.delta_fit_reason:
-        return record.delta_fit_reason
+    if record.delta_fit_note and record.delta_fit_seconds is None:
+        return record.delta_fit_note
     if record.fit_seconds is None:
         return fit_unknown(record)
     return "no fit in the run before"
