@@ -181,18 +181,19 @@ class StopAt(keras.callbacks.Callback):
 
 @pytest.mark.slow
 def test_a_fit_stopped_midway_is_released_as_the_last_traceback_not_its_callbacks(keras_shell):
-    """The stopped fit's frames hold its callbacks, ours too, each with the model: the released
-    line named each link (``sys.last_traceback.tb_next…f_locals["args"][6][1] (its EpochClock)``,
-    a class of ours) instead of the one thing that let go, the traceback."""
+    """Trained on in a plain cell and stopped there, a run's model is held by that cell's
+    traceback, whose frames hold the fit's callbacks, each with the model: the released line
+    named each callback's link (``sys.last_traceback.tb_next…f_locals["kwargs"]["callbacks"][0]
+    (its StopAt)``) instead of the one thing that let go, the traceback."""
     run(keras_shell, STOP_AT_BATCH_3)
-    stopped = KERAS_IO.replace(FIT, "model.fit(x, y, epochs=3, verbose=0, callbacks=[StopAt()])")
-    assert isinstance(run(keras_shell, stopped).error_in_exec, KeyboardInterrupt)
-    held = weakref.ref(keras_shell.user_ns["model"])
-    refs = rerun(keras_shell, KERAS_IO, 1)
-    assert alive([held, *refs]) == [False, True]
+    first = rerun(keras_shell, KERAS_IO, 1)
+    stopped = run(keras_shell, "model.fit(x, y, epochs=3, verbose=0, callbacks=[StopAt()])")
+    assert isinstance(stopped.error_in_exec, KeyboardInterrupt)
+    later = rerun(keras_shell, KERAS_IO, 1)
+    assert alive([*first, *later]) == [False, True]
     released = last("io").released_models
-    assert released.paths == ("the last traceback",)
-    assert "EpochClock" not in dict(last("io").summary_rows())["released"]
+    assert released.runs == (1,) and "the last traceback" in released.paths
+    assert not any("tb_next" in path for path in released.paths)
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import signal
+import sys
 
 import pytest
 from helpers import run
@@ -259,6 +260,39 @@ def test_a_stop_pressed_while_the_record_is_kept_stops_the_cell_after_it(keras_s
     assert keras_shell.user_ns["ran"] is True
     assert [r.status for r in heard] == ["ok"]  # the cell had ended well: its record says so
     assert run(keras_shell, "%%kerasrun --label late --quiet\nran = 2\n").success
+
+
+STOP_ONCE = """
+import signal
+import tensorflow as tf
+STOPS = [1]
+class StopOnce(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if STOPS and batch == 3:
+            STOPS.pop()
+            signal.raise_signal(signal.SIGINT)  # the stop button, mid-fit, once
+"""
+
+
+def test_a_fit_stopped_while_caching_to_a_file_runs_again(keras_shell, tmp_path):
+    """The stopped fit's frames, kept in the last traceback, hold its tf.data iterator and with
+    it the cache file's lock: bare, every re-run of the cell failed (AlreadyExistsError: "a
+    concurrent caching iterator running"). A run forgets its cell's last failure's traceback
+    first, and only that one: another cell's error since is left for %debug."""
+    run(keras_shell, STOP_ONCE)
+    cache = str(tmp_path / "c")
+    cell = (
+        "%%kerasrun --label cached --quiet\n"
+        f"ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(16).cache({cache!r})\n"
+        "model = make_model()\nmodel.fit(ds, epochs=2, verbose=0, callbacks=[StopOnce()])\n"
+    )
+    assert isinstance(run(keras_shell, cell).error_in_exec, KeyboardInterrupt)
+    again = run(keras_shell, cell)
+    assert again.success, again.error_in_exec
+    assert [r.status for r in keras_nbguard.runs("cached")] == ["interrupted", "ok"]
+    run(keras_shell, "%%kerasrun --label other --quiet\nraise ValueError('kept')\n")
+    assert run(keras_shell, cell).success
+    assert str(sys.last_value) == "kept"  # not this cell's failure: left alone
 
 
 def test_resource_exhausted_is_oom_with_advice_from_the_run(keras_shell):

@@ -61,6 +61,8 @@ class RunServices:
     release_earlier: Callable[[str], Any]  # autorelease.settle for a label: what it released
     models_going: Callable[[], frozenset[int]]  # ids of models the collection is to free
     released_by_collection: Callable[[], HeldModels | None]  # after it: the cut models it freed
+    # the label's last run failed and its traceback is still the last one: forget it (True)
+    forget_failed_traceback: Callable[[str], bool] = lambda label: False
 
 
 class Run:
@@ -156,6 +158,12 @@ class Run:
         # objects are frozen out of gc's scans (gcfreeze.py): it costs what the user's objects
         # cost, not the whole heap's 160 ms.
         settled = self._attempt("releasing earlier runs' models", self._release_earlier)
+        # the frames of this cell's last failure hold what it made: a tf.data iterator caching
+        # to a file keeps its lock there, and bare every re-run then fails (AlreadyExistsError)
+        forgot = self._attempt(
+            "forgetting the failed run's traceback",
+            lambda: self.services.forget_failed_traceback(self.label),
+        )
         self._lap("release")
         going = self._attempt("releasing earlier runs' models", self.services.models_going)
         going = going or frozenset()
@@ -163,7 +171,7 @@ class Run:
         if self.options.deep_clean and self._cleared:
             purge = self._attempt("deep clean", lambda: self.services.deep_clean.purge(going))
         self._lap("deep clean")
-        let_go = going or (settled is not None and settled.released)
+        let_go = going or forgot or (settled is not None and settled.released)
         if self.options.clear or let_go or (purge is not None and purge.entries):
             self._attempt("collecting garbage", gc.collect)
             self._lap("gc")

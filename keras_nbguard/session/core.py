@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from keras_nbguard.collectors.gpu import NvmlReader, TfGpu
 from keras_nbguard.diagnosis.census import NamespaceCensus
+from keras_nbguard.models.caches import clear_tracebacks
 from keras_nbguard.prepare import actions
 from keras_nbguard.prepare.actions import ActionReport
 from keras_nbguard.prepare.deepclean import DeepClean
@@ -71,6 +73,7 @@ class Session:
         self._run_feeds: dict[str, RunFeed] = {}  # the store's feed of each run going
         self._batch_advice: dict[int, Any] = {}  # batch_advice() by the model's weight count
         self._last_fits: dict[str, LastFit] = {}  # each label's latest fit, weakly
+        self._raised: dict[str, tuple[int, type] | None] = {}  # what ended a label's last run
         self.last_run_batch_advice: Any = None  # batch_advice() of the last run's model
         self.died: list[DiedRun] = []
         # Created at load, so gradient entries from before the extension are never touched.
@@ -196,7 +199,17 @@ class Session:
             release_earlier=lambda label: self.live.settle(label, release=True, report=False),
             models_going=self.live.models_going,
             released_by_collection=self.live.collected,
+            forget_failed_traceback=self._forget_failed_traceback,
         )
+
+    def _forget_failed_traceback(self, label: str) -> bool:
+        """Before a run of ``label``: where its last run ended in an exception that is still
+        the last one shown (``sys.last_value``), forget that traceback, as the next error would.
+        Its frames hold what the failed run made, in the way of the cell run again."""
+        raised, shown = self._raised.pop(label, None), getattr(sys, "last_value", None)
+        if raised is None or raised != (id(shown), type(shown)):
+            return False
+        return bool(clear_tracebacks(self.shell))
 
     def begin(
         self,
@@ -244,6 +257,8 @@ class Session:
         the record is kept (held_interrupt.py)."""
         with HeldInterrupt() as stop:
             try:
+                # which exception ended the run (not the object: it would keep its frames)
+                self._raised[run.label] = (id(error), type(error)) if error is not None else None
                 record = self._finish(run, error)
             finally:
                 with self._lock:
