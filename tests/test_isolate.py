@@ -692,6 +692,46 @@ def test_a_child_killed_is_recorded_died_and_the_kernel_goes_on(iso_shell):
     assert run(iso_shell, "1 + 1").success
 
 
+def test_a_fit_on_a_pydataset_with_worker_processes_runs_isolated(iso_shell):
+    """Keras' ``PyDataset(use_multiprocessing=True)`` forks its workers from the child and ends
+    them with SIGTERM after the fit: they inherited the child's SIGTERM handler, which took the
+    child's whole process group down (every run "died: SIGKILL")."""
+    setup = (
+        "import keras, math\nclass Batches(keras.utils.PyDataset):\n"
+        "    def __init__(self, x, y, **kwargs):\n"
+        "        super().__init__(**kwargs)\n        self.x, self.y = x, y\n"
+        "    def __len__(self):\n        return math.ceil(len(self.x) / 16)\n"
+        "    def __getitem__(self, i):\n"
+        "        return self.x[i * 16:(i + 1) * 16], self.y[i * 16:(i + 1) * 16]\n"
+    )
+    assert run(iso_shell, setup).success
+    cell = (
+        "%%kerasrun --isolate --label workers --quiet\n"
+        "model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])\n"
+        "model.compile('adam', 'mse')\n"
+        "model.fit(Batches(x, y, workers=2, use_multiprocessing=True), epochs=2, verbose=0)\n"
+    )
+    result = run(iso_shell, cell)
+    (record,) = keras_nbguard.runs("workers")
+    assert result.success, record.error
+    assert record.status == "ok" and len(record.fits[0].epoch_seconds) == 2
+
+
+def test_a_child_that_died_says_its_fit_is_unknown_and_keeps_no_zero_rss(iso_shell):
+    """The kernel's view of a child that died mid-fit: its fit is not known ("no fit in this run"
+    said it had none), and the last RSS sample is the child's, not the 0 a zombie reads."""
+    cell = (
+        "%%kerasrun --isolate --label gone --quiet\nimport os, signal, time\n"
+        "time.sleep(0.5)\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    with capture_output():
+        assert not run(iso_shell, cell).success
+    (record,) = keras_nbguard.runs("gone")
+    assert record.status == "died" and record.fit_reason == "the isolated process ended first"
+    assert all(rss > 0 for _, rss in record.rss_samples), record.rss_samples
+    assert record.rss_after and record.rss_after > 0
+
+
 def test_interrupting_the_kernel_stops_the_child(iso_shell):
     cell = "%%kerasrun --isolate --label stopme\nimport time\nprint('started')\ntime.sleep(60)\n"
     threading.Timer(3.0, _thread.interrupt_main).start()

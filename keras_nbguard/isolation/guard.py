@@ -25,15 +25,31 @@ WATCH_SECONDS = 0.5
 THREAD_GRACE = 1.5  # seconds the threads the cell left get to end by themselves
 
 
+_GUARDED: list[int] = []  # the child's pid, once guarded: its forks inherit the handler
+
+
 def end_group(*_: object) -> None:
     """SIGKILL this process's group: the child and every process its cell started."""
+    if _GUARDED and os.getpid() != _GUARDED[0]:
+        _end_as_by_default()
     with contextlib.suppress(OSError):
         os.killpg(os.getpgrp(), signal.SIGKILL)
     os._exit(1)
 
 
+def _end_as_by_default() -> None:
+    """A fork of the child got the SIGTERM: a worker of the cell's ``multiprocessing`` pool
+    (Keras' ``PyDataset(use_multiprocessing=True)``), ended by ``Pool.terminate`` at the end of
+    each fit. It inherited our handler, and must end alone, as SIGTERM ends it by default, not
+    take the child and its group along."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+    os._exit(128 + signal.SIGTERM)  # (not reached: the signal ends it)
+
+
 def guard(parent: int) -> None:
     """End with the kernel (pid ``parent``), taking the process group along."""
+    _GUARDED[:] = [os.getpid()]
     if sys.platform.startswith("linux"):
         with contextlib.suppress(Exception):
             libc = ctypes.CDLL(None, use_errno=True)

@@ -198,6 +198,8 @@ class Child:
             rss = int(self._process.memory_info().rss)
         except Exception:  # it has just ended
             return
+        if rss == 0:  # ended, not yet reaped: a zombie reads 0, which no run's RSS ever was
+            return
         t = time.perf_counter() - self.started
         self.done.samples.append((t, rss))
         on_sample(t, rss)

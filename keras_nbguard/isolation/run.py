@@ -125,6 +125,8 @@ class IsolatedRun(Run):
             cleared=True,
             traces=None,
             trace_reason="the isolated process ended first",
+            # it may have fitted: it ended before it could say (a syntax error ran nothing)
+            fit_reason=None if child.result is not None else "the isolated process ended first",
             error=child.exit or (child.result or {}).get("error"),
             rss_samples=samples,
         )
