@@ -717,6 +717,14 @@ def test_a_fit_on_a_pydataset_with_worker_processes_runs_isolated(iso_shell):
     assert record.status == "ok" and len(record.fits[0].epoch_seconds) == 2
 
 
+def test_an_isolated_cell_reads_the_kernels_argv(iso_shell):
+    """``args, _ = parser.parse_known_args()`` in a notebook reads the kernel's argv; in the child
+    it read the child's own (two file descriptors, taken for positional arguments)."""
+    cell = "%%kerasrun --isolate --label argv --quiet\nimport sys\nseen = list(sys.argv)\n"
+    assert run(iso_shell, cell).success
+    assert iso_shell.user_ns["seen"] == sys.argv
+
+
 def test_a_child_that_died_says_its_fit_is_unknown_and_keeps_no_zero_rss(iso_shell):
     """The kernel's view of a child that died mid-fit: its fit is not known ("no fit in this run"
     said it had none), and the last RSS sample is the child's, not the 0 a zombie reads."""

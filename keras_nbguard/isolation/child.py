@@ -67,6 +67,8 @@ def main() -> None:
     guard.guard(hello["parent"])
     # the kernel's own modules and folders first, as the kernel finds them
     sys.path[:] = [*hello["path"], *(p for p in sys.path if p not in hello["path"])]
+    # and its argv: a cell's argparse reads the kernel's (``parse_known_args`` in notebooks)
+    sys.argv[:] = hello["argv"]
     shell = make_shell(send)
     for module in hello["preload"]:  # a pre-started child: the cell's imports, beforehand
         with contextlib.suppress(Exception):

@@ -85,7 +85,12 @@ class Child:
         _LIVE.add(self)
         self.inbox = Connection(from_child_r, writable=False)
         self.outbox = Connection(to_child_w, readable=False)
-        hello = {"preload": list(preload), "path": list(sys.path), "parent": os.getpid()}
+        hello = {
+            "preload": list(preload),
+            "path": list(sys.path),
+            "argv": list(sys.argv),
+            "parent": os.getpid(),
+        }
         self.outbox.send_bytes(pickle.dumps(hello))
         self.done = ChildResult(pid=self.popen.pid)
         self.prestarted = False  # a spare: its start-up is counted from the job, not the spawn
