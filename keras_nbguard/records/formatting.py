@@ -66,7 +66,7 @@ def fmt_fit(record: RunRecord) -> str:
     for i, fit in enumerate(record.fits, 1):
         prefix = f"fit {i}: " if len(record.fits) > 1 else ""
         if not fit.reached_training:
-            how = unknowns.stopped_or_failed(record) if i == len(record.fits) else "failed"
+            how = _how_it_ended(record, i)
             parts.append(
                 f"{prefix}{how} before its first epoch ended ({fmt_seconds(fit.seconds)} spent)"
             )
@@ -85,9 +85,14 @@ def _cut_short(record: RunRecord, fit: FitRecord, number: int) -> str:
     is no whole fit's)."""
     if fit.completed:
         return ""
-    how = unknowns.stopped_or_failed(record) if number == len(record.fits) else "failed"
     done = len(fit.epoch_seconds)
-    return f", {how} after {done} epoch{'s' if done != 1 else ''}"
+    return f", {_how_it_ended(record, number)} after {done} epoch{'s' if done != 1 else ''}"
+
+
+def _how_it_ended(record: RunRecord, number: int) -> str:
+    """A fit that did not end: the run's last one was stopped or failed as the run was; an
+    earlier one can only have failed (its error caught by the cell, which went on)."""
+    return unknowns.stopped_or_failed(record) if number == len(record.fits) else "failed"
 
 
 OUTSIDE_SHOWN = 0.5  # seconds, and a fifth of the fit: time a fit spent outside its epochs
