@@ -37,6 +37,7 @@ MODULES = (
     "text_transformer",
     "distributed_training",
     "grad_cam",
+    "py_dataset",
 )
 
 
