@@ -330,6 +330,46 @@ def test_a_killed_kernels_run_is_reported_by_the_next_kernel(
     assert "died" not in second.ok("%reload_ext keras_nbguard").text
 
 
+HELPERS = (
+    "[p.pid for p in __import__('psutil').Process().children() "
+    "if any(part.endswith('rss_watch.py') for part in p.cmdline())]"
+)
+
+
+def test_the_stop_button_leaves_the_rss_helper_running(
+    start_kernel: StartKernel, history_database: Path
+) -> None:
+    """Jupyter interrupts a kernel by sending SIGINT to its process group, which holds our RSS
+    helper: the helper died of it, and every later run sampled with a thread in the kernel."""
+    kernel = start_kernel()
+    kernel.ok("%load_ext keras_nbguard")
+    kernel.ok("%%kerasrun --label before --quiet\nimport time\ntime.sleep(0.6)\n")
+    (helper,) = kernel.value(HELPERS)
+    kernel.kc.execute("%%kerasrun --label stopped --quiet\nimport time\ntime.sleep(30)\n")
+    wait_until_running(history_database, "stopped")
+    kernel.km.interrupt_kernel()  # what the stop button does: SIGINT to the process group
+    reply = kernel.kc.get_shell_msg(timeout=CELL_TIMEOUT)
+    assert reply["content"]["status"] == "error"
+    kernel.ok("%%kerasrun --label after --quiet\nimport time\ntime.sleep(0.6)\n")
+    assert kernel.value(HELPERS) == [helper]
+    assert [run["status"] for run in kernel.runs()] == ["ok", "interrupted", "ok"]
+    assert psutil.Process(helper).status() != psutil.STATUS_ZOMBIE
+
+
+def wait_until_running(db: Path, label: str) -> None:
+    """Until a run of ``label`` is on disk (its kernel is busy with it: read from the history)."""
+    deadline = time.monotonic() + CELL_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            with read_only(db) as conn:
+                if conn.execute("SELECT 1 FROM runs WHERE label = ?", (label,)).fetchone():
+                    return
+        except sqlite3.OperationalError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"run {label!r} never began")
+
+
 def test_the_shipped_kernelspec_loads_the_extension_before_user_code(
     start_kernel: StartKernel,
 ) -> None:

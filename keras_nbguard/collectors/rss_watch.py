@@ -24,6 +24,7 @@ import contextlib
 import mmap
 import os
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -111,6 +112,9 @@ class RssWatch:
 def _helper(path: str, pid: int, wake_fd: int) -> None:
     """The helper's loop: sample while a run is active, idle otherwise, end with the kernel; a
     run that goes on ``DRAIN_SECONDS`` wakes the kernel's thread that drains the samples."""
+    # Jupyter's stop button sends SIGINT to the kernel's whole process group, this helper
+    # included: it killed the helper, and every later run sampled with a thread instead
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     fd = os.open(path, os.O_RDWR)
     buffer = mmap.mmap(fd, SIZE)
     os.close(fd)
