@@ -25,12 +25,12 @@ WATCH_SECONDS = 0.5
 THREAD_GRACE = 1.5  # seconds the threads the cell left get to end by themselves
 
 
-_GUARDED: list[int] = []  # the child's pid, once guarded: its forks inherit the handler
+_guarded_pid: int | None = None  # the child's own: the processes it forks inherit the handler
 
 
 def end_group(*_: object) -> None:
     """SIGKILL this process's group: the child and every process its cell started."""
-    if _GUARDED and os.getpid() != _GUARDED[0]:
+    if _guarded_pid is not None and os.getpid() != _guarded_pid:
         _end_as_by_default()
     with contextlib.suppress(OSError):
         os.killpg(os.getpgrp(), signal.SIGKILL)
@@ -49,7 +49,8 @@ def _end_as_by_default() -> None:
 
 def guard(parent: int) -> None:
     """End with the kernel (pid ``parent``), taking the process group along."""
-    _GUARDED[:] = [os.getpid()]
+    global _guarded_pid
+    _guarded_pid = os.getpid()
     if sys.platform.startswith("linux"):
         with contextlib.suppress(Exception):
             libc = ctypes.CDLL(None, use_errno=True)

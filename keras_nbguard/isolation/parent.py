@@ -203,7 +203,7 @@ class Child:
             rss = int(self._process.memory_info().rss)
         except Exception:  # it has just ended
             return
-        if rss == 0:  # ended, not yet reaped: a zombie reads 0, which no run's RSS ever was
+        if rss == 0:  # dying (its memory gone, its exit not yet seen): no run's RSS was ever 0
             return
         t = time.perf_counter() - self.started
         self.done.samples.append((t, rss))
