@@ -75,6 +75,26 @@ def test_a_delta_without_its_figure_says_why():
     assert "n/a (no fit in #1)" in dict(second.summary_rows())["vs previous"]
 
 
+def test_a_run_that_died_is_compared_on_nothing_it_cannot_know():
+    """An isolated child killed mid-fit: its fit is unknown (it may have trained), and its RSS
+    "after" is only the last sample before it died. Beside it the next run said "Δ fit n/a (no fit
+    in #1)" and "Δ RSS after -743.7 MiB" (that last sample read 0 as the child died)."""
+    died = make_record(
+        status="died", fit_seconds=None, fits=(), fit_reason="the isolated process ended first"
+    )
+    after = make_record(run_number=2, fit_seconds=1.5).compared_to(died)
+    assert after.delta_fit_seconds is None and after.delta_rss_after is None
+    line = dict(after.summary_rows())["vs previous"]
+    assert "Δ fit n/a (#1: the isolated process ended first)" in line, line
+    assert "Δ RSS after n/a (#1 died: its last RSS seen is no run's end)" in line, line
+    again = dataclasses.replace(died, run_number=2).compared_to(make_record())
+    line = dict(again.summary_rows())["vs previous"]
+    assert "Δ fit n/a (the isolated process ended first)" in line, line
+    assert "Δ RSS after n/a (this run died: its last RSS seen is no run's end)" in line, line
+    table = runs_table([died, after])  # the history's table gives the same reason
+    assert any("#1 died: its last RSS seen is no run's end" in note for note in table.notes)
+
+
 def test_a_fit_stopped_part_way_is_no_fit_time_to_compare_and_says_so():
     """A fit stopped in its second epoch took 0.8 s: beside the next run's whole 0.2 s fit the
     summary said "Δ fit -600 ms"; stopped in its first epoch, "n/a (no fit in #1)", though #1

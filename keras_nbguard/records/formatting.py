@@ -293,7 +293,7 @@ def fmt_deltas(record: RunRecord) -> str:
         fit += f" ({record.delta_fit_note})"
     elif record.delta_fit_seconds is None:  # say why: one of the two runs fit nothing
         fit += (
-            " (no fit in this run)"
+            f" ({record.fit_reason or 'no fit in this run'})"
             if record.fit_seconds is None
             else f" (no fit in #{record.previous_run})"
         )

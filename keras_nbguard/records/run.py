@@ -161,6 +161,8 @@ class RunRecord:
     # why delta_fit_seconds is None where a fit of either run stopped or failed part way, or
     # why it is not like for like: the two runs' fits ran different numbers of epochs
     delta_fit_note: str | None = None
+    # why delta_rss_after is None where either run died: its last RSS seen is no run's end
+    delta_rss_note: str | None = None
     # where the run happened, so history can span kernel restarts
     notebook: str | None = None
     cell_id: str | None = None
@@ -227,14 +229,20 @@ class RunRecord:
             else None
         )
         delta = None if cut else _diff(self.fit_seconds, previous.fit_seconds)
+        if delta is None and not cut and self.fit_seconds is not None and previous.fit_reason:
+            cut = f"#{previous.run_number}: {previous.fit_reason}"  # (a died child: unknown)
+        died = _died(self, previous)
         return dataclasses.replace(
             self,
             previous_run=previous.run_number,
             previous_elsewhere=(previous.kernel_id, previous.pid) != (self.kernel_id, self.pid),
             delta_fit_seconds=delta,
             delta_fit_note=cut or (_other_epochs(self, previous) if delta is not None else None),
-            delta_rss_after=None if elsewhere else _diff(self.rss_after, previous.rss_after),
+            delta_rss_after=(
+                None if elsewhere or died else _diff(self.rss_after, previous.rss_after)
+            ),
             rss_elsewhere=elsewhere,
+            delta_rss_note=died,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -365,6 +373,15 @@ class RunRecord:
             f"<span style='color:{colour};font-weight:bold'>{html.escape(self.status)}</span>"
             f"<table style='font-size:90%'>{cells}</table></div>"
         )
+
+
+def _died(record: RunRecord, previous: RunRecord) -> str | None:
+    """ "#2 died: its last RSS seen is no run's end": a run that died has no RSS after, only
+    the last sample taken before (a kernel or an isolated child killed mid-run)."""
+    if "died" not in (record.status, previous.status):
+        return None
+    which = "this run" if record.status == "died" else f"#{previous.run_number}"
+    return f"{which} died: its last RSS seen is no run's end"
 
 
 def _other_epochs(record: RunRecord, previous: RunRecord) -> str | None:

@@ -48,6 +48,8 @@ def delta_fit_unknown(record: RunRecord) -> str:
 def delta_rss_unknown(record: RunRecord) -> str:
     if record.previous_run is None:
         return FIRST_RUN
+    if record.delta_rss_note:
+        return record.delta_rss_note
     if record.rss_elsewhere:
         ran = "this run" if record.isolated else f"#{record.previous_run}"
         return f"{ran} ran isolated: its RSS is another process's"
