@@ -63,6 +63,21 @@ def test_read_then_write_names_go_in_and_come_back(shell):
     assert "items (pickle" in words and "counter (pickle" in words
 
 
+def test_ipythons_own_open_is_not_sent_but_a_users_open_is(shell, tmp_path):
+    """IPython puts its own ``open`` in the notebook's names (``user_ns_hidden``): a cell that
+    wrote a file sent it (``the names sent: open (pickle 6.8 KiB)``)."""
+    path = tmp_path / "scores.txt"
+    cell = f"%%kerasrun --isolate --label files --quiet\nwith open({str(path)!r}, 'w') as f:\n"
+    _ran(shell, cell + "    f.write('0.5')\n")
+    assert path.read_text() == "0.5"
+    assert "open" not in _sent("files")
+    _ran(shell, "def open(*args, **kwargs):\n    raise RuntimeError('mine')\n")
+    with capture_output():
+        assert not run(shell, cell.replace("files", "mine") + "    pass\n").success
+    (record,) = keras_nbguard.runs("mine")
+    assert "open (" in record.isolated and "mine" in (record.error or ""), record.error
+
+
 def test_a_model_a_with_block_builds_is_the_cells_own_not_sent(shell):
     """keras.io's distributed training guide builds its model in ``with strategy.scope():``.
     The block's body runs whole, so the kernel's model of the last run was not needed in the

@@ -113,6 +113,7 @@ def run_isolated(
             in_place=found.in_place,
             current=cell,
             saved=_saved_of(session),
+            hidden=shell.user_ns_hidden,
         )
         from keras_nbguard.isolation.shm import size_of
 

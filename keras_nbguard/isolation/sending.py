@@ -84,12 +84,14 @@ def pack_inputs(
     in_place: Iterable[str] = (),
     current: str = "",
     saved: SavedDatasets | None = None,
+    hidden: Mapping[str, Any] | None = None,
 ) -> Sent:
     """Each name the user's namespace has, packed the way its kind allows (``shared`` None:
     children elsewhere, a Ray cluster: no shared memory; segments made are appended to it for
     the caller to unlink after the run). ``in_place``: names the cell changes (a writable copy);
     ``current``: the cell's source (not replayed); ``saved``: the tf.data pipelines earlier runs
-    saved. ``ValueError`` for a name that can go no way, or one given with ``--inputs`` that
+    saved; ``hidden``: IPython's own names (``user_ns_hidden``), which the child's shell has
+    too. ``ValueError`` for a name that can go no way, or one given with ``--inputs`` that
     does not exist."""
     from keras_nbguard.isolation.names import is_builtin
 
@@ -107,6 +109,8 @@ def pack_inputs(
             name.startswith("_")  # IPython's _, __, _i3: not the user's
             or is_builtin(name, namespace)
             or type(value).__module__.startswith("IPython")  # get_ipython, In's exit: its own
+            # IPython's own `open` (a cell that reads a file sent it, 6.8 KiB), unless rebound
+            or (hidden is not None and name in hidden and hidden[name] is value)
         ):
             continue
         try:
