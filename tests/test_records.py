@@ -85,7 +85,7 @@ def test_a_run_that_died_is_compared_on_nothing_it_cannot_know():
     after = make_record(run_number=2, fit_seconds=1.5).compared_to(died)
     assert after.delta_fit_seconds is None and after.delta_rss_after is None
     line = dict(after.summary_rows())["vs previous"]
-    assert "Δ fit n/a (#1: the isolated process ended first)" in line, line
+    assert "Δ fit n/a (#1's fit unknown: the isolated process ended first)" in line, line
     assert "Δ RSS after n/a (#1 died: its last RSS seen is no run's end)" in line, line
     again = dataclasses.replace(died, run_number=2).compared_to(make_record())
     line = dict(again.summary_rows())["vs previous"]

@@ -230,7 +230,7 @@ class RunRecord:
         )
         delta = None if cut else _diff(self.fit_seconds, previous.fit_seconds)
         if delta is None and not cut and self.fit_seconds is not None and previous.fit_reason:
-            cut = f"#{previous.run_number}: {previous.fit_reason}"  # (a died child: unknown)
+            cut = f"#{previous.run_number}'s fit unknown: {previous.fit_reason}"
         died = _died(self, previous)
         return dataclasses.replace(
             self,
