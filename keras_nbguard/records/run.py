@@ -159,7 +159,8 @@ class RunRecord:
     # one of the two ran isolated (--isolate) and the other here: their RSS are two processes'
     rss_elsewhere: bool = False
     # why delta_fit_seconds is None where a fit of either run stopped or failed part way, or
-    # why it is not like for like: the two runs' fits ran different numbers of epochs
+    # the run before's fit is unknown (a child that died), or why it is not like for like: the
+    # two runs' fits ran different numbers of epochs
     delta_fit_note: str | None = None
     # why delta_rss_after is None where either run died: its last RSS seen is no run's end
     delta_rss_note: str | None = None
