@@ -345,7 +345,11 @@ def test_the_stop_button_leaves_the_rss_helper_running(
     kernel.ok("%load_ext keras_nbguard")
     kernel.ok("%%kerasrun --label before --quiet\nimport time\ntime.sleep(0.6)\n")
     (helper,) = kernel.value(HELPERS)
-    kernel.kc.execute("%%kerasrun --label stopped --quiet\nimport time\ntime.sleep(30)\n")
+    # stop_on_error=False: ipykernel 7 aborts a request that comes in just after an error
+    # reply (a race with its "stop aborting" message), which is not what this test is about
+    kernel.kc.execute(
+        "%%kerasrun --label stopped --quiet\nimport time\ntime.sleep(30)\n", stop_on_error=False
+    )
     wait_until_running(history_database, "stopped")
     kernel.km.interrupt_kernel()  # what the stop button does: SIGINT to the process group
     reply = kernel.kc.get_shell_msg(timeout=CELL_TIMEOUT)
