@@ -121,12 +121,17 @@ def _heap_in_use() -> int:
 def _heap_per_load(load) -> float:
     held = None
     heap = []
-    for _ in range(10):
-        held = None
-        gc.collect()
-        held = load()
-        gc.collect()
-        heap.append(_heap_in_use())
+    gc.collect()
+    gc.freeze()  # what is here already stays: each collection scans only the loads' objects
+    try:
+        for _ in range(10):
+            held = None
+            gc.collect()
+            held = load()
+            gc.collect()
+            heap.append(_heap_in_use())
+    finally:
+        gc.unfreeze()
     assert held is not None
     return statistics.median(b - a for a, b in itertools.pairwise(heap[2:]))
 
