@@ -53,6 +53,7 @@ def test_the_corpus_holds_every_example_the_issue_names():
         assert "keras3" in example.kerases and set(example.kerases) <= set(KERASES)
         compile(example.setup, example.name, "exec")
         compile(example.train, example.name, "exec")
+        example.check_short()
     assert "tf_keras" in EXAMPLES["mnist_convnet"].kerases
     assert EXAMPLES["mnist_convnet"].train.rstrip().splitlines()[-1].startswith("model.fit(")
     assert not EXAMPLES["loop_from_scratch"].fits
@@ -63,7 +64,7 @@ def test_the_corpus_holds_every_example_the_issue_names():
 @pytest.mark.parametrize("name", list(EXAMPLES))
 @pytest.mark.usefixtures("unhurried_walk")  # conftest: the release step's walk, under load
 def test_example_runs_under_kerasrun_on_keras3(shell, name):
-    seen = run_example(shell, name, "kerasrun", RUNS, "keras3")
+    seen = run_example(shell, name, "kerasrun", RUNS, "keras3", short=True)
     _check_runs(seen, "Keras 3")
     # no earlier run's model alive after any run: not through the user's names, Out[n], the
     # setup cell's layers (text, feature space) or models (GAN, VAE), nor Keras' own records
@@ -90,7 +91,7 @@ def test_convnet_history_is_the_cells_result(shell):
 
 def test_examples_run_under_kerasrun_on_tf_keras():
     names = [n for n, e in EXAMPLES.items() if "tf_keras" in e.kerases]
-    seen = measure(names, "kerasrun", RUNS_TF_KERAS, "tf_keras", timeout=900)
+    seen = measure(names, "kerasrun", RUNS_TF_KERAS, "tf_keras", timeout=900, short=True)
     assert list(seen) == names
     for name in names:
         _check_runs(seen[name], "Keras 2", RUNS_TF_KERAS)

@@ -47,7 +47,9 @@ class Example:
     same code runs (``tf_keras``: the same modulo ``import tf_keras as keras``); ``fits``:
     whether the train cell calls ``fit`` (so a run's fit time must be known); ``expects``: the
     findings it must raise, where the example itself does something wrong (none: it must
-    raise none)."""
+    raise none); ``short``: (text, replacement) pairs that make the tests' short version of an
+    example too slow to run a few times in a test (fewer samples, blocks or trials; the same
+    code otherwise). The bench runs the example as it stands."""
 
     name: str
     follows: str
@@ -56,14 +58,31 @@ class Example:
     kerases: tuple[str, ...] = ("keras3",)
     fits: bool = True
     expects: tuple[str, ...] = ()
+    short: tuple[tuple[str, str], ...] = ()
 
-    def cell(self, which: str, keras: str = "keras3") -> str:
-        """The source of the ``setup`` or ``train`` cell for ``keras``."""
+    def cell(self, which: str, keras: str = "keras3", short: bool = False) -> str:
+        """The source of the ``setup`` or ``train`` cell for ``keras``, the short version's where
+        ``short``."""
         source = self.setup if which == "setup" else self.train
+        if short:
+            source = self._shortened(source)
         if keras == "tf_keras":
             source = re.sub(r"^import keras$", "import tf_keras as keras", source, flags=re.M)
             source = re.sub(r"^from keras import", "from tf_keras import", source, flags=re.M)
         return source
+
+    def _shortened(self, source: str) -> str:
+        for text, replacement in self.short:
+            source = source.replace(text, replacement)
+        return source
+
+    def check_short(self) -> None:
+        """Each of ``short``'s texts is found once in the setup and train cells together: an
+        edit of the example must not leave its short version silently long."""
+        for text, _ in self.short:
+            found = self.setup.count(text) + self.train.count(text)
+            if found != 1:
+                raise ValueError(f"{self.name}: short's {text!r} is found {found} times, not once")
 
 
 def examples() -> dict[str, Example]:

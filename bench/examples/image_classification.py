@@ -127,4 +127,5 @@ EXAMPLE = Example(
     setup=SETUP,
     train=TRAIN,
     kerases=("keras3", "tf_keras"),
+    short=(("image_size = (180, 180)", "image_size = (90, 90)"),),  # a quarter of the pixels
 )

@@ -54,10 +54,12 @@ def measure(
     keras: str = "keras3",
     timeout: float | None = None,
     environ: dict[str, str] | None = None,
+    short: bool = False,
 ) -> dict[str, Any]:
     """``run_here`` in a fresh interpreter; returns ``{name: seen}`` (see ``run_example``).
-    ``environ``: variables to set there (``TF_ENABLE_ONEDNN_OPTS``). A child that dies raises
-    RuntimeError with the tail of its output."""
+    ``environ``: variables to set there (``TF_ENABLE_ONEDNN_OPTS``); ``short``: the examples'
+    short versions (the tests'). A child that dies raises RuntimeError with the tail of its
+    output."""
     names = names.split(",") if isinstance(names, str) else names
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "seen.json")
@@ -86,6 +88,7 @@ def measure(
                 keras,
                 "--out",
                 out,
+                *(["--short"] if short else []),
             ],
             cwd=REPO,
             env=env,
@@ -113,7 +116,9 @@ def measure(
 
 
 # -- in the child ------------------------------------------------------------------------------
-def run_here(names: list[str], mode: str, runs: int, keras: str) -> dict[str, Any]:
+def run_here(
+    names: list[str], mode: str, runs: int, keras: str, short: bool = False
+) -> dict[str, Any]:
     """Every example of ``names`` in this process's shell, one after the other."""
     from IPython.core.interactiveshell import InteractiveShell
 
@@ -121,11 +126,14 @@ def run_here(names: list[str], mode: str, runs: int, keras: str) -> dict[str, An
     shell.run_line_magic("colors", "nocolor")
     if mode != "bare":
         shell.run_line_magic("load_ext", "keras_nbguard")
-    return {name: run_example(shell, name, mode, runs, keras) for name in names}
+    return {name: run_example(shell, name, mode, runs, keras, short) for name in names}
 
 
-def run_example(shell: Any, name: str, mode: str, runs: int, keras: str) -> dict[str, Any]:
-    """The example's setup cell once, then its train cell ``runs`` times."""
+def run_example(
+    shell: Any, name: str, mode: str, runs: int, keras: str, short: bool = False
+) -> dict[str, Any]:
+    """The example's setup cell once, then its train cell ``runs`` times (``short``: the short
+    version's cells)."""
     import gc
 
     import psutil
@@ -140,9 +148,10 @@ def run_example(shell: Any, name: str, mode: str, runs: int, keras: str) -> dict
         "keras": keras,
         "follows": example.follows,
         "fits": example.fits,
+        "short": short,
         "runs": [],
     }
-    result = shell.run_cell(example.cell("setup", keras), store_history=True)
+    result = shell.run_cell(example.cell("setup", keras, short), store_history=True)
     if not result.success:
         seen["setup_error"] = _error_text(result)
         return seen
@@ -152,7 +161,7 @@ def run_example(shell: Any, name: str, mode: str, runs: int, keras: str) -> dict
     gc.collect()
     _note_models(model_class, born, 0)
     seen["rss_after_setup"] = process.memory_info().rss
-    source = MAGIC[mode].format(name=name) + example.cell("train", keras)
+    source = MAGIC[mode].format(name=name) + example.cell("train", keras, short)
     try:
         for n in range(1, runs + 1):
             if fit_timer:
@@ -355,13 +364,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--keras", choices=("keras3", "tf_keras"), default="keras3")
     parser.add_argument("--out", help="write the JSON here (default: print it)")
+    parser.add_argument("--short", action="store_true", help="the examples' short versions")
     args = parser.parse_args()
     if args.keras == "tf_keras" and os.environ.get("TF_USE_LEGACY_KERAS") != "1":
         os.environ["TF_USE_LEGACY_KERAS"] = "1"  # before TensorFlow is imported
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if "KERAS_NBGUARD_DB" not in os.environ:  # run by hand: never the user's run history
         os.environ["KERAS_NBGUARD_DB"] = os.path.join(tempfile.mkdtemp(), "runs.sqlite")
-    seen = run_here(args.names.split(","), args.mode, args.runs, args.keras)
+    seen = run_here(args.names.split(","), args.mode, args.runs, args.keras, args.short)
     text = json.dumps(seen)
     if args.out:
         Path(args.out).write_text(text)

@@ -78,4 +78,10 @@ EXAMPLE = Example(
     follows="https://keras.io/guides/keras_tuner/getting_started/",
     setup=SETUP,
     train=TRAIN,
+    short=(  # two trials on fewer digits: a search, built and fit more than once
+        ("max_trials=3", "max_trials=2"),
+        ("(2000, 28, 28)", "(500, 28, 28)"),
+        ("integers(0, 10, 2000)", "integers(0, 10, 500)"),
+        ("x_train[:400], y_train[:400]", "x_train[:100], y_train[:100]"),
+    ),
 )
