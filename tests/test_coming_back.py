@@ -20,7 +20,7 @@ pytest.importorskip("tensorflow")
 
 from helpers import alive_at_each_load  # noqa: E402
 
-from keras_nbguard.isolation import back  # noqa: E402
+from keras_nbguard.isolation import back, unloadable  # noqa: E402
 from keras_nbguard.isolation.parent import ChildResult  # noqa: E402
 
 
@@ -170,3 +170,73 @@ def test_a_model_whose_place_in_another_holds_something_else_stays_a_copy_and_is
     }
     assert "back 2 models" in run.back.words("back")
     assert "(model: a copy of outer's layer" in run.back.words("back")
+
+
+VIT_LAYERS = """
+import keras
+
+class Patches(keras.layers.Layer):  # keras.io's ViT example: an __init__ without **kwargs
+    def __init__(self, patch_size):
+        super().__init__()
+        self.patch_size = patch_size
+
+    def call(self, images):
+        return images * 1.0
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"patch_size": self.patch_size})
+        return config
+
+class PatchEncoder(keras.layers.Layer):  # and a get_config without projection_dim
+    def __init__(self, num_patches, projection_dim):
+        super().__init__()
+        self.num_patches = num_patches
+        self.projection = keras.layers.Dense(units=projection_dim)
+
+    def call(self, patch):
+        return self.projection(patch)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"num_patches": self.num_patches})
+        return config
+
+inputs = keras.Input((4, 3))
+vit = keras.Model(inputs, PatchEncoder(4, 8)(Patches(2)(inputs)))
+"""
+
+
+def test_a_model_keras_cannot_rebuild_is_said_in_a_line_with_the_fix(shell, tmp_path):
+    """keras.io's ViT example, isolated: Keras' error held 4 KB of nested configs; the row says
+    which of the notebook's classes Keras can't rebuild, why, and what to change."""
+    assert shell.run_cell(VIT_LAYERS).success
+    data = _saved(shell.user_ns.pop("vit"), tmp_path)
+    run = _run()
+    outputs = {"vit": ("keras", "keras", data)}
+    namespace: dict = {}  # the cell bound the name first
+    done = ChildResult(result={"outputs": outputs, "success": True})
+    assert "vit" not in back.received(done, run, namespace=namespace)
+    said = run.not_sent["vit"]
+    assert said.startswith(
+        "a Keras model that could not be loaded here: Keras can't rebuild your classes from "
+        "the file: Patches, PatchEncoder: __init__ takes no name, trainable, dtype: give it "
+        "**kwargs, passed on to super().__init__(**kwargs); PatchEncoder: get_config() leaves "
+        "out projection_dim, which __init__ needs (keras.models.load_model fails on it the "
+        "same way)"
+    ), said
+    assert said.endswith("; the name is not defined here") and "vit" not in namespace
+    assert "config=" not in said and len(said) < 500
+
+
+def test_a_load_error_of_another_kind_is_cut_to_its_innermost_cause():
+    nested = (
+        "<class 'Functional'> could not be deserialized properly.\nconfig={'a': 1}\n\n"
+        "Exception encountered: Error when deserializing class 'Head' using config={'b': 2}."
+        "\n\nException encountered: Head.__init__() got an unexpected keyword argument 'x')"
+    )
+    assert unloadable.innermost_cause(nested) == (
+        "Head.__init__() got an unexpected keyword argument 'x'"
+    )
+    assert unloadable.innermost_cause("x" * 1000).endswith("…")
+    assert len(unloadable.innermost_cause("x" * 1000)) == unloadable.LONGEST

@@ -23,6 +23,7 @@ from keras_nbguard.isolation.nested_models import rejoin
 from keras_nbguard.isolation.parent import ChildResult
 from keras_nbguard.isolation.receiving import keras_scope
 from keras_nbguard.isolation.run import IsolatedRun, Transfer
+from keras_nbguard.isolation.unloadable import why_not_loaded
 from keras_nbguard.prepare import kept_state, layer_names
 from keras_nbguard.prepare.deepclean import clear_kernel_cache
 from keras_nbguard.prepare.lookup_tables import freed_with_their_objects
@@ -148,7 +149,8 @@ def _load_models(
         try:
             models[key] = _load_model(sent[1], sent[2], functions)
         except Exception as exc:
-            failed[key] = f"a Keras model that could not be loaded here: {exc}"
+            why = why_not_loaded(exc, sent[2], {**_notebook_classes(), **functions})
+            failed[key] = f"a Keras model that could not be loaded here: {why}"
             continue
         back.models += 1
         back.nbytes += len(sent[2])
@@ -201,7 +203,11 @@ def _restore(
 ) -> None:
     """A name whose new value failed to load keeps its earlier one where something else kept
     that alive; otherwise the name is gone, and its "not sent back" line says why."""
-    if namespace is None or earlier is None:
+    if namespace is None:
+        return
+    if earlier is None:
+        if key.isidentifier() and key not in namespace:  # the cell bound it first
+            failed[key] += "; the name is not defined here"
         return
     value = earlier()
     if value is not None:
