@@ -104,9 +104,15 @@ def _saved_config(data: bytes) -> Any:
 
 
 def _configs(node: Any) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every (class name, config) in a saved model's config, layers inside layers too."""
+    """Every (class name, config) in a saved model's config, layers inside layers too; not
+    Keras' own classes (a notebook's ``Dense`` is not the one saved)."""
     if isinstance(node, dict):
-        if isinstance(node.get("class_name"), str) and isinstance(node.get("config"), dict):
+        keras_own = str(node.get("module") or "").startswith(("keras", "tf_keras"))
+        if (
+            isinstance(node.get("class_name"), str)
+            and isinstance(node.get("config"), dict)
+            and not keras_own
+        ):
             yield node["class_name"], node["config"]
         for value in node.values():
             yield from _configs(value)
