@@ -38,6 +38,7 @@ MODULES = (
     "distributed_training",
     "grad_cam",
     "py_dataset",
+    "vit",
 )
 
 
