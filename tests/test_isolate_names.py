@@ -63,6 +63,39 @@ def test_read_then_write_names_go_in_and_come_back(shell):
     assert "items (pickle" in words and "counter (pickle" in words
 
 
+def test_the_notebooks_functions_read_the_names_the_isolated_cell_set(shell):
+    """keras.io's examples keep their settings in names their functions read (``learning_rate``
+    in ``run_experiment``). Isolated, such a function took copies of them as the run began: a
+    cell that set ``learning_rate = 0.01`` and called it got 0.001, where a plain run gets 0.01.
+    The names go on their own now (a function's function's too), and the function reads the
+    child's. A name of the user's that begins with an underscore (``_scaled``) goes too: taken
+    for one of IPython's, it was a NameError there."""
+    setup = (
+        "import numpy as np\n"
+        "learning_rate = 0.001\n"
+        "samples = np.ones(2**18)\n"  # 2 MiB, read only by a function
+        "def _scaled():\n"
+        "    return 2 * learning_rate\n"
+        "def describe():\n"
+        "    return f'lr={learning_rate} scaled={_scaled()} n={len(samples)}'\n"
+        "def run_experiment():\n"
+        "    return describe()\n"
+    )
+    assert run(shell, setup).success
+    cell = (
+        "%%kerasrun --isolate --label settings --quiet\n"
+        "learning_rate = 0.01\n"
+        "said = run_experiment()\n"
+    )
+    _ran(shell, cell)
+    assert shell.user_ns["said"] == f"lr=0.01 scaled=0.02 n={2**18}"
+    sent = _sent("settings")
+    assert "_scaled (pickle" in sent and "samples (pickle 2.0 MiB)" in sent, sent
+    _ran(shell, "learning_rate = 0.001")
+    assert shell.run_cell(cell.split("\n", 1)[1]).success  # the same cell, plain: the same
+    assert shell.user_ns["said"] == f"lr=0.01 scaled=0.02 n={2**18}"
+
+
 def test_ipythons_own_open_is_not_sent_but_a_users_open_is(shell, tmp_path):
     """IPython puts its own ``open`` in the notebook's names (``user_ns_hidden``): a cell that
     wrote a file sent it (``the names sent: open (pickle 6.8 KiB)``)."""

@@ -110,6 +110,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
     from keras_nbguard.isolation import registrations
     from keras_nbguard.isolation.changed_models import changed, fingerprints
     from keras_nbguard.isolation.names import unpack_input
+    from keras_nbguard.isolation.notebook_functions import attach
     from keras_nbguard.prepare import kept_state
 
     streams = sys.stdout, sys.stderr
@@ -120,6 +121,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         try:
             for name, sent in job["inputs"].items():
                 shell.user_ns[name] = unpack_input(sent, _ATTACHED)
+            attach(job["inputs"], shell.user_ns)  # the notebook's functions read these names
             registered = registrations.take_on(job.get("registered"))  # for the cell's own
             registrations.register_copies(registered, shell.user_ns)
         except Exception as exc:  # a name that could not be made here: said, nothing ran

@@ -11,6 +11,7 @@ names, or read by a replayed statement too, is made once in the child."""
 
 from __future__ import annotations
 
+import re
 import secrets
 import types
 from collections.abc import Iterable, Mapping
@@ -33,6 +34,11 @@ from keras_nbguard.isolation.kinds import (
     shareable,
     short,
     this_process_own,
+)
+from keras_nbguard.isolation.notebook_functions import (
+    FUNCTION_PACKET,
+    detached,
+    functions_reads,
 )
 from keras_nbguard.records.formatting import fmt_size
 
@@ -76,6 +82,11 @@ class Sent:
         return None if summary is None else f"the names sent: {summary}"
 
 
+# The names IPython binds in the notebook (its output cache, input history, dunders); a user's
+# own `_helper` is not one of them: never sent, it was a NameError in the isolated run
+IPYTHONS_NAMES = re.compile(r"_+|_i+|_i\d+|_\d+|_[iod]h|__\w+__")
+
+
 def pack_inputs(
     names: Iterable[str],
     namespace: Mapping[str, Any],
@@ -95,30 +106,42 @@ def pack_inputs(
     does not exist."""
     from keras_nbguard.isolation.names import is_builtin
 
+    def skipped(name: str) -> bool:
+        value = namespace[name]
+        return (
+            IPYTHONS_NAMES.fullmatch(name) is not None  # _, __, _i3, _3: not the user's
+            or is_builtin(name, namespace)
+            or type(value).__module__.startswith("IPython")  # get_ipython, In's exit: its own
+            # IPython's own `open` (a cell that reads a file sent it, 6.8 KiB), unless rebound
+            or (hidden is not None and name in hidden and hidden[name] is value)
+        )
+
     packer = _Packer(namespace, shared, current, saved)
     sent = Sent()
     chosen: list[tuple[str, Any]] = []
-    changed = set(in_place)
-    for name in names:
+    names = list(names)
+    # what the notebook's functions read goes too, as names of their own (a copy: a function
+    # may change it in place, which no reading of the cell shows)
+    read_by_functions: list[str] = []
+    if not explicit:
+        read_by_functions, functions = functions_reads(names, namespace, lambda n: not skipped(n))
+        packer.detached = {id(namespace[name]) for name in functions}
+    changed = {*in_place, *read_by_functions}
+    for name in [*names, *read_by_functions]:
         if name not in namespace:
             if explicit:
                 raise ValueError(f"--inputs: {name!r} is not defined in the notebook")
             continue  # read before it is bound in the cell, or a name of the child's own
         value = namespace[name]
-        if not explicit and (
-            name.startswith("_")  # IPython's _, __, _i3: not the user's
-            or is_builtin(name, namespace)
-            or type(value).__module__.startswith("IPython")  # get_ipython, In's exit: its own
-            # IPython's own `open` (a cell that reads a file sent it, 6.8 KiB), unless rebound
-            or (hidden is not None and name in hidden and hidden[name] is value)
-        ):
+        if not explicit and skipped(name):
             continue
         try:
             packet, way = packer.resolve(name, packer.end, writable=name in changed)
         except Unsendable as exc:
+            whose = " (the notebook's functions read it)" if name in read_by_functions else ""
             raise ValueError(
-                f"--isolate can't send {name!r} ({type(value).__name__}) to the new process: "
-                f"{exc}. Make it inside the cell, or leave it out with --inputs"
+                f"--isolate can't send {name!r} ({type(value).__name__}){whose} to the new "
+                f"process: {exc}. Make it inside the cell, or leave it out with --inputs"
             ) from None
         sent.inputs[name] = packet
         chosen.append((name, way))
@@ -141,6 +164,7 @@ class _Packer:
         self.units: dict[int, Any] = {}
         self.count = 0
         self._history: Any = None
+        self.detached: set[int] = set()  # the ids of the notebook's functions sent detached
 
     @property
     def history(self) -> Any:
@@ -229,11 +253,13 @@ class _Packer:
             packet, size = ("class", key, self.classes, name), len(self.classes[1])
             way = "class"  # its size: all the notebook's Keras classes, sent once for the run
         else:
+            function = id(value) in self.detached
             try:
-                data = cloudpickle.dumps(value)
+                data = cloudpickle.dumps(detached(value) if function else value)
             except Exception as exc:
                 raise Unsendable(f"it can't be pickled ({short(exc)})") from None
-            packet, size = ("value", key, data, self.classes), len(data)
+            kind = FUNCTION_PACKET if function else "value"
+            packet, size = (kind, key, data, self.classes), len(data)
         label = "module" if way == "module" else f"{way} {fmt_size(size)}{again}"
         self.packets[(id(value), asked)] = (packet, label)  # the namespace keeps value (its id)
         return packet, label
