@@ -96,6 +96,16 @@ def test_the_notebooks_functions_read_the_names_the_isolated_cell_set(shell):
     assert shell.user_ns["said"] == f"lr=0.01 scaled=0.02 n={2**18}"
 
 
+def test_a_sweep_reaches_the_settings_the_notebooks_functions_read(shell):
+    """Every point of ``--sweep "learning_rate=0.1,0.2"`` ran the notebook's function with the
+    notebook's 0.001: the function took its own copy along."""
+    setup = "learning_rate = 0.001\ndef describe():\n    return f'lr={learning_rate}'\n"
+    assert run(shell, setup).success
+    _ran(shell, '%%kerasrun --sweep "learning_rate=0.1,0.2" --quiet\nsaid = describe()\n')
+    points = shell.user_ns["_"]
+    assert [point["said"] for point in points.values()] == ["lr=0.1", "lr=0.2"]
+
+
 def test_ipythons_own_open_is_not_sent_but_a_users_open_is(shell, tmp_path):
     """IPython puts its own ``open`` in the notebook's names (``user_ns_hidden``): a cell that
     wrote a file sent it (``the names sent: open (pickle 6.8 KiB)``)."""
