@@ -106,6 +106,22 @@ def test_a_sweep_reaches_the_settings_the_notebooks_functions_read(shell):
     assert [point["said"] for point in points.values()] == ["lr=0.1", "lr=0.2"]
 
 
+def test_a_name_only_a_function_reads_that_cannot_go_is_left_behind_and_said(shell):
+    """A lock the notebook's function uses, which the cell makes anew before calling it: the
+    run goes on (as when the function took it along, it could not go either), and says so."""
+    setup = (
+        "import threading\nlock = threading.Lock()\ndef work():\n    with lock:\n        return 5\n"
+    )
+    assert run(shell, setup).success
+    _ran(
+        shell, "%%kerasrun --isolate --label lock --quiet\nlock = threading.Lock()\nsaid = work()\n"
+    )
+    assert shell.user_ns["said"] == 5
+    assert "lock (not sent, though a function reads it: pickle: it can't be pickled" in _sent(
+        "lock"
+    )
+
+
 def test_ipythons_own_open_is_not_sent_but_a_users_open_is(shell, tmp_path):
     """IPython puts its own ``open`` in the notebook's names (``user_ns_hidden``): a cell that
     wrote a file sent it (``the names sent: open (pickle 6.8 KiB)``)."""

@@ -138,10 +138,12 @@ def pack_inputs(
         try:
             packet, way = packer.resolve(name, packer.end, writable=name in changed)
         except Unsendable as exc:
-            whose = " (the notebook's functions read it)" if name in read_by_functions else ""
+            if name in read_by_functions:  # the cell may bind it before a function reads it
+                chosen.append((name, f"not sent, though a function reads it: {exc}"))
+                continue
             raise ValueError(
-                f"--isolate can't send {name!r} ({type(value).__name__}){whose} to the new "
-                f"process: {exc}. Make it inside the cell, or leave it out with --inputs"
+                f"--isolate can't send {name!r} ({type(value).__name__}) to the new process: "
+                f"{exc}. Make it inside the cell, or leave it out with --inputs"
             ) from None
         sent.inputs[name] = packet
         chosen.append((name, way))
