@@ -28,12 +28,14 @@ def functions_reads(
     names: Iterable[str], namespace: Mapping[str, Any], sendable: Callable[[str], bool]
 ) -> tuple[list[str], set[str]]:
     """(the notebook's names the functions among ``names`` read, theirs in turn, that ``names``
-    lacks; the functions to send detached). A function that reads a name which is not sent
-    (``_helper``: an underscore is IPython's) keeps the copies it takes along, as before."""
-    seen = set(names)
-    queue, added, detached = list(seen), [], set()
+    lacks, in the order they are met; the functions to send detached). A function that reads
+    a name which is never sent (``_``: IPython's) keeps the copies it takes along, as before."""
+    queue = list(dict.fromkeys(names))
+    seen = set(queue)
+    added: list[str] = []
+    detached: set[str] = set()
     while queue:
-        name = queue.pop()
+        name = queue.pop(0)
         value: Any = namespace.get(name)
         if not is_notebook_function(value, namespace):
             continue
