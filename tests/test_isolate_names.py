@@ -53,13 +53,16 @@ def test_read_then_write_names_go_in_and_come_back(shell):
         "    counter += 1\n"
         "bump()\n"
     )
+    kernels = shell.user_ns["arr"]
     _ran(shell, cell)
     ns = shell.user_ns
     assert ns["n"] == 6 and ns["items"] == [1, 6] and ns["counter"] == 1
-    assert ns["arr"][0] == 7 and ns["arr"].flags.writeable  # a writable copy went, and came back
+    assert ns["arr"][0] == 7 and ns["arr"].flags.writeable  # changed there, and came back
+    assert kernels[0] == 0  # what the child wrote was its own page, not the kernel's array
     assert "gone" not in ns
     words = _sent("rw")
-    assert "n (pickle" in words and "arr (pickle" in words  # not the kernel's read-only pages
+    # the kernel's pages, copy-on-write in the child: no pickle of the array
+    assert "n (pickle" in words and "arr (shared memory 2.0 MiB, writable)" in words, words
     assert "items (pickle" in words and "counter (pickle" in words
 
 
@@ -77,6 +80,7 @@ def test_the_notebooks_functions_read_the_names_the_isolated_cell_set(shell):
         "def _scaled():\n"
         "    return 2 * learning_rate\n"
         "def describe():\n"
+        "    samples[0] += 1\n"  # a function may change what it reads: its own copy there
         "    return f'lr={learning_rate} scaled={_scaled()} n={len(samples)}'\n"
         "def run_experiment():\n"
         "    return describe()\n"
@@ -90,7 +94,8 @@ def test_the_notebooks_functions_read_the_names_the_isolated_cell_set(shell):
     _ran(shell, cell)
     assert shell.user_ns["said"] == f"lr=0.01 scaled=0.02 n={2**18}"
     sent = _sent("settings")
-    assert "_scaled (pickle" in sent and "samples (pickle 2.0 MiB)" in sent, sent
+    assert "_scaled (pickle" in sent and "samples (shared memory 2.0 MiB, writable)" in sent, sent
+    assert shell.user_ns["samples"][0] == 1  # the kernel's array is as it was
     _ran(shell, "learning_rate = 0.001")
     assert shell.run_cell(cell.split("\n", 1)[1]).success  # the same cell, plain: the same
     assert shell.user_ns["said"] == f"lr=0.01 scaled=0.02 n={2**18}"
@@ -104,6 +109,72 @@ def test_a_sweep_reaches_the_settings_the_notebooks_functions_read(shell):
     _ran(shell, '%%kerasrun --sweep "learning_rate=0.1,0.2" --quiet\nsaid = describe()\n')
     points = shell.user_ns["_"]
     assert [point["said"] for point in points.values()] == ["lr=0.1", "lr=0.2"]
+
+
+def test_the_notebooks_classes_read_the_names_the_isolated_cell_set(shell):
+    """A class defined in a cell reads the notebook's names in its methods (a block's
+    ``__init__`` reading ``dropout``): isolated, each method took copies of them as the run
+    began, so ``--sweep "dropout=0.1,0.5"`` built every point at 0.1. An object of the class
+    made before the run (``made``) reads them too: it is of the same class there."""
+    setup = (
+        "dropout = 0.1\n"
+        "class Base:\n"
+        "    def inherited(self):\n"
+        "        return dropout\n"
+        "class Block(Base):\n"
+        "    def __init__(self):\n"
+        "        self.rate = dropout\n"
+        "        super().__init__()\n"
+        "    def describe(self):\n"
+        "        return f'rate={self.rate} now={dropout}'\n"
+        "    @staticmethod\n"
+        "    def static():\n"
+        "        return dropout\n"
+        "    @classmethod\n"
+        "    def of_class(cls):\n"
+        "        return dropout\n"
+        "    @property\n"
+        "    def read(self):\n"
+        "        return dropout\n"
+        "made = Block()\n"
+    )
+    assert run(shell, setup).success
+    every_way = (
+        "(Block().describe(), Block.static(), Block.of_class(), Block().read, "
+        "made.describe(), made.inherited())"
+    )
+    _ran(shell, f"%%kerasrun --isolate --label block --quiet\ndropout = 0.5\nsaid = {every_way}\n")
+    assert shell.user_ns["said"] == ("rate=0.5 now=0.5", 0.5, 0.5, 0.5, "rate=0.1 now=0.5", 0.5)
+    _ran(shell, '%%kerasrun --sweep "dropout=0.2,0.3" --quiet\nsaid = Block().describe()\n')
+    points = shell.user_ns["_"]
+    assert [point["said"] for point in points.values()] == ["rate=0.2 now=0.2", "rate=0.3 now=0.3"]
+    _ran(shell, "dropout = 0.9")
+    assert shell.user_ns["Block"].static() == 0.9  # the kernel's class reads the kernel's names
+
+
+def test_what_the_notebooks_function_binds_with_global_comes_back(shell):
+    """A ``run_experiment()`` that keeps its history with ``global history``: run
+    plainly, the notebook has it after the call; isolated, only the cell's own bindings came
+    back, and ``history`` was the old one. A name such a function may bind but the call did not
+    (``best``) does not travel back; one it only binds does not travel in."""
+    setup = (
+        "history = None\n"
+        "best = 'before'\n"
+        "def run_experiment(epochs):\n"
+        "    global history\n"
+        "    history = f'trained {epochs}'\n"
+        "    return epochs\n"
+        "def keep_best():\n"
+        "    global best\n"
+        "    best = 'kept'\n"
+    )
+    assert run(shell, setup).success
+    best = shell.user_ns["best"]
+    _ran(shell, "%%kerasrun --isolate --label global --quiet\nscore = run_experiment(3)\n")
+    assert (shell.user_ns["score"], shell.user_ns["history"]) == (3, "trained 3")
+    assert shell.user_ns["best"] is best  # keep_best was never called: nothing came back for it
+    # a name the function only binds needs nothing of the kernel's (a History, with its model)
+    assert "history (" not in _sent("global") and "run_experiment (" in _sent("global")
 
 
 def test_a_name_only_a_function_reads_that_cannot_go_is_left_behind_and_said(shell):

@@ -27,6 +27,7 @@ LAST = "__value__"  # what the cell's last value travels under, beside the names
 FUNCTIONS = "__functions__"  # beside the names: functions the models sent refer to by name
 
 Send = Any  # (kind, *payload) -> None
+_ABSENT = object()  # a name not bound in the child
 _ATTACHED: list[Any] = []  # the kernel's shared-memory arrays, mapped for as long as we live
 
 
@@ -121,7 +122,8 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         try:
             for name, sent in job["inputs"].items():
                 shell.user_ns[name] = unpack_input(sent, _ATTACHED)
-            attach(job["inputs"], shell.user_ns)  # the notebook's functions read these names
+            # the notebook's functions and methods read these names
+            attach(job["inputs"], shell.user_ns, job.get("attached_classes", ()))
             registered = registrations.take_on(job.get("registered"))  # for the cell's own
             registrations.register_copies(registered, shell.user_ns)
         except Exception as exc:  # a name that could not be made here: said, nothing ran
@@ -145,12 +147,22 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         shell.user_ns.update(job["params"])
         trained = job.get("trained_back", False)
         before = fingerprints(shell.user_ns, job["inputs"], _model_classes()) if trained else {}
+        held = {name: shell.user_ns.get(name, _ABSENT) for name in job.get("bound_by_code", ())}
         head = f"%%kerasrun --label {shlex.quote(job['label'])} --quiet {job['options']}"
         result = shell.run_cell(f"{head.rstrip()}\n{job['source']}", store_history=True)
         records = keras_nbguard.runs()
         began = time.perf_counter()
         trained_here = [n for n in changed(shell.user_ns, before) if n not in job["outputs"]]
-        outputs, not_sent = _collect(shell.user_ns, job["outputs"] + trained_here, result.result)
+        # a name the notebook's function bound with `global` (`history` in run_experiment())
+        rebound = [
+            name
+            for name, was in held.items()
+            if shell.user_ns.get(name, _ABSENT) is not was
+            and name not in job["outputs"]
+            and name not in trained_here
+        ]
+        back = job["outputs"] + trained_here + rebound
+        outputs, not_sent = _collect(shell.user_ns, back, result.result)
         value_of = None if LAST in outputs else _name_of(result.result, shell.user_ns, outputs)
         sent_as_name = LAST in outputs or value_of is not None
         value, bundle = (None, None) if sent_as_name else _value(shell, result.result)

@@ -1,22 +1,40 @@
-"""A notebook's functions, sent to an isolated run so that they read the names of its process.
+"""A notebook's functions and classes, sent to an isolated run so that they read the names of
+its process.
 
 A function defined in a cell reads the notebook's names when it is called. Pickled on its own
 (cloudpickle), it took a copy of each name it reads, made when the run began: a cell that set
 ``learning_rate = 0.01`` and called the notebook's ``run_experiment()`` trained at the old rate in
 the isolated process (keras.io's examples keep their settings in such names) while a plain run
 used the new one. So such a function goes without the names it reads (``detached``), they go as
-names of their own, and in the child it is given the namespace the cell runs in (``attach``)."""
+names of their own, and in the child it is given the namespace the cell runs in (``attach``).
+A class defined in a cell is the same for its methods (``dropout`` read in a block's
+``__init__``): its methods are given the child's namespace there. And what they bind with
+``global`` (``history`` in ``run_experiment``) comes back as the cell's own bindings do."""
 
 from __future__ import annotations
 
 import dis
 import inspect
 import types
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass, field
 from typing import Any
 
-GLOBAL_OPS = ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL")
+# what a function needs of the notebook's names (a name it only binds, `global history` then
+# `history = ...`, needs nothing there: it comes back instead, ``STORES``)
+READS = ("LOAD_GLOBAL", "DELETE_GLOBAL")
+STORES = ("STORE_GLOBAL",)
 FUNCTION_PACKET = "function"  # the packet's kind: a detached function, to attach in the child
+
+
+@dataclass
+class NotebookCode:
+    """What the notebook's functions and classes among the names sent take along."""
+
+    reads: list[str] = field(default_factory=list)  # names they read the cell's lack, in order
+    functions: set[str] = field(default_factory=set)  # the functions sent detached
+    classes: list[str] = field(default_factory=list)  # the classes whose methods are attached
+    binds: list[str] = field(default_factory=list)  # the names they bind with ``global``
 
 
 def is_notebook_function(value: Any, namespace: Mapping[str, Any]) -> bool:
@@ -24,41 +42,88 @@ def is_notebook_function(value: Any, namespace: Mapping[str, Any]) -> bool:
     return inspect.isfunction(value) and value.__globals__ is namespace
 
 
-def functions_reads(
+def notebook_code(
     names: Iterable[str], namespace: Mapping[str, Any], sendable: Callable[[str], bool]
-) -> tuple[list[str], set[str]]:
-    """(the notebook's names the functions among ``names`` read, theirs in turn, that ``names``
-    lacks, in the order they are met; the functions to send detached). A function that reads
-    a name which is never sent (``_``: IPython's) keeps the copies it takes along, as before."""
+) -> NotebookCode:
+    """The notebook's functions and classes among ``names`` (the classes of its objects too), and
+    the names their code reads, theirs in turn, that ``names`` lacks. Code that reads a name
+    which is never sent (``_``: IPython's) keeps the copies it takes along, as before."""
     queue = list(dict.fromkeys(names))
     seen = set(queue)
-    added: list[str] = []
-    detached: set[str] = set()
+    found = NotebookCode()
     while queue:
         name = queue.pop(0)
         value: Any = namespace.get(name)
-        if not is_notebook_function(value, namespace):
+        kind, functions = _own_code(value, namespace)
+        if kind is None:
+            of_class = _class_name(value, namespace)  # `made = Block()`: Block's methods read
+            if of_class is not None and of_class not in seen:
+                seen.add(of_class)
+                queue.append(of_class)
             continue
-        reads = sorted(n for n in global_names(value.__code__) if n in namespace)
+        reads = sorted({n for f in functions for n in global_names(f.__code__) if n in namespace})
         if not all(sendable(n) for n in reads):
             continue
-        detached.add(name)
+        if kind == "function":
+            found.functions.add(name)
+        else:
+            found.classes.append(name)
+        for bound in sorted({n for f in functions for n in global_names(f.__code__, STORES)}):
+            if bound not in found.binds:
+                found.binds.append(bound)
         for read in reads:
             if read not in seen:
                 seen.add(read)
-                added.append(read)
+                found.reads.append(read)
                 queue.append(read)
-    return added, detached
+    return found
 
 
-def global_names(code: types.CodeType) -> set[str]:
-    """The global names a function's code (its inner functions' and comprehensions' too) reads,
-    binds or deletes; not the attributes it reads (``self.model`` is no name ``model``)."""
-    found = {i.argval for i in dis.get_instructions(code) if i.opname in GLOBAL_OPS}
+def global_names(code: types.CodeType, ops: tuple[str, ...] = READS) -> set[str]:
+    """The global names a function's code (its inner functions' and comprehensions' too) reads
+    and deletes, or binds (``ops``); not the attributes it reads (``self.model`` is no name
+    ``model``)."""
+    found = {i.argval for i in dis.get_instructions(code) if i.opname in ops}
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            found |= global_names(const)
+            found |= global_names(const, ops)
     return found
+
+
+def _own_code(
+    value: Any, namespace: Mapping[str, Any]
+) -> tuple[str | None, list[types.FunctionType]]:
+    """("function", [it]) for a notebook function; ("class", its methods and its notebook base
+    classes') for a class with methods defined in the notebook; (None, []) for anything else."""
+    if is_notebook_function(value, namespace):
+        return "function", [value]
+    if isinstance(value, type):
+        methods = [
+            f for c in value.__mro__ for _, f in _methods(c) if is_notebook_function(f, namespace)
+        ]
+        if methods:
+            return "class", methods
+    return None, []
+
+
+def _class_name(value: Any, namespace: Mapping[str, Any]) -> str | None:
+    """The notebook's name of ``value``'s class, when the notebook defined it under that name."""
+    cls = type(value)
+    if cls.__module__ != "__main__" or namespace.get(cls.__name__) is not cls:
+        return None
+    return cls.__name__
+
+
+def _methods(cls: type) -> Iterator[tuple[str, types.FunctionType]]:
+    """The functions behind a class's own attributes: methods, static and class methods, and a
+    property's getter, setter and deleter."""
+    for attr, member in list(vars(cls).items()):
+        if isinstance(member, (staticmethod, classmethod)):
+            member = member.__func__
+        is_property = isinstance(member, property)
+        for part in (member.fget, member.fset, member.fdel) if is_property else (member,):
+            if isinstance(part, types.FunctionType):
+                yield attr, part
 
 
 def detached(function: types.FunctionType) -> types.FunctionType:
@@ -68,12 +133,42 @@ def detached(function: types.FunctionType) -> types.FunctionType:
     return _with_globals(function, own)
 
 
-def attach(inputs: Mapping[str, Any], namespace: MutableMapping[str, Any]) -> None:
-    """In the child: each detached function among the names made from ``inputs`` reads
-    ``namespace``, the one the cell runs in, as it read the notebook's in the kernel."""
+def attach(
+    inputs: Mapping[str, Any], namespace: MutableMapping[str, Any], classes: Iterable[str] = ()
+) -> None:
+    """In the child: each detached function among the names made from ``inputs``, and the
+    methods of each of ``classes``, read ``namespace``, the one the cell runs in, as they read
+    the notebook's in the kernel."""
     for name, packet in inputs.items():
         if isinstance(packet, tuple) and packet[:1] == (FUNCTION_PACKET,):
             namespace[name] = _with_globals(namespace[name], namespace)
+    for name in classes:
+        cls = namespace.get(name)
+        for c in cls.__mro__ if isinstance(cls, type) else ():
+            if c.__module__ == "__main__":  # the notebook's: pickled by value, with copies
+                _attach_methods(c, namespace)
+
+
+def _attach_methods(cls: type, namespace: MutableMapping[str, Any]) -> None:
+    """Each method of ``cls`` (the class itself: its instances sent too are of it) made anew on
+    ``namespace``."""
+    for attr in {attr for attr, _ in _methods(cls)}:
+        member = vars(cls)[attr]
+        setattr(cls, attr, _rebound(member, namespace))
+
+
+def _rebound(member: Any, namespace: MutableMapping[str, Any]) -> Any:
+    if isinstance(member, types.FunctionType):
+        return member if member.__globals__ is namespace else _with_globals(member, namespace)
+    if isinstance(member, (staticmethod, classmethod)):
+        return type(member)(_rebound(member.__func__, namespace))
+    if type(member) is property:  # a subclass of it may hold more: left as it is
+        fget, fset, fdel = (
+            _rebound(f, namespace) if f is not None else None
+            for f in (member.fget, member.fset, member.fdel)
+        )
+        return property(fget, fset, fdel, member.__doc__)
+    return member
 
 
 def _with_globals(

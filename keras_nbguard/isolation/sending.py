@@ -37,8 +37,9 @@ from keras_nbguard.isolation.kinds import (
 )
 from keras_nbguard.isolation.notebook_functions import (
     FUNCTION_PACKET,
+    NotebookCode,
     detached,
-    functions_reads,
+    notebook_code,
 )
 from keras_nbguard.records.formatting import fmt_size
 
@@ -57,10 +58,12 @@ __all__ = [
 
 @dataclass
 class Sent:
-    """What goes to the child: ``inputs`` (name -> packet) and the way each name took."""
+    """What goes to the child: ``inputs`` (name -> packet), the way each name took, and what
+    the notebook's functions and classes among them need there (``code``)."""
 
     inputs: dict[str, Any] = field(default_factory=dict)
     ways: dict[str, str] = field(default_factory=dict)
+    code: NotebookCode = field(default_factory=NotebookCode)
 
     def summary(self) -> str | None:
         """``x_train (pickle 2.1 MiB), vectorize_layer (keras 0.3 MiB), train_ds (replayed
@@ -81,6 +84,10 @@ class Sent:
         summary = self.summary()
         return None if summary is None else f"the names sent: {summary}"
 
+
+# An array the cell or the notebook's functions may change: the kernel's segment, but each page
+# the child writes becomes its own (the kernel's array stays as it was, as with a copy)
+WRITABLE_SHARED = "shared memory, writable"
 
 # The names IPython binds in the notebook (its output cache, input history, dunders); a user's
 # own `_helper` is not one of them: never sent, it was a NameError in the isolated run
@@ -120,12 +127,12 @@ def pack_inputs(
     sent = Sent()
     chosen: list[tuple[str, Any]] = []
     names = list(names)
-    # what the notebook's functions read goes too, as names of their own (a copy: a function
-    # may change it in place, which no reading of the cell shows)
-    read_by_functions: list[str] = []
+    # what the notebook's functions and methods read goes too, as names of their own (a copy:
+    # a function may change it in place, which no reading of the cell shows)
     if not explicit:
-        read_by_functions, functions = functions_reads(names, namespace, lambda n: not skipped(n))
-        packer.detached = {id(namespace[name]) for name in functions}
+        sent.code = notebook_code(names, namespace, lambda n: not skipped(n))
+        packer.detached = {id(namespace[name]) for name in sent.code.functions}
+    read_by_functions = sent.code.reads
     changed = {*in_place, *read_by_functions}
     for name in [*names, *read_by_functions]:
         if name not in namespace:
@@ -211,8 +218,8 @@ class _Packer:
     def _ways(self, value: Any, writable: bool) -> list[str]:
         if isinstance(value, types.ModuleType):
             return ["module"]
-        if self.shared is not None and not writable and shareable(value):
-            return ["shared memory"]
+        if self.shared is not None and shareable(value):  # a name changed: the child's pages
+            return [WRITABLE_SHARED if writable else "shared memory"]
         if is_dataset(value):
             return ["replay", "tf.data"]
         if keras_package(value):
@@ -227,13 +234,19 @@ class _Packer:
 
         key, asked = f"{self.token}:{id(value)}:{way}", way
         size: int
+        packet: Any
         again = ""
-        if way == "shared memory":
+        if way == WRITABLE_SHARED:  # the same segment, mapped copy-on-write in the child
+            from keras_nbguard.isolation.shm import writable
+
+            packet, size = writable(self._by_value(value, "shared memory")[0]), value.nbytes
+            way, again = "shared memory", ", writable"
+        elif way == "shared memory":
             from keras_nbguard.isolation.shm import (
                 pack_array,  # room checked first: a full /dev/shm is SIGBUS
             )
 
-            packet: Any = pack_array(key, value, self.shared)  # type: ignore[arg-type]
+            packet = pack_array(key, value, self.shared)  # type: ignore[arg-type]
             size = value.nbytes
         elif way == "keras":
             data, extra = keras_bytes(value, self.namespace)

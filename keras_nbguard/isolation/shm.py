@@ -125,19 +125,57 @@ def _to_file(array: Any) -> str:
     return path
 
 
+def writable(sent: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``sent`` (``pack_array``'s) for a name the child may change: the same segment or file,
+    mapped copy-on-write there (a pickle is the child's own already)."""
+    if sent[0] not in ("shm", "file"):
+        return sent
+    return (sent[0], f"{sent[1]}:writable", *sent[2:5], True)
+
+
 def unpack(sent: tuple[Any, ...], attached: list[Any]) -> Any:
-    """In the child: the array, mapped read-only (it is the kernel's copy for this run)."""
+    """In the child: the array, mapped read-only (it is the kernel's copy for this run), or,
+    ``writable``'s, copy-on-write: a page the child changes becomes its own, the kernel's stays."""
     import numpy
 
+    shape, dtype, private = sent[3], numpy.dtype(sent[4]), len(sent) > 5 and sent[5]
     if sent[0] == "file":
-        mapped = numpy.memmap(sent[2], dtype=numpy.dtype(sent[4]), mode="r", shape=sent[3])
+        mapped = numpy.memmap(sent[2], dtype=dtype, mode="c" if private else "r", shape=shape)
         attached.append(mapped)
         return mapped
+    if private:
+        return _private_map(sent[2], shape, dtype, attached)
     segment = _attach(sent[2])
     attached.append(segment)
-    array = numpy.ndarray(sent[3], numpy.dtype(sent[4]), buffer=segment.buf)
+    array = numpy.ndarray(shape, dtype, buffer=segment.buf)
     array.flags.writeable = False
     return array
+
+
+def _private_map(name: str, shape: tuple[int, ...], dtype: Any, attached: list[Any]) -> Any:
+    """The segment ``name`` mapped MAP_PRIVATE through its file in /dev/shm (Linux); where it
+    has none there, a copy of it."""
+    import mmap
+
+    import numpy
+
+    nbytes = max(1, int(numpy.prod(shape, dtype=numpy.int64)) * dtype.itemsize)
+    try:
+        fd = os.open(os.path.join(SHM_DIR, name.lstrip("/")), os.O_RDONLY)
+    except OSError:
+        segment = _attach(name)
+        try:
+            return numpy.ndarray(shape, dtype, buffer=segment.buf).copy()
+        finally:
+            segment.close()
+    try:
+        mapped = mmap.mmap(
+            fd, nbytes, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
+        )
+    finally:
+        os.close(fd)
+    attached.append(mapped)
+    return numpy.ndarray(shape, dtype, buffer=mapped)
 
 
 def _attach(name: str) -> Any:
