@@ -152,6 +152,34 @@ def test_the_notebooks_classes_read_the_names_the_isolated_cell_set(shell):
     assert shell.user_ns["Block"].static() == 0.9  # the kernel's class reads the kernel's names
 
 
+def test_only_the_methods_written_in_the_notebook_are_given_the_childs_names(shell):
+    """A ``NamedTuple``'s ``__new__``, an ``Enum``'s and a dataclass's machinery are made by
+    Python with globals of their own: given the child's, ``P(1)`` was a NameError there
+    (``_tuple_new``). Only the methods written in a cell are."""
+    setup = (
+        "import dataclasses, enum, typing\n"
+        "scale = 2\n"
+        "class P(typing.NamedTuple):\n"
+        "    a: int\n"
+        "    def f(self):\n"
+        "        return self.a * scale\n"
+        "class Color(enum.Enum):\n"
+        "    RED = 1\n"
+        "    def f(self):\n"
+        "        return self.value * scale\n"
+        "@dataclasses.dataclass(frozen=True)\n"
+        "class D:\n"
+        "    a: int = 1\n"
+        "    def f(self):\n"
+        "        return self.a * scale\n"
+    )
+    assert run(shell, setup).success
+    cell = "%%kerasrun --isolate --label kinds --quiet\nscale = 10\n"
+    cell += "said = (P(1).f(), Color.RED.f(), D().f())\n"
+    _ran(shell, cell)
+    assert shell.user_ns["said"] == (10, 10, 10)
+
+
 def test_what_the_notebooks_function_binds_with_global_comes_back(shell):
     """A ``run_experiment()`` that keeps its history with ``global history``: run
     plainly, the notebook has it after the call; isolated, only the cell's own bindings came

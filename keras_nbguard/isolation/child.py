@@ -123,7 +123,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
             for name, sent in job["inputs"].items():
                 shell.user_ns[name] = unpack_input(sent, _ATTACHED)
             # the notebook's functions and methods read these names
-            attach(job["inputs"], shell.user_ns, job.get("attached_classes", ()))
+            attach(job["inputs"], shell.user_ns, job.get("attached_classes"))
             registered = registrations.take_on(job.get("registered"))  # for the cell's own
             registrations.register_copies(registered, shell.user_ns)
         except Exception as exc:  # a name that could not be made here: said, nothing ran

@@ -13,6 +13,7 @@ A class defined in a cell is the same for its methods (``dropout`` read in a blo
 
 from __future__ import annotations
 
+import contextlib
 import dis
 import inspect
 import types
@@ -33,7 +34,8 @@ class NotebookCode:
 
     reads: list[str] = field(default_factory=list)  # names they read the cell's lack, in order
     functions: set[str] = field(default_factory=set)  # the functions sent detached
-    classes: list[str] = field(default_factory=list)  # the classes whose methods are attached
+    # each class whose methods are attached: (the class in its MRO, the attribute) of each
+    classes: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     binds: list[str] = field(default_factory=list)  # the names they bind with ``global``
 
 
@@ -54,7 +56,8 @@ def notebook_code(
     while queue:
         name = queue.pop(0)
         value: Any = namespace.get(name)
-        kind, functions = _own_code(value, namespace)
+        kind, methods = _own_code(value, namespace)
+        functions = [function for _, _, function in methods]
         if kind is None:
             of_class = _class_name(value, namespace)  # `made = Block()`: Block's methods read
             if of_class is not None and of_class not in seen:
@@ -66,8 +69,8 @@ def notebook_code(
             continue
         if kind == "function":
             found.functions.add(name)
-        else:
-            found.classes.append(name)
+        else:  # its own methods only: not namedtuple's __new__, whose globals are its own
+            found.classes[name] = list(dict.fromkeys((c, attr) for c, attr, _ in methods))
         for bound in sorted({n for f in functions for n in global_names(f.__code__, STORES)}):
             if bound not in found.binds:
                 found.binds.append(bound)
@@ -92,14 +95,18 @@ def global_names(code: types.CodeType, ops: tuple[str, ...] = READS) -> set[str]
 
 def _own_code(
     value: Any, namespace: Mapping[str, Any]
-) -> tuple[str | None, list[types.FunctionType]]:
-    """("function", [it]) for a notebook function; ("class", its methods and its notebook base
-    classes') for a class with methods defined in the notebook; (None, []) for anything else."""
+) -> tuple[str | None, list[tuple[str, str, types.FunctionType]]]:
+    """("function", [("", "", it)]) for a notebook function; ("class", [(the class's qualified
+    name, attribute, function)] for each method of it and its base classes defined in the
+    notebook) for a class that has some; (None, []) for anything else."""
     if is_notebook_function(value, namespace):
-        return "function", [value]
+        return "function", [("", "", value)]
     if isinstance(value, type):
         methods = [
-            f for c in value.__mro__ for _, f in _methods(c) if is_notebook_function(f, namespace)
+            (c.__qualname__, attr, f)
+            for c in value.__mro__
+            for attr, f in _methods(c)
+            if is_notebook_function(f, namespace)
         ]
         if methods:
             return "class", methods
@@ -134,27 +141,32 @@ def detached(function: types.FunctionType) -> types.FunctionType:
 
 
 def attach(
-    inputs: Mapping[str, Any], namespace: MutableMapping[str, Any], classes: Iterable[str] = ()
+    inputs: Mapping[str, Any],
+    namespace: MutableMapping[str, Any],
+    classes: Mapping[str, Iterable[Iterable[str]]] | None = None,
 ) -> None:
     """In the child: each detached function among the names made from ``inputs``, and the
-    methods of each of ``classes``, read ``namespace``, the one the cell runs in, as they read
-    the notebook's in the kernel."""
+    methods ``classes`` names (``NotebookCode.classes``), read ``namespace``, the one the cell
+    runs in, as they read the notebook's in the kernel."""
     for name, packet in inputs.items():
         if isinstance(packet, tuple) and packet[:1] == (FUNCTION_PACKET,):
             namespace[name] = _with_globals(namespace[name], namespace)
-    for name in classes:
+    for name, methods in (classes or {}).items():
         cls = namespace.get(name)
-        for c in cls.__mro__ if isinstance(cls, type) else ():
-            if c.__module__ == "__main__":  # the notebook's: pickled by value, with copies
-                _attach_methods(c, namespace)
+        if not isinstance(cls, type):
+            continue
+        # the notebook's classes were pickled by value: the class itself, which its objects
+        # sent are of too (cloudpickle makes one class of each in a process)
+        mine = {c.__qualname__: c for c in cls.__mro__ if c.__module__ == "__main__"}
+        for qualname, attr in methods:
+            owner = mine.get(qualname)
+            if owner is not None and attr in vars(owner):
+                _attach_method(owner, attr, namespace)
 
 
-def _attach_methods(cls: type, namespace: MutableMapping[str, Any]) -> None:
-    """Each method of ``cls`` (the class itself: its instances sent too are of it) made anew on
-    ``namespace``."""
-    for attr in {attr for attr, _ in _methods(cls)}:
-        member = vars(cls)[attr]
-        setattr(cls, attr, _rebound(member, namespace))
+def _attach_method(cls: type, attr: str, namespace: MutableMapping[str, Any]) -> None:
+    with contextlib.suppress(AttributeError, TypeError):  # a metaclass may forbid it: copies
+        setattr(cls, attr, _rebound(vars(cls)[attr], namespace))
 
 
 def _rebound(member: Any, namespace: MutableMapping[str, Any]) -> Any:
