@@ -592,7 +592,7 @@ def test_a_model_sent_in_and_trained_through_another_comes_back_trained(iso_shel
     assert ns["untouched"] is kept  # read, not changed: it stays the kernel's own
     (record,) = keras_nbguard.runs("wrapped")
     assert "back 1 model" in record.isolated, record.isolated
-    assert "(base: trained by the cell through another model)" in record.isolated
+    assert "(base: trained there, though the cell does not bind it)" in record.isolated
     assert "wrapped (a Keras model that could not be saved: Object Wrapper" in record.isolated
     assert "Example:" not in record.isolated and "\n" not in record.isolated
 

@@ -180,6 +180,29 @@ def test_only_the_methods_written_in_the_notebook_are_given_the_childs_names(she
     assert shell.user_ns["said"] == (10, 10, 10)
 
 
+def test_a_tf_function_of_the_notebook_updates_the_metric_the_cell_reads(shell):
+    """keras.io's training loop from scratch: ``@tf.function def train_step`` in one cell updates
+    ``train_acc_metric``, the loop cell reads ``train_acc_metric.result()``. Pickled whole, the
+    ``tf.function`` took its own copy of the metric: isolated, the cell read 0.0 every epoch."""
+    setup = (
+        "import tensorflow as tf\nimport keras\n"
+        "total = keras.metrics.Sum()\n"
+        "scale = 1.0\n"
+        "@tf.function(reduce_retracing=True)\n"
+        "def train_step(x):\n"
+        "    total.update_state(x * scale)\n"
+    )
+    assert run(shell, setup).success
+    cell = "%%kerasrun --isolate --label loop --quiet\nscale = 5.0\n"
+    _ran(
+        shell,
+        cell
+        + "for x in (1.0, 2.0):\n    train_step(tf.constant(x))\nsaid = float(total.result())\n",
+    )
+    assert shell.user_ns["said"] == 15.0
+    assert "train_step (pickle" in _sent("loop") and "total (keras" in _sent("loop")
+
+
 def test_what_the_notebooks_function_binds_with_global_comes_back(shell):
     """A ``run_experiment()`` that keeps its history with ``global history``: run
     plainly, the notebook has it after the call; isolated, only the cell's own bindings came

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dis
 import inspect
+import sys
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
@@ -101,6 +102,9 @@ def _own_code(
     notebook) for a class that has some; (None, []) for anything else."""
     if is_notebook_function(value, namespace):
         return "function", [("", "", value)]
+    wrapped = _tf_function_of(value)  # `@tf.function def train_step(...)`, the guide's way
+    if wrapped is not None and is_notebook_function(wrapped, namespace):
+        return "function", [("", "", wrapped)]
     if isinstance(value, type):
         methods = [
             (c.__qualname__, attr, f)
@@ -133,9 +137,45 @@ def _methods(cls: type) -> Iterator[tuple[str, types.FunctionType]]:
                 yield attr, part
 
 
-def detached(function: types.FunctionType) -> types.FunctionType:
-    """``function`` with globals of its own that hold none of the notebook's names: pickled, it
-    takes none along."""
+def _tf_function_of(value: Any) -> types.FunctionType | None:
+    """The Python function a ``tf.function`` wraps (None for anything else)."""
+    tf = sys.modules.get("tensorflow")
+    kind = getattr(
+        getattr(getattr(tf, "types", None), "experimental", None), "PolymorphicFunction", None
+    )
+    if kind is None or not isinstance(value, kind):
+        return None
+    wrapped = getattr(value, "python_function", None)
+    return wrapped if isinstance(wrapped, types.FunctionType) else None
+
+
+class TfFunction:
+    """A notebook's ``tf.function`` as it travels: its Python function detached, and what it was
+    made with; in the child, made again on the cell's namespace. Pickled whole, it took copies
+    of what it reads: the guide's ``train_step`` updated its own copy of ``train_acc_metric``
+    while the cell read the one sent (accuracy 0.0 every epoch, isolated)."""
+
+    def __init__(self, function: types.FunctionType, made_from: Any) -> None:
+        self.function = function
+        self.options = {
+            "input_signature": getattr(made_from, "input_signature", None),
+            "autograph": getattr(made_from, "_autograph", True),
+            "jit_compile": getattr(made_from, "_jit_compile", None),
+            "reduce_retracing": getattr(made_from, "_reduce_retracing", False),
+        }
+
+    def made(self, namespace: MutableMapping[str, Any]) -> Any:
+        import tensorflow as tf
+
+        return tf.function(_with_globals(self.function, namespace), **self.options)
+
+
+def detached(function: Any) -> Any:
+    """``function`` (or a ``tf.function``'s) with globals of its own that hold none of the
+    notebook's names: pickled, it takes none along."""
+    wrapped = _tf_function_of(function)
+    if wrapped is not None:
+        return TfFunction(detached(wrapped), function)
     own = {"__builtins__": function.__globals__.get("__builtins__"), "__name__": "__main__"}
     return _with_globals(function, own)
 
@@ -150,7 +190,9 @@ def attach(
     runs in, as they read the notebook's in the kernel."""
     for name, packet in inputs.items():
         if isinstance(packet, tuple) and packet[:1] == (FUNCTION_PACKET,):
-            namespace[name] = _with_globals(namespace[name], namespace)
+            sent = namespace[name]
+            made = isinstance(sent, TfFunction)
+            namespace[name] = sent.made(namespace) if made else _with_globals(sent, namespace)
     for name, methods in (classes or {}).items():
         cls = namespace.get(name)
         if not isinstance(cls, type):
