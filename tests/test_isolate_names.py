@@ -183,7 +183,8 @@ def test_only_the_methods_written_in_the_notebook_are_given_the_childs_names(she
 def test_a_tf_function_of_the_notebook_updates_the_metric_the_cell_reads(shell):
     """keras.io's training loop from scratch: ``@tf.function def train_step`` in one cell updates
     ``train_acc_metric``, the loop cell reads ``train_acc_metric.result()``. Pickled whole, the
-    ``tf.function`` took its own copy of the metric: isolated, the cell read 0.0 every epoch."""
+    ``tf.function`` took its own copy of the metric: isolated, the cell read 0.0 every epoch.
+    Made again there, autograph reads its cell's source, which the child's process lacked."""
     setup = (
         "import tensorflow as tf\nimport keras\n"
         "total = keras.metrics.Sum()\n"
@@ -191,16 +192,73 @@ def test_a_tf_function_of_the_notebook_updates_the_metric_the_cell_reads(shell):
         "@tf.function(reduce_retracing=True)\n"
         "def train_step(x):\n"
         "    total.update_state(x * scale)\n"
+        "@tf.function\n"
+        "def clipped(x):\n"  # a loop and a branch on tensors: autograph, from the cell's source
+        "    out = tf.constant(0.0)\n"
+        "    for v in x:\n"
+        "        out += scale if v > scale else v\n"
+        "    return out\n"
     )
     assert run(shell, setup).success
     cell = "%%kerasrun --isolate --label loop --quiet\nscale = 5.0\n"
-    _ran(
-        shell,
-        cell
-        + "for x in (1.0, 2.0):\n    train_step(tf.constant(x))\nsaid = float(total.result())\n",
-    )
-    assert shell.user_ns["said"] == 15.0
+    cell += "for x in (1.0, 2.0):\n    train_step(tf.constant(x))\nsaid = float(total.result())\n"
+    _ran(shell, cell + "limited = float(clipped(tf.constant([1.0, 9.0])))\n")
+    assert (shell.user_ns["said"], shell.user_ns["limited"]) == (15.0, 6.0)
     assert "train_step (pickle" in _sent("loop") and "total (keras" in _sent("loop")
+
+
+def test_a_function_inside_a_value_sent_reads_the_childs_names_and_its_changes_come_back(shell):
+    """``keras.callbacks.LambdaCallback(on_epoch_end=log_epoch)`` made in a setup cell, with
+    ``log_epoch`` appending to the notebook's ``losses``: pickled with the callback, the function
+    appended to a copy of its own, and the cell printed ``[]``; a plain run fills the list, in
+    the cell and in the notebook after it. A dict of the notebook's functions read by one stays
+    the kernel's (only plain data comes back)."""
+    setup = (
+        "losses = []\n"
+        "every = 1\n"
+        "def log_epoch(epoch, logs):\n"
+        "    if epoch % every == 0:\n"
+        "        losses.append(logs['loss'])\n"
+        "class Callback:\n"
+        "    def __init__(self, on_epoch_end):\n"
+        "        self.on_epoch_end = on_epoch_end\n"
+        "logger = Callback(on_epoch_end=log_epoch)\n"
+        "registry = {'log': log_epoch}\n"
+        "def fit(epochs):\n"
+        "    for epoch in range(epochs):\n"
+        "        logger.on_epoch_end(epoch, {'loss': 1.0 / (epoch + 1)})\n"
+        "    return registry\n"
+    )
+    assert run(shell, setup).success
+    registry = shell.user_ns["registry"]
+    cell = "%%kerasrun --isolate --label lambda --quiet\nfit(2)\nseen = list(losses)\n"
+    _ran(shell, cell)
+    assert shell.user_ns["seen"] == [1.0, 0.5]  # the cell saw what the callback appended
+    assert shell.user_ns["losses"] == [1.0, 0.5]  # and so does the notebook, as after a plain run
+    assert shell.user_ns["registry"] is registry
+    assert "every (pickle" in _sent("lambda")  # read only by the function inside the callback
+
+
+def test_a_notebook_layer_built_as_its_model_loads_reads_the_names_sent(shell):
+    """keras.io's VAE: a ``Sampling`` layer whose ``__init__`` reads the notebook's ``keras``.
+    Loading the encoder in the child builds it, so the names its methods read must be there
+    first: made after the model, ``keras`` was not, and the run failed (``could not be
+    deserialized properly``)."""
+    setup = (
+        "import numpy as np\nimport keras\n"
+        "factor = 3.0\n"
+        "class Scale(keras.layers.Layer):\n"
+        "    def __init__(self, **kwargs):\n"
+        "        super().__init__(**kwargs)\n"
+        "        self.factor = keras.ops.convert_to_tensor(factor)\n"
+        "    def call(self, x):\n"
+        "        return x * self.factor\n"
+        "model = keras.Sequential([keras.Input((2,)), Scale()])\n"
+    )
+    assert run(shell, setup).success
+    cell = "%%kerasrun --isolate --label layer --quiet\n"
+    _ran(shell, cell + "out = float(model(np.ones((1, 2))).numpy().sum())\n")
+    assert shell.user_ns["out"] == 6.0
 
 
 def test_what_the_notebooks_function_binds_with_global_comes_back(shell):

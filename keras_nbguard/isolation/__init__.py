@@ -124,9 +124,10 @@ def run_isolated(
             "inputs": sent.inputs,
             "outputs": names.chosen(how.outputs, found.binds),
             "trained_back": how.outputs is None,  # a model sent in that the cell trained
-            # what the notebook's functions bind with `global`, when a call of the cell's did
+            # what the notebook's functions bind with `global`, or change in place (plain data),
+            # comes back when a call of the cell's did
             "bound_by_code": sent.code.binds if how.outputs is None else [],
-            "attached_classes": sent.code.classes,  # their methods read the child's names
+            "read_by_code": sent.code.reads if how.outputs is None else [],
             "params": {},
             "keras": kept_state.carried(),  # to name on as this kernel would
             "registered": registrations.carried(),  # the notebook's register_keras_serializable

@@ -27,7 +27,6 @@ LAST = "__value__"  # what the cell's last value travels under, beside the names
 FUNCTIONS = "__functions__"  # beside the names: functions the models sent refer to by name
 
 Send = Any  # (kind, *payload) -> None
-_ABSENT = object()  # a name not bound in the child
 _ATTACHED: list[Any] = []  # the kernel's shared-memory arrays, mapped for as long as we live
 
 
@@ -111,7 +110,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
     from keras_nbguard.isolation import registrations
     from keras_nbguard.isolation.changed_models import changed, fingerprints
     from keras_nbguard.isolation.names import unpack_input
-    from keras_nbguard.isolation.notebook_functions import attach
+    from keras_nbguard.isolation.notebook_functions import CodeEffects, run_here
     from keras_nbguard.prepare import kept_state
 
     streams = sys.stdout, sys.stderr
@@ -120,10 +119,9 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         send("ready", time.time())
         began = time.perf_counter()
         try:
+            run_here(shell.user_ns)  # the notebook's functions in what was sent read these names
             for name, sent in job["inputs"].items():
                 shell.user_ns[name] = unpack_input(sent, _ATTACHED)
-            # the notebook's functions and methods read these names
-            attach(job["inputs"], shell.user_ns, job.get("attached_classes"))
             registered = registrations.take_on(job.get("registered"))  # for the cell's own
             registrations.register_copies(registered, shell.user_ns)
         except Exception as exc:  # a name that could not be made here: said, nothing ran
@@ -147,21 +145,16 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         shell.user_ns.update(job["params"])
         trained = job.get("trained_back", False)
         before = fingerprints(shell.user_ns, job["inputs"], _model_classes()) if trained else {}
-        held = {name: shell.user_ns.get(name, _ABSENT) for name in job.get("bound_by_code", ())}
+        reads = {n: job["inputs"][n] for n in job.get("read_by_code", ()) if n in job["inputs"]}
+        effects = CodeEffects(shell.user_ns, job.get("bound_by_code", ()), reads)
         head = f"%%kerasrun --label {shlex.quote(job['label'])} --quiet {job['options']}"
         result = shell.run_cell(f"{head.rstrip()}\n{job['source']}", store_history=True)
         records = keras_nbguard.runs()
         began = time.perf_counter()
         trained_here = [n for n in changed(shell.user_ns, before) if n not in job["outputs"]]
-        # a name the notebook's function bound with `global` (`history` in run_experiment())
-        rebound = [
-            name
-            for name, was in held.items()
-            if shell.user_ns.get(name, _ABSENT) is not was
-            and name not in job["outputs"]
-            and name not in trained_here
-        ]
-        back = job["outputs"] + trained_here + rebound
+        # what the notebook's functions bound (`global history`) or changed (`losses.append`)
+        by_code = [n for n in effects.changed(shell.user_ns) if n not in job["outputs"]]
+        back = list(dict.fromkeys(job["outputs"] + trained_here + by_code))
         outputs, not_sent = _collect(shell.user_ns, back, result.result)
         value_of = None if LAST in outputs else _name_of(result.result, shell.user_ns, outputs)
         sent_as_name = LAST in outputs or value_of is not None

@@ -9,7 +9,7 @@ import io
 import os
 import sys
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from keras_nbguard.records.formatting import fmt_size
@@ -63,14 +63,14 @@ def keras_package(value: Any) -> str | None:
     return keras_package_of(type(value))
 
 
-def keras_bytes(value: Any, namespace: Mapping[str, Any]) -> tuple[bytes, bytes | None]:
+def keras_bytes(
+    value: Any, namespace: Mapping[str, Any], dumps: Callable[[Any], bytes]
+) -> tuple[bytes, bytes | None]:
     """Keras' own serialization (its pickling writes the Keras format: config, weights,
     vocabularies); and the classes of the notebook's it is made of that the notebook no longer
-    names (those it names go once for the job: ``_Packer.classes``)."""
-    import cloudpickle
-
+    names (those it names go once for the job: ``_Packer.classes``). ``dumps``: the pickler."""
     try:
-        data = cloudpickle.dumps(value)
+        data = dumps(value)
     except Exception as exc:
         raise Unsendable(f"Keras could not save it ({short(exc)})") from None
     named = set(map(id, notebook_classes(namespace).values()))
@@ -85,7 +85,7 @@ def keras_bytes(value: Any, namespace: Mapping[str, Any]) -> tuple[bytes, bytes 
     if not extra:
         return data, None
     try:
-        return data, cloudpickle.dumps(extra)
+        return data, dumps(extra)
     except Exception as exc:
         raise Unsendable(f"its classes can't be pickled ({short(exc)})") from None
 

@@ -1,24 +1,29 @@
-"""A notebook's functions and classes, sent to an isolated run so that they read the names of
-its process.
+"""The notebook's functions, wherever a value sent to an isolated run holds them, read the names
+of that run's process.
 
-A function defined in a cell reads the notebook's names when it is called. Pickled on its own
+A function defined in a cell reads the notebook's names when it is called. Pickled as it is
 (cloudpickle), it took a copy of each name it reads, made when the run began: a cell that set
 ``learning_rate = 0.01`` and called the notebook's ``run_experiment()`` trained at the old rate in
-the isolated process (keras.io's examples keep their settings in such names) while a plain run
-used the new one. So such a function goes without the names it reads (``detached``), they go as
-names of their own, and in the child it is given the namespace the cell runs in (``attach``).
-A class defined in a cell is the same for its methods (``dropout`` read in a block's
-``__init__``): its methods are given the child's namespace there. And what they bind with
-``global`` (``history`` in ``run_experiment``) comes back as the cell's own bindings do."""
+the isolated process (keras.io's examples keep their settings in such names), a block whose
+``__init__`` reads ``dropout`` was built with the old one, a ``LambdaCallback`` appended the
+losses to its own copy of the list the cell printed, a ``tf.function`` updated its own copy of
+the metric. So every notebook function met while a value is pickled (the value itself, a method
+of its class, a callback's ``on_epoch_end``, a ``tf.function``'s Python function) goes without
+the notebook's names (``detached_dumps``); the names it reads go as names of their own
+(``NotebookCode.reads``), and as the child unpickles it, it is made again on the namespace the
+cell runs there (``reattached``, after ``run_here``). What it binds with ``global``
+(``history`` in ``run_experiment``) and the plain data it changes in place (``losses``) come
+back as the cell's own bindings do (``CodeEffects``)."""
 
 from __future__ import annotations
 
-import contextlib
 import dis
-import inspect
+import functools
+import io
+import linecache
 import sys
 import types
-from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,61 +31,23 @@ from typing import Any
 # `history = ...`, needs nothing there: it comes back instead, ``STORES``)
 READS = ("LOAD_GLOBAL", "DELETE_GLOBAL")
 STORES = ("STORE_GLOBAL",)
-FUNCTION_PACKET = "function"  # the packet's kind: a detached function, to attach in the child
 
 
 @dataclass
 class NotebookCode:
-    """What the notebook's functions and classes among the names sent take along."""
+    """What the notebook's functions met in the values sent need of its names, in the order
+    they were met."""
 
-    reads: list[str] = field(default_factory=list)  # names they read the cell's lack, in order
-    functions: set[str] = field(default_factory=set)  # the functions sent detached
-    # each class whose methods are attached: (the class in its MRO, the attribute) of each
-    classes: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
-    binds: list[str] = field(default_factory=list)  # the names they bind with ``global``
+    reads: list[str] = field(default_factory=list)
+    binds: list[str] = field(default_factory=list)  # with ``global``
 
-
-def is_notebook_function(value: Any, namespace: Mapping[str, Any]) -> bool:
-    """A plain function whose globals are the notebook's names (defined in one of its cells)."""
-    return inspect.isfunction(value) and value.__globals__ is namespace
-
-
-def notebook_code(
-    names: Iterable[str], namespace: Mapping[str, Any], sendable: Callable[[str], bool]
-) -> NotebookCode:
-    """The notebook's functions and classes among ``names`` (the classes of its objects too), and
-    the names their code reads, theirs in turn, that ``names`` lacks. Code that reads a name
-    which is never sent (``_``: IPython's) keeps the copies it takes along, as before."""
-    queue = list(dict.fromkeys(names))
-    seen = set(queue)
-    found = NotebookCode()
-    while queue:
-        name = queue.pop(0)
-        value: Any = namespace.get(name)
-        kind, methods = _own_code(value, namespace)
-        functions = [function for _, _, function in methods]
-        if kind is None:
-            of_class = _class_name(value, namespace)  # `made = Block()`: Block's methods read
-            if of_class is not None and of_class not in seen:
-                seen.add(of_class)
-                queue.append(of_class)
-            continue
-        reads = sorted({n for f in functions for n in global_names(f.__code__) if n in namespace})
-        if not all(sendable(n) for n in reads):
-            continue
-        if kind == "function":
-            found.functions.add(name)
-        else:  # its own methods only: not namedtuple's __new__, whose globals are its own
-            found.classes[name] = list(dict.fromkeys((c, attr) for c, attr, _ in methods))
-        for bound in sorted({n for f in functions for n in global_names(f.__code__, STORES)}):
-            if bound not in found.binds:
-                found.binds.append(bound)
-        for read in reads:
-            if read not in seen:
-                seen.add(read)
-                found.reads.append(read)
-                queue.append(read)
-    return found
+    def met(self, function: types.FunctionType, namespace: Mapping[str, Any]) -> None:
+        for name in sorted(global_names(function.__code__)):
+            if name in namespace and name not in self.reads:
+                self.reads.append(name)
+        for name in sorted(global_names(function.__code__, STORES)):
+            if name not in self.binds:
+                self.binds.append(name)
 
 
 def global_names(code: types.CodeType, ops: tuple[str, ...] = READS) -> set[str]:
@@ -94,69 +61,89 @@ def global_names(code: types.CodeType, ops: tuple[str, ...] = READS) -> set[str]
     return found
 
 
-def _own_code(
-    value: Any, namespace: Mapping[str, Any]
-) -> tuple[str | None, list[tuple[str, str, types.FunctionType]]]:
-    """("function", [("", "", it)]) for a notebook function; ("class", [(the class's qualified
-    name, attribute, function)] for each method of it and its base classes defined in the
-    notebook) for a class that has some; (None, []) for anything else."""
-    if is_notebook_function(value, namespace):
-        return "function", [("", "", value)]
-    wrapped = _tf_function_of(value)  # `@tf.function def train_step(...)`, the guide's way
-    if wrapped is not None and is_notebook_function(wrapped, namespace):
-        return "function", [("", "", wrapped)]
-    if isinstance(value, type):
-        methods = [
-            (c.__qualname__, attr, f)
-            for c in value.__mro__
-            for attr, f in _methods(c)
-            if is_notebook_function(f, namespace)
-        ]
-        if methods:
-            return "class", methods
-    return None, []
+def detached_dumps(value: Any, namespace: Mapping[str, Any], code: NotebookCode) -> bytes:
+    """``value`` pickled (cloudpickle), each notebook function in it detached from the notebook's
+    names, to be made again on the child's; what those functions need is added to ``code``."""
+    buffer = io.BytesIO()
+    _detaching_pickler()(buffer, namespace, code).dump(value)
+    return buffer.getvalue()
 
 
-def _class_name(value: Any, namespace: Mapping[str, Any]) -> str | None:
-    """The notebook's name of ``value``'s class, when the notebook defined it under that name."""
-    cls = type(value)
-    if cls.__module__ != "__main__" or namespace.get(cls.__name__) is not cls:
-        return None
-    return cls.__name__
+@functools.cache
+def _detaching_pickler() -> type:
+    import cloudpickle
+
+    class DetachingPickler(cloudpickle.Pickler):
+        def __init__(self, file: Any, namespace: Mapping[str, Any], code: NotebookCode) -> None:
+            super().__init__(file)
+            self.namespace, self.code = namespace, code
+
+        def reducer_override(self, obj: Any) -> Any:
+            if isinstance(obj, types.FunctionType) and obj.__globals__ is self.namespace:
+                self.code.met(obj, self.namespace)
+                return reattached, (_detached(obj), _source_of(obj))
+            wrapped = _tf_function_of(obj)  # `@tf.function def train_step(...)`, the guide's
+            if wrapped is not None and wrapped.__globals__ is self.namespace:
+                self.code.met(wrapped, self.namespace)
+                recipe = TfFunction(_detached(wrapped), obj, _source_of(wrapped))
+                return TfFunction.made_here, (recipe,)
+            return super().reducer_override(obj)
+
+    return DetachingPickler
 
 
-def _methods(cls: type) -> Iterator[tuple[str, types.FunctionType]]:
-    """The functions behind a class's own attributes: methods, static and class methods, and a
-    property's getter, setter and deleter."""
-    for attr, member in list(vars(cls).items()):
-        if isinstance(member, (staticmethod, classmethod)):
-            member = member.__func__
-        is_property = isinstance(member, property)
-        for part in (member.fget, member.fset, member.fdel) if is_property else (member,):
-            if isinstance(part, types.FunctionType):
-                yield attr, part
+# -- in the child ------------------------------------------------------------------------------
+_namespace_here: MutableMapping[str, Any] | None = None
 
 
-def _tf_function_of(value: Any) -> types.FunctionType | None:
-    """The Python function a ``tf.function`` wraps (None for anything else)."""
-    tf = sys.modules.get("tensorflow")
-    kind = getattr(
-        getattr(getattr(tf, "types", None), "experimental", None), "PolymorphicFunction", None
+def run_here(namespace: MutableMapping[str, Any]) -> None:
+    """In the child, before the names sent are made: the namespace the cell runs in."""
+    global _namespace_here
+    _namespace_here = namespace
+
+
+def reattached(
+    function: types.FunctionType, source: tuple[str, list[str]] | None = None
+) -> types.FunctionType:
+    """A notebook function, as the child unpickles it: on the namespace the cell runs in, and
+    with the source of its cell, which tracebacks and TensorFlow's autograph read there
+    (cloudpickle names the file of the code it makes ``<dynamic-code>``)."""
+    if source is not None:
+        filename, lines = source
+        # no modification time: linecache.checkcache keeps it (as IPython's own cells)
+        linecache.cache.setdefault(filename, (sum(map(len, lines)), None, lines, filename))
+        function = _with_globals(
+            function, function.__globals__, _in_file(function.__code__, filename)
+        )
+    return function if _namespace_here is None else _with_globals(function, _namespace_here)
+
+
+def _in_file(code: types.CodeType, filename: str) -> types.CodeType:
+    consts = tuple(
+        _in_file(c, filename) if isinstance(c, types.CodeType) else c for c in code.co_consts
     )
-    if kind is None or not isinstance(value, kind):
-        return None
-    wrapped = getattr(value, "python_function", None)
-    return wrapped if isinstance(wrapped, types.FunctionType) else None
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
+def _source_of(function: types.FunctionType) -> tuple[str, list[str]] | None:
+    """The cell a notebook function was defined in, as IPython keeps it (filename, lines)."""
+    filename = function.__code__.co_filename
+    lines = linecache.getlines(filename)
+    return (filename, lines) if lines else None
 
 
 class TfFunction:
     """A notebook's ``tf.function`` as it travels: its Python function detached, and what it was
-    made with; in the child, made again on the cell's namespace. Pickled whole, it took copies
-    of what it reads: the guide's ``train_step`` updated its own copy of ``train_acc_metric``
-    while the cell read the one sent (accuracy 0.0 every epoch, isolated)."""
+    made with. Pickled whole, it also took the kernel's traces along. Its cell's source goes
+    too: autograph converts the function from it (``Unable to locate the source code``)."""
 
-    def __init__(self, function: types.FunctionType, made_from: Any) -> None:
-        self.function = function
+    def __init__(
+        self,
+        function: types.FunctionType,
+        made_from: Any,
+        source: tuple[str, list[str]] | None = None,
+    ) -> None:
+        self.function, self.source = function, source
         self.options = {
             "input_signature": getattr(made_from, "input_signature", None),
             "autograph": getattr(made_from, "_autograph", True),
@@ -164,79 +151,94 @@ class TfFunction:
             "reduce_retracing": getattr(made_from, "_reduce_retracing", False),
         }
 
-    def made(self, namespace: MutableMapping[str, Any]) -> Any:
+    def made_here(self) -> Any:
         import tensorflow as tf
 
-        return tf.function(_with_globals(self.function, namespace), **self.options)
+        return tf.function(reattached(self.function, self.source), **self.options)
 
 
-def detached(function: Any) -> Any:
-    """``function`` (or a ``tf.function``'s) with globals of its own that hold none of the
-    notebook's names: pickled, it takes none along."""
-    wrapped = _tf_function_of(function)
-    if wrapped is not None:
-        return TfFunction(detached(wrapped), function)
+def _tf_function_of(value: Any) -> types.FunctionType | None:
+    """The Python function a ``tf.function`` wraps (None for anything else)."""
+    tf = sys.modules.get("tensorflow")
+    experimental = getattr(getattr(tf, "types", None), "experimental", None)
+    kind = getattr(experimental, "PolymorphicFunction", None)
+    if kind is None or not isinstance(value, kind):
+        return None
+    wrapped = getattr(value, "python_function", None)
+    return wrapped if isinstance(wrapped, types.FunctionType) else None
+
+
+def _detached(function: types.FunctionType) -> types.FunctionType:
+    """``function`` with globals of its own that hold none of the notebook's names: pickled, it
+    takes none along."""
     own = {"__builtins__": function.__globals__.get("__builtins__"), "__name__": "__main__"}
     return _with_globals(function, own)
 
 
-def attach(
-    inputs: Mapping[str, Any],
-    namespace: MutableMapping[str, Any],
-    classes: Mapping[str, Iterable[Iterable[str]]] | None = None,
-) -> None:
-    """In the child: each detached function among the names made from ``inputs``, and the
-    methods ``classes`` names (``NotebookCode.classes``), read ``namespace``, the one the cell
-    runs in, as they read the notebook's in the kernel."""
-    for name, packet in inputs.items():
-        if isinstance(packet, tuple) and packet[:1] == (FUNCTION_PACKET,):
-            sent = namespace[name]
-            made = isinstance(sent, TfFunction)
-            namespace[name] = sent.made(namespace) if made else _with_globals(sent, namespace)
-    for name, methods in (classes or {}).items():
-        cls = namespace.get(name)
-        if not isinstance(cls, type):
-            continue
-        # the notebook's classes were pickled by value: the class itself, which its objects
-        # sent are of too (cloudpickle makes one class of each in a process)
-        mine = {c.__qualname__: c for c in cls.__mro__ if c.__module__ == "__main__"}
-        for qualname, attr in methods:
-            owner = mine.get(qualname)
-            if owner is not None and attr in vars(owner):
-                _attach_method(owner, attr, namespace)
-
-
-def _attach_method(cls: type, attr: str, namespace: MutableMapping[str, Any]) -> None:
-    with contextlib.suppress(AttributeError, TypeError):  # a metaclass may forbid it: copies
-        setattr(cls, attr, _rebound(vars(cls)[attr], namespace))
-
-
-def _rebound(member: Any, namespace: MutableMapping[str, Any]) -> Any:
-    if isinstance(member, types.FunctionType):
-        return member if member.__globals__ is namespace else _with_globals(member, namespace)
-    if isinstance(member, (staticmethod, classmethod)):
-        return type(member)(_rebound(member.__func__, namespace))
-    if type(member) is property:  # a subclass of it may hold more: left as it is
-        fget, fset, fdel = (
-            _rebound(f, namespace) if f is not None else None
-            for f in (member.fget, member.fset, member.fdel)
-        )
-        return property(fget, fset, fdel, member.__doc__)
-    return member
-
-
 def _with_globals(
-    function: types.FunctionType, namespace: MutableMapping[str, Any]
+    function: types.FunctionType,
+    namespace: MutableMapping[str, Any],
+    code: types.CodeType | None = None,
 ) -> types.FunctionType:
     made = types.FunctionType(
-        function.__code__,
+        code or function.__code__,
         namespace,  # type: ignore[arg-type]
         function.__name__,
         function.__defaults__,
-        function.__closure__,
+        function.__closure__,  # the same cells: `super()`'s `__class__`, filled in later
     )
     made.__kwdefaults__ = function.__kwdefaults__
     made.__dict__.update(function.__dict__)
     made.__qualname__, made.__doc__ = function.__qualname__, function.__doc__
     made.__module__, made.__annotations__ = function.__module__, function.__annotations__
     return made
+
+
+class CodeEffects:
+    """In the child: what the notebook's functions did to the notebook's names during the cell,
+    which a plain run leaves in the notebook: a name bound with ``global`` (``history``), and
+    plain data read and changed in place (``losses.append(...)`` in a callback)."""
+
+    ABSENT = object()
+    MAX_COMPARED = 1 << 20  # bytes of a pickle compared after the cell; larger ones stay
+
+    def __init__(
+        self, namespace: Mapping[str, Any], binds: Iterable[str], reads: Mapping[str, Any]
+    ) -> None:
+        self.held = {name: namespace.get(name, self.ABSENT) for name in binds}
+        self.pickles = {  # the bytes sent of each plain value a function reads
+            name: packet[2]
+            for name, packet in reads.items()
+            if packet[:1] == ("value",)
+            and len(packet[2]) <= self.MAX_COMPARED
+            and _plain(namespace.get(name))
+        }
+
+    def changed(self, namespace: Mapping[str, Any]) -> list[str]:
+        import cloudpickle
+
+        rebound = [n for n, was in self.held.items() if namespace.get(n, self.ABSENT) is not was]
+        in_place = [
+            name
+            for name, data in self.pickles.items()
+            if name not in rebound
+            and _plain(namespace.get(name))
+            and cloudpickle.dumps(namespace[name]) != data
+        ]
+        return rebound + in_place
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Data of Python's own types only (no function, no object of a class): its pickle says
+    whether it changed, and the kernel takes it back as it is."""
+    if value is None or type(value) in (bool, int, float, complex, str, bytes):
+        return True
+    if depth > 4:
+        return False
+    if type(value) in (list, tuple, set, frozenset):
+        return len(value) <= 100_000 and all(_plain(v, depth + 1) for v in value)
+    if type(value) is dict:
+        return len(value) <= 100_000 and all(
+            _plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items()
+        )
+    return False

@@ -35,12 +35,7 @@ from keras_nbguard.isolation.kinds import (
     short,
     this_process_own,
 )
-from keras_nbguard.isolation.notebook_functions import (
-    FUNCTION_PACKET,
-    NotebookCode,
-    detached,
-    notebook_code,
-)
+from keras_nbguard.isolation.notebook_functions import NotebookCode, detached_dumps
 from keras_nbguard.records.formatting import fmt_size
 
 if TYPE_CHECKING:
@@ -123,18 +118,16 @@ def pack_inputs(
             or (hidden is not None and name in hidden and hidden[name] is value)
         )
 
-    packer = _Packer(namespace, shared, current, saved)
-    sent = Sent()
+    # with --inputs, the names chosen only: the notebook's functions take copies along, as pickled
+    packer = _Packer(namespace, shared, current, saved, detaching=not explicit)
+    sent = Sent(code=packer.code)
     chosen: list[tuple[str, Any]] = []
-    names = list(names)
-    # what the notebook's functions and methods read goes too, as names of their own (a copy:
-    # a function may change it in place, which no reading of the cell shows)
-    if not explicit:
-        sent.code = notebook_code(names, namespace, lambda n: not skipped(n))
-        packer.detached = {id(namespace[name]) for name in sent.code.functions}
-    read_by_functions = sent.code.reads
-    changed = {*in_place, *read_by_functions}
-    for name in [*names, *read_by_functions]:
+    queue = list(dict.fromkeys(names))
+    # what the notebook's functions read (met as the names are pickled) goes too, as names of
+    # their own; a copy, since a function may change it in place, which no reading of the cell
+    # shows
+    read_by_functions: set[str] = set()
+    for name in queue:  # grows as functions are met
         if name not in namespace:
             if explicit:
                 raise ValueError(f"--inputs: {name!r} is not defined in the notebook")
@@ -142,8 +135,9 @@ def pack_inputs(
         value = namespace[name]
         if not explicit and skipped(name):
             continue
+        writable = name in in_place or name in read_by_functions
         try:
-            packet, way = packer.resolve(name, packer.end, writable=name in changed)
+            packet, way = packer.resolve(name, packer.end, writable=writable)
         except Unsendable as exc:
             if name in read_by_functions:  # the cell may bind it before a function reads it
                 chosen.append((name, f"not sent, though a function reads it: {exc}"))
@@ -152,10 +146,28 @@ def pack_inputs(
                 f"--isolate can't send {name!r} ({type(value).__name__}) to the new process: "
                 f"{exc}. Make it inside the cell, or leave it out with --inputs"
             ) from None
+        finally:
+            for read in packer.code.reads:
+                if read not in queue:
+                    queue.append(read)
+                    read_by_functions.add(read)
         sent.inputs[name] = packet
         chosen.append((name, way))
     sent.ways = {name: way if isinstance(way, str) else way.describe() for name, way in chosen}
+    # made in the child in this order: what runs code as it is made (a Keras load builds the
+    # notebook's layers, a replay maps `vectorize_text`) may call the notebook's functions,
+    # which read the names made before it there (`keras` in a layer's `__init__`)
+    order = sorted(sent.inputs, key=lambda name: _making_order(sent.inputs[name], sent.ways[name]))
+    sent.inputs = {name: sent.inputs[name] for name in order}
     return sent
+
+
+MAKING_ORDER = {"module": 0, "shm": 1, "file": 1, "value": 2, "class": 2, "keras": 3, "tfdata": 3}
+
+
+def _making_order(packet: Any, way: str) -> int:
+    kind = "module" if way == "module" else packet[0] if isinstance(packet, tuple) else "value"
+    return MAKING_ORDER.get(kind, 4)  # a replay last
 
 
 class _Packer:
@@ -165,6 +177,7 @@ class _Packer:
         shared: list[Any] | None,
         current: str,
         saved: SavedDatasets | None = None,
+        detaching: bool = True,
     ):
         self.namespace, self.shared, self.current = namespace, shared, current
         self.saved = saved
@@ -173,7 +186,10 @@ class _Packer:
         self.units: dict[int, Any] = {}
         self.count = 0
         self._history: Any = None
-        self.detached: set[int] = set()  # the ids of the notebook's functions sent detached
+        # the notebook's functions in what is pickled read the child's names (False: they take
+        # copies along), and what they need of the notebook's
+        self.detaching = detaching
+        self.code = NotebookCode()
 
     @property
     def history(self) -> Any:
@@ -230,7 +246,6 @@ class _Packer:
         known = self.packets.get((id(value), way))
         if known is not None:
             return known
-        import cloudpickle
 
         key, asked = f"{self.token}:{id(value)}:{way}", way
         size: int
@@ -249,7 +264,7 @@ class _Packer:
             packet = pack_array(key, value, self.shared)  # type: ignore[arg-type]
             size = value.nbytes
         elif way == "keras":
-            data, extra = keras_bytes(value, self.namespace)
+            data, extra = keras_bytes(value, self.namespace, self.dumps)
             classes = (self.classes, extra)
             packet = ("keras", key, keras_package(value), data, classes, type(value).__name__)
             size = len(data)
@@ -268,23 +283,27 @@ class _Packer:
             packet, size = ("class", key, self.classes, name), len(self.classes[1])
             way = "class"  # its size: all the notebook's Keras classes, sent once for the run
         else:
-            function = id(value) in self.detached
             try:
-                data = cloudpickle.dumps(detached(value) if function else value)
+                data = self.dumps(value)
             except Exception as exc:
                 raise Unsendable(f"it can't be pickled ({short(exc)})") from None
-            kind = FUNCTION_PACKET if function else "value"
-            packet, size = (kind, key, data, self.classes), len(data)
+            packet, size = ("value", key, data, self.classes), len(data)
         label = "module" if way == "module" else f"{way} {fmt_size(size)}{again}"
         self.packets[(id(value), asked)] = (packet, label)  # the namespace keeps value (its id)
         return packet, label
+
+    def dumps(self, value: Any) -> bytes:
+        """``value`` pickled (cloudpickle), the notebook's functions in it detached."""
+        if not self.detaching:
+            import cloudpickle
+
+            return cloudpickle.dumps(value)
+        return detached_dumps(value, self.namespace, self.code)
 
     @cached_property
     def classes(self) -> tuple[str, bytes] | None:
         """The notebook's Keras classes, pickled once for the whole job (key, bytes): what the
         child loads Keras objects with, wherever they are (a model, a list of layers)."""
-        import cloudpickle
-
         classes = notebook_classes(self.namespace)
         found = {
             **functions_keras_names(self.namespace),
@@ -299,7 +318,7 @@ class _Packer:
         if not found:
             return None
         try:
-            return (f"{self.token}:classes", cloudpickle.dumps(found))
+            return (f"{self.token}:classes", self.dumps(found))
         except Exception:
             return None
 
