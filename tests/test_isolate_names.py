@@ -581,3 +581,30 @@ def test_what_is_this_kernels_own_is_not_replayed(shell):
     said = seen.stderr + seen.stdout
     assert "can't send 'lock' (lock)" in said and "this kernel's own" in said
     assert keras_nbguard.runs("locked") == []
+
+
+def test_a_seeded_notebook_draws_the_same_numbers_isolated_as_plainly(shell):
+    """After ``keras.utils.set_random_seed(42)``, each isolated run drew other numbers (a fresh
+    process seeds itself): NumPy's first ``rand()`` 0.0551, then 0.1949, where a plain run draws
+    0.3745. The child starts from the notebook's streams, and hands them back, so run after run
+    draws what plain runs draw: NumPy, Python, ``keras.random`` and a new layer's weights. The
+    points of a sweep all start from the same state."""
+    draw = (
+        "r = (float(np.random.rand()), random.random(), float(keras.random.uniform(())), "
+        "float(keras.layers.Dense(1)(np.ones((1, 1))).numpy()[0, 0]))\n"
+    )
+    seed = "import random\nimport numpy as np\nimport keras\nkeras.utils.set_random_seed(42)\n"
+
+    def two_runs(options: str) -> list[tuple[float, ...]]:
+        assert run(shell, seed).success
+        drawn = []
+        for _ in range(2):
+            _ran(shell, f"%%kerasrun {options} --quiet --label seeded\n{draw}")
+            drawn.append(shell.user_ns["r"])
+        return drawn
+
+    isolated, plain = two_runs("--isolate"), two_runs("")
+    assert isolated == plain and isolated[0] != isolated[1], (isolated, plain)
+    assert run(shell, seed).success
+    _ran(shell, '%%kerasrun --sweep "k=1,2" --quiet\nr = float(np.random.rand())\n')
+    assert [point["r"] for point in shell.user_ns["_"].values()] == [plain[0][0]] * 2

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from keras_nbguard.isolation import names, registrations, sweep
+from keras_nbguard.isolation import names, random_state, registrations, sweep
 from keras_nbguard.isolation.back import received
 from keras_nbguard.isolation.child import LAST
 from keras_nbguard.isolation.parent import Child, ChildResult
@@ -130,6 +130,7 @@ def run_isolated(
             "read_by_code": sent.code.reads if how.outputs is None else [],
             "params": {},
             "keras": kept_state.carried(),  # to name on as this kernel would
+            "random": random_state.carried(),  # to draw on as this kernel would
             "registered": registrations.carried(),  # the notebook's register_keras_serializable
         }
         transfer = Transfer(

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
-from keras_nbguard.isolation import registrations
+from keras_nbguard.isolation import random_state, registrations
 from keras_nbguard.isolation.child import FUNCTIONS, LAST
 from keras_nbguard.isolation.loaded_weights import moved_into_tensorflows_memory
 from keras_nbguard.isolation.nested_models import rejoin
@@ -45,6 +45,8 @@ def received(
     began = time.perf_counter()
     result = done.result or {}
     kept_state.take_on(result.get("keras") or {}, settings=False)  # names made there stay unique
+    if namespace is not None:  # one run, as a plain one: the next draws on from its streams
+        random_state.take_on(result.get("random"))
     outputs: dict[str, Any] = dict(result.get("outputs", {}))
     functions = _functions(outputs.pop(FUNCTIONS, None))
     earlier = _make_room(namespace, outputs, release) if namespace is not None else {}

@@ -107,7 +107,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
     """Run the cell of ``job`` under ``%%kerasrun`` in this process's shell (made now when not
     given: a Ray task); what it prints and displays goes to ``send`` as it comes."""
     import keras_nbguard
-    from keras_nbguard.isolation import registrations
+    from keras_nbguard.isolation import random_state, registrations
     from keras_nbguard.isolation.changed_models import changed, fingerprints
     from keras_nbguard.isolation.names import unpack_input
     from keras_nbguard.isolation.notebook_functions import CodeEffects, run_here
@@ -147,6 +147,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         before = fingerprints(shell.user_ns, job["inputs"], _model_classes()) if trained else {}
         reads = {n: job["inputs"][n] for n in job.get("read_by_code", ()) if n in job["inputs"]}
         effects = CodeEffects(shell.user_ns, job.get("bound_by_code", ()), reads)
+        random_state.take_on(job.get("random"))  # last: making the names drew on it too
         head = f"%%kerasrun --label {shlex.quote(job['label'])} --quiet {job['options']}"
         result = shell.run_cell(f"{head.rstrip()}\n{job['source']}", store_history=True)
         records = keras_nbguard.runs()
@@ -177,6 +178,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         "inputs_seconds": inputs_seconds,
         "outputs_seconds": outputs_seconds,
         "keras": kept_state.carried(),  # the kernel's names count on past the cell's
+        "random": random_state.carried(),  # and its random streams go on from the cell's
         # the classes the cell defined, and what it registered: the models of them load there
         "classes": [name for name in outputs if isinstance(shell.user_ns.get(name), type)],
         "registered": registrations.carried(),

@@ -1,0 +1,72 @@
+"""The random streams an isolated cell draws from: the notebook's, carried into the new process
+and back.
+
+A fresh process starts every stream anew: after ``keras.utils.set_random_seed(42)`` in a setup
+cell, each isolated run drew other numbers (NumPy's first ``rand()`` 0.0551, then 0.1949, where a
+plain run draws 0.3745), so a seeded notebook was not reproducible isolated. The child now
+starts from the kernel's Python and NumPy states and Keras' global seed generator (Keras makes
+each layer's seed from Python's ``random``), and a run that brings its names back hands its
+states back too, so the next run goes on from them as a plain one would. The points of a sweep
+all start from the same state. TensorFlow's own op seeds (``tf.random.set_seed``) are not
+carried: a ``tf.data`` shuffle without a seed of its own still differs."""
+
+from __future__ import annotations
+
+import random
+import sys
+from typing import Any
+
+from keras_nbguard.prepare.kept_state import KERAS3_STATE  # Keras 3's global attributes
+
+GENERATOR = "global_seed_generator"  # Keras 3's, made on first use from Python's random
+
+
+def carried() -> dict[str, Any]:
+    """This process's random states, as plain values."""
+    state: dict[str, Any] = {"python": random.getstate()}
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        state["numpy"] = numpy.random.get_state()
+    keras_state = sys.modules.get(KERAS3_STATE)
+    if keras_state is not None:
+        generator = keras_state.get_global_attribute(GENERATOR)
+        state["keras"] = None if generator is None else _values(generator.state)
+    return state
+
+
+def take_on(state: dict[str, Any] | None) -> None:
+    """Draw on from ``state`` (``carried()``'s, from another process). Never raises: a state
+    that can't be taken leaves this process's own."""
+    if not state:
+        return
+    try:
+        random.setstate(state["python"])
+        if "numpy" in state:
+            import numpy
+
+            numpy.random.set_state(state["numpy"])
+        if "keras" in state:
+            _take_on_keras(state["keras"])
+    except Exception:  # a newer or older Python's state: the streams stay this process's
+        pass
+
+
+def _take_on_keras(generator_state: Any) -> None:
+    """Keras 3's global seed generator as the other process had it (None: not made yet there,
+    so it is made from Python's random here too, as it would have been there)."""
+    if generator_state is None and KERAS3_STATE not in sys.modules:
+        return  # no Keras yet: it will make its generator from Python's random, as there
+    import keras
+
+    keras_state = sys.modules[KERAS3_STATE]
+    generator = None
+    if generator_state is not None:
+        generator = keras.random.SeedGenerator(seed=0)
+        generator.state.assign(generator_state)
+    keras_state.set_global_attribute(GENERATOR, generator)
+
+
+def _values(variable: Any) -> Any:
+    import numpy
+
+    return numpy.asarray(variable.value if hasattr(variable, "value") else variable)
