@@ -42,6 +42,7 @@ class NotebookCode:
     binds: list[str] = field(default_factory=list)  # with ``global``
 
     def met(self, function: types.FunctionType, namespace: Mapping[str, Any]) -> None:
+        """Note what ``function`` reads of ``namespace`` and binds with ``global``."""
         for name in sorted(global_names(function.__code__)):
             if name in namespace and name not in self.reads:
                 self.reads.append(name)
@@ -108,14 +109,14 @@ def reattached(
     """A notebook function, as the child unpickles it: on the namespace the cell runs in, and
     with the source of its cell, which tracebacks and TensorFlow's autograph read there
     (cloudpickle names the file of the code it makes ``<dynamic-code>``)."""
+    code = None
     if source is not None:
         filename, lines = source
         # no modification time: linecache.checkcache keeps it (as IPython's own cells)
         linecache.cache.setdefault(filename, (sum(map(len, lines)), None, lines, filename))
-        function = _with_globals(
-            function, function.__globals__, _in_file(function.__code__, filename)
-        )
-    return function if _namespace_here is None else _with_globals(function, _namespace_here)
+        code = _in_file(function.__code__, filename)
+    namespace = function.__globals__ if _namespace_here is None else _namespace_here
+    return _with_globals(function, namespace, code)
 
 
 def _in_file(code: types.CodeType, filename: str) -> types.CodeType:
