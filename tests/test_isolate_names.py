@@ -608,3 +608,24 @@ def test_a_seeded_notebook_draws_the_same_numbers_isolated_as_plainly(shell):
     assert run(shell, seed).success
     _ran(shell, '%%kerasrun --sweep "k=1,2" --quiet\nr = float(np.random.rand())\n')
     assert [point["r"] for point in shell.user_ns["_"].values()] == [plain[0][0]] * 2
+
+
+def test_an_array_a_notebook_function_writes_into_comes_back_and_one_it_reads_stays(shell):
+    """A function that fills the notebook's array in place (``predictions[:n] = ...``): the child
+    maps the kernel's segment copy-on-write, so its writes were its own and the notebook's array
+    stayed as it was, where a plain run fills it. It comes back when its bytes differ from what
+    was sent; an array the functions only read stays the kernel's own object."""
+    setup = (
+        "import numpy as np\n"
+        "predictions = np.zeros(2**18)\n"  # 2 MiB: shared memory
+        "inputs = np.full(2**18, np.nan)\n"  # a NaN equals itself, byte for byte
+        "def predict(n):\n"
+        "    predictions[:n] = 1.0\n"
+        "    return float(np.isnan(inputs).sum())\n"
+    )
+    assert run(shell, setup).success
+    inputs = shell.user_ns["inputs"]
+    _ran(shell, "%%kerasrun --isolate --label fill --quiet\nnans = predict(10)\n")
+    assert shell.user_ns["predictions"][:11].tolist() == [1.0] * 10 + [0.0]
+    assert shell.user_ns["inputs"] is inputs and shell.user_ns["nans"] == 2**18
+    assert "predictions (shared memory 2.0 MiB, writable)" in _sent("fill")

@@ -17,6 +17,7 @@ back as the cell's own bindings do (``CodeEffects``)."""
 
 from __future__ import annotations
 
+import contextlib
 import dis
 import functools
 import io
@@ -197,8 +198,9 @@ def _with_globals(
 
 class CodeEffects:
     """In the child: what the notebook's functions did to the notebook's names during the cell,
-    which a plain run leaves in the notebook: a name bound with ``global`` (``history``), and
-    plain data read and changed in place (``losses.append(...)`` in a callback)."""
+    which a plain run leaves in the notebook: a name bound with ``global`` (``history``), plain
+    data read and changed in place (``losses.append(...)`` in a callback), and an array mapped
+    copy-on-write that they wrote into (the kernel's segment still holds what was sent)."""
 
     ABSENT = object()
     MAX_COMPARED = 1 << 20  # bytes of a pickle compared after the cell; larger ones stay
@@ -214,6 +216,11 @@ class CodeEffects:
             and len(packet[2]) <= self.MAX_COMPARED
             and _plain(namespace.get(name))
         }
+        self.arrays = {  # the array made of each writable segment, and the segment's packet
+            name: (namespace.get(name), packet)
+            for name, packet in reads.items()
+            if packet[:1] in (("shm",), ("file",)) and len(packet) > 5 and packet[5]
+        }
 
     def changed(self, namespace: Mapping[str, Any]) -> list[str]:
         import cloudpickle
@@ -226,7 +233,37 @@ class CodeEffects:
             and _plain(namespace.get(name))
             and cloudpickle.dumps(namespace[name]) != data
         ]
-        return rebound + in_place
+        written = [
+            name
+            for name, (array, packet) in self.arrays.items()
+            if name not in rebound and namespace.get(name) is array and _written(array, packet)
+        ]
+        return rebound + in_place + written
+
+
+def _written(array: Any, packet: tuple[Any, ...]) -> bool:
+    """Whether ``array``, mapped copy-on-write, differs from the segment it was mapped from."""
+    from keras_nbguard.isolation.shm import unpack
+
+    attached: list[Any] = []
+    try:
+        return _differs(array, unpack(packet[:5], attached))  # the kernel's bytes, read-only
+    finally:
+        for mapped in attached:
+            with contextlib.suppress(AttributeError, BufferError):
+                mapped.close()
+
+
+def _differs(mine: Any, sent: Any) -> bool:
+    """Byte for byte (a NaN equals itself here), a slice at a time."""
+    import numpy
+
+    ours, theirs = mine.reshape(-1).view(numpy.uint8), sent.reshape(-1).view(numpy.uint8)
+    step = 16 << 20
+    return any(
+        not numpy.array_equal(ours[i : i + step], theirs[i : i + step])
+        for i in range(0, ours.size, step)
+    )
 
 
 def _plain(value: Any, depth: int = 0) -> bool:
