@@ -80,7 +80,7 @@ def test_the_notebooks_functions_read_the_names_the_isolated_cell_set(shell):
         "def _scaled():\n"
         "    return 2 * learning_rate\n"
         "def describe():\n"
-        "    samples[0] += 1\n"  # a function may change what it reads: its own copy there
+        "    samples[0] += 1\n"  # a function may change what it reads: it comes back
         "    return f'lr={learning_rate} scaled={_scaled()} n={len(samples)}'\n"
         "def run_experiment():\n"
         "    return describe()\n"
@@ -95,7 +95,7 @@ def test_the_notebooks_functions_read_the_names_the_isolated_cell_set(shell):
     assert shell.user_ns["said"] == f"lr=0.01 scaled=0.02 n={2**18}"
     sent = _sent("settings")
     assert "_scaled (pickle" in sent and "samples (shared memory 2.0 MiB, writable)" in sent, sent
-    assert shell.user_ns["samples"][0] == 1  # the kernel's array is as it was
+    assert shell.user_ns["samples"][0] == 2  # the function wrote into it: back, as plainly
     _ran(shell, "learning_rate = 0.001")
     assert shell.run_cell(cell.split("\n", 1)[1]).success  # the same cell, plain: the same
     assert shell.user_ns["said"] == f"lr=0.01 scaled=0.02 n={2**18}"
