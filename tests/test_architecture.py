@@ -24,6 +24,7 @@ PRIVATE_MODULE_READERS = {
     "prepare/tracing_warnings.py": "TF's count of recent traces: forgotten at a clear",
     "prepare/kept_state.py": "Keras' global state: name counters and settings kept at a clear",
     "isolation/registrations.py": "Keras' registry: the notebook's registrations made in a child",
+    "isolation/random_state.py": "TF's eager context: its global seed and op seeds, to a child",
     "models/nodes.py": "Keras' node graph: which runs a layer still links to",
     "models/registry.py": "Keras' node class: telling a model's own nodes from others'",
     "advisor/batch_probe.py": "Keras' lazy TensorFlow: cloning on JAX or torch without loading TF",

@@ -587,13 +587,16 @@ def test_a_seeded_notebook_draws_the_same_numbers_isolated_as_plainly(shell):
     """After ``keras.utils.set_random_seed(42)``, each isolated run drew other numbers (a fresh
     process seeds itself): NumPy's first ``rand()`` 0.0551, then 0.1949, where a plain run draws
     0.3745. The child starts from the notebook's streams, and hands them back, so run after run
-    draws what plain runs draw: NumPy, Python, ``keras.random`` and a new layer's weights. The
-    points of a sweep all start from the same state."""
+    draws what plain runs draw: NumPy, Python, ``keras.random``, a new layer's weights and
+    TensorFlow's ops without a seed of their own. The points of a sweep all start from the same
+    state."""
     draw = (
         "r = (float(np.random.rand()), random.random(), float(keras.random.uniform(())), "
-        "float(keras.layers.Dense(1)(np.ones((1, 1))).numpy()[0, 0]))\n"
+        "float(keras.layers.Dense(1)(np.ones((1, 1))).numpy()[0, 0]), "
+        "float(tf.random.uniform(())))\n"  # TensorFlow's op seeds, from its global seed
     )
-    seed = "import random\nimport numpy as np\nimport keras\nkeras.utils.set_random_seed(42)\n"
+    seed = "import random\nimport numpy as np\nimport tensorflow as tf\nimport keras\n"
+    seed += "keras.utils.set_random_seed(42)\n"
 
     def two_runs(options: str) -> list[tuple[float, ...]]:
         assert run(shell, seed).success

@@ -4,11 +4,13 @@ and back.
 A fresh process starts every stream anew: after ``keras.utils.set_random_seed(42)`` in a setup
 cell, each isolated run drew other numbers (NumPy's first ``rand()`` 0.0551, then 0.1949, where a
 plain run draws 0.3745), so a seeded notebook was not reproducible isolated. The child now
-starts from the kernel's Python and NumPy states and Keras' global seed generator (Keras makes
-each layer's seed from Python's ``random``), and a run that brings its names back hands its
-states back too, so the next run goes on from them as a plain one would. The points of a sweep
-all start from the same state. TensorFlow's own op seeds (``tf.random.set_seed``) are not
-carried: a ``tf.data`` shuffle without a seed of its own still differs."""
+starts from the kernel's Python and NumPy states, Keras' global seed generator (Keras makes
+each layer's seed from Python's ``random``) and TensorFlow's global seed with the stream its
+ops without a seed of their own draw from (a fit's shuffle); a run that brings its names back
+hands its states back too, so the next run goes on from them as a plain one would. The points
+of a sweep all start from the same state. What TensorFlow's runtime keeps of its own (its
+stateful random kernels) stays in each process: keras.io's MNIST convnet's first isolated run
+after the seed has the plain run's losses to the last digit, its second does not."""
 
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ from typing import Any
 from keras_nbguard.prepare.kept_state import KERAS3_STATE  # Keras 3's global attributes
 
 GENERATOR = "global_seed_generator"  # Keras 3's, made on first use from Python's random
+# TensorFlow's eager context: its global seed and the stream each op without a seed of its own
+# draws its seed from (a fit's shuffle, a tf.data shuffle); tf.random.set_seed sets both
+TF_CONTEXT = "tensorflow.python.eager.context"
 
 
 def carried() -> dict[str, Any]:
@@ -31,6 +36,10 @@ def carried() -> dict[str, Any]:
     if keras_state is not None:
         generator = keras_state.get_global_attribute(GENERATOR)
         state["keras"] = None if generator is None else _values(generator.state)
+    tf_context = sys.modules.get(TF_CONTEXT)
+    context = tf_context.context() if tf_context is not None else None
+    if getattr(context, "_seed", None) is not None:  # never seeded: a fresh process's own
+        state["tensorflow"] = (context._seed, context._rng.getstate())  # type: ignore[union-attr]
     return state
 
 
@@ -47,6 +56,8 @@ def take_on(state: dict[str, Any] | None) -> None:
             numpy.random.set_state(state["numpy"])
         if "keras" in state:
             _take_on_keras(state["keras"])
+        if "tensorflow" in state:
+            _take_on_tensorflow(*state["tensorflow"])
     except Exception:  # a newer or older Python's state: the streams stay this process's
         pass
 
@@ -64,6 +75,13 @@ def _take_on_keras(generator_state: Any) -> None:
         generator = keras.random.SeedGenerator(seed=0)
         generator.state.assign(generator_state)
     keras_state.set_global_attribute(GENERATOR, generator)
+
+
+def _take_on_tensorflow(seed: int, op_seeds: Any) -> None:
+    import tensorflow as tf  # the kernel seeded it: the cell's TensorFlow draws as the kernel's
+
+    tf.random.set_seed(seed)
+    sys.modules[TF_CONTEXT].context()._rng.setstate(op_seeds)
 
 
 def _values(variable: Any) -> Any:
