@@ -78,10 +78,14 @@ def _take_on_keras(generator_state: Any) -> None:
 
 
 def _take_on_tensorflow(seed: int, op_seeds: Any) -> None:
-    import tensorflow as tf  # the kernel seeded it: the cell's TensorFlow draws as the kernel's
-
+    """Where TensorFlow is here already (Keras on TensorFlow is, once a Keras object or the
+    module was made for the cell): imported only for this, it cost a cell that never uses it
+    seconds (the kernel's Keras imports it to seed it, on JAX and torch too)."""
+    tf, tf_context = sys.modules.get("tensorflow"), sys.modules.get(TF_CONTEXT)
+    if tf is None or tf_context is None:
+        return
     tf.random.set_seed(seed)
-    sys.modules[TF_CONTEXT].context()._rng.setstate(op_seeds)
+    tf_context.context()._rng.setstate(op_seeds)
 
 
 def _values(variable: Any) -> Any:
