@@ -26,9 +26,8 @@ class Transfer:
     seconds: float | None = None  # loading what came back
     value: bool = False  # the cell's last value came back too (a History: ``model.fit(...)``)
     kept_apart: dict[str, str] = field(default_factory=dict)  # a model not rejoined, and why
-    trained: list[str] = field(
-        default_factory=list
-    )  # sent in, trained there (through a model or a function)
+    # sent in and trained there, through another model or a notebook function
+    trained: list[str] = field(default_factory=list)
 
     def words(self, verb: str) -> str:
         parts = []
@@ -43,9 +42,8 @@ class Transfer:
         took = "" if self.seconds is None else f" in {self.seconds:.2f} s"
         apart = "".join(f" ({name}: {why})" for name, why in self.kept_apart.items())
         if self.trained:
-            apart += (
-                f" ({', '.join(self.trained)}: trained there, though the cell does not bind it)"
-            )
+            trained = ", ".join(self.trained)
+            apart += f" ({trained}: trained there, though the cell does not bind it)"
         return f"{verb} {' + '.join(parts)} {_mib(self.nbytes)}{took}{apart}"
 
 

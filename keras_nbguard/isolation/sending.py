@@ -54,7 +54,7 @@ __all__ = [
 @dataclass
 class Sent:
     """What goes to the child: ``inputs`` (name -> packet), the way each name took, and what
-    the notebook's functions and classes among them need there (``code``)."""
+    the notebook's functions met in them read and bind of its names (``code``)."""
 
     inputs: dict[str, Any] = field(default_factory=dict)
     ways: dict[str, str] = field(default_factory=dict)
