@@ -617,7 +617,8 @@ def test_an_array_a_notebook_function_writes_into_comes_back_and_one_it_reads_st
     """A function that fills the notebook's array in place (``predictions[:n] = ...``): the child
     maps the kernel's segment copy-on-write, so its writes were its own and the notebook's array
     stayed as it was, where a plain run fills it. It comes back when its bytes differ from what
-    was sent; an array the functions only read stays the kernel's own object."""
+    was sent; an array the functions only read stays the kernel's own object. Read by the cell
+    too, it went read-only there (``assignment destination is read-only``)."""
     setup = (
         "import numpy as np\n"
         "predictions = np.zeros(2**18)\n"  # 2 MiB: shared memory
@@ -628,7 +629,9 @@ def test_an_array_a_notebook_function_writes_into_comes_back_and_one_it_reads_st
     )
     assert run(shell, setup).success
     inputs = shell.user_ns["inputs"]
-    _ran(shell, "%%kerasrun --isolate --label fill --quiet\nnans = predict(10)\n")
+    cell = "%%kerasrun --isolate --label fill --quiet\nnans = predict(10)\n"
+    _ran(shell, cell + "total = float(predictions.sum())\n")  # the cell reads it too
     assert shell.user_ns["predictions"][:11].tolist() == [1.0] * 10 + [0.0]
+    assert shell.user_ns["total"] == 10.0
     assert shell.user_ns["inputs"] is inputs and shell.user_ns["nans"] == 2**18
     assert "predictions (shared memory 2.0 MiB, writable)" in _sent("fill")

@@ -154,12 +154,26 @@ def pack_inputs(
         sent.inputs[name] = packet
         chosen.append((name, way))
     sent.ways = {name: way if isinstance(way, str) else way.describe() for name, way in chosen}
+    _writable_where_functions_read(sent, in_place)
     # made in the child in this order: what runs code as it is made (a Keras load builds the
     # notebook's layers, a replay maps `vectorize_text`) may call the notebook's functions,
     # which read the names made before it there (`keras` in a layer's `__init__`)
     order = sorted(sent.inputs, key=lambda name: _making_order(sent.inputs[name], sent.ways[name]))
     sent.inputs = {name: sent.inputs[name] for name in order}
     return sent
+
+
+def _writable_where_functions_read(sent: Sent, in_place: Iterable[str]) -> None:
+    """An array the cell reads went read-only before a function that writes into it was met
+    (``ValueError: assignment destination is read-only`` there): copy-on-write, as theirs."""
+    from keras_nbguard.isolation import shm
+
+    for name in sent.code.reads:
+        way = sent.ways.get(name, "")
+        if name in in_place or not way.startswith("shared memory ") or way.endswith("writable"):
+            continue
+        sent.inputs[name] = shm.writable(sent.inputs[name])
+        sent.ways[name] = f"{way}, writable"
 
 
 MAKING_ORDER = {"module": 0, "shm": 1, "file": 1, "value": 2, "class": 2, "keras": 3, "tfdata": 3}
