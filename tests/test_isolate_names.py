@@ -224,18 +224,23 @@ def test_a_function_inside_a_value_sent_reads_the_childs_names_and_its_changes_c
         "        self.on_epoch_end = on_epoch_end\n"
         "logger = Callback(on_epoch_end=log_epoch)\n"
         "registry = {'log': log_epoch}\n"
+        "import numpy as np\n"
+        "tags = set('abcdefghijkl')\n"  # pickles in another order there: unchanged all the same
+        "means = []\n"
         "def fit(epochs):\n"
         "    for epoch in range(epochs):\n"
         "        logger.on_epoch_end(epoch, {'loss': 1.0 / (epoch + 1)})\n"
-        "    return registry\n"
+        "    means.append(np.mean(losses))\n"  # a NumPy scalar: plain data all the same
+        "    return registry, len(tags)\n"
     )
     assert run(shell, setup).success
-    registry = shell.user_ns["registry"]
+    registry, tags = shell.user_ns["registry"], shell.user_ns["tags"]
     cell = "%%kerasrun --isolate --label lambda --quiet\nfit(2)\nseen = list(losses)\n"
     _ran(shell, cell)
     assert shell.user_ns["seen"] == [1.0, 0.5]  # the cell saw what the callback appended
     assert shell.user_ns["losses"] == [1.0, 0.5]  # and so does the notebook, as after a plain run
-    assert shell.user_ns["registry"] is registry
+    assert shell.user_ns["registry"] is registry and shell.user_ns["tags"] is tags
+    assert shell.user_ns["means"] == [0.75]
     assert "every (pickle" in _sent("lambda")  # read only by the function inside the callback
 
 
@@ -594,6 +599,9 @@ def test_a_seeded_notebook_draws_the_same_numbers_isolated_as_plainly(shell):
         "r = (float(np.random.rand()), random.random(), float(keras.random.uniform(())), "
         "float(keras.layers.Dense(1)(np.ones((1, 1))).numpy()[0, 0]), "
         "float(tf.random.uniform(())))\n"  # TensorFlow's op seeds, from its global seed
+        # a model that comes back: loading its Dropout draws a seed in the kernel, before the
+        # child's streams are taken on there
+        "m = keras.Sequential([keras.Input((1,)), keras.layers.Dropout(0.5)])\n"
     )
     seed = "import random\nimport numpy as np\nimport tensorflow as tf\nimport keras\n"
     seed += "keras.utils.set_random_seed(42)\n"
@@ -635,3 +643,57 @@ def test_an_array_a_notebook_function_writes_into_comes_back_and_one_it_reads_st
     assert shell.user_ns["total"] == 10.0
     assert shell.user_ns["inputs"] is inputs and shell.user_ns["nans"] == 2**18
     assert "predictions (shared memory 2.0 MiB, writable)" in _sent("fill")
+
+
+def test_a_function_that_reaches_itself_and_one_that_reads_ipythons_own_names_are_sent(shell):
+    """A call-counting decorator (``wrapper.calls += 1``) and a recursive inner helper reach
+    themselves: detached by a reduce of our own, they lost their attributes (``'function' object
+    has no attribute 'calls'``) or recursed without end. A function that reads a display handle
+    (IPython's own: never sent) keeps its copies, as before, instead of a NameError there."""
+    setup = (
+        "import functools\n"
+        "from IPython.display import display\n"
+        "k = 2\n"
+        "def counted(f):\n"
+        "    @functools.wraps(f)\n"
+        "    def wrapper(*a):\n"
+        "        wrapper.calls += 1\n"
+        "        return f(*a) * k\n"
+        "    wrapper.calls = 0\n"
+        "    return wrapper\n"
+        "@counted\n"
+        "def double(x):\n"
+        "    return 2 * x\n"
+        "def outer(n):\n"
+        "    def inner(i):\n"
+        "        return 0 if i == 0 else k + inner(i - 1)\n"
+        "    return inner(n)\n"
+        "handle = display('x', display_id=True)\n"
+        "def refresh():\n"
+        "    handle.update('y')\n"
+        "    return 'updated'\n"
+    )
+    with capture_output():
+        assert run(shell, setup).success
+    cell = "%%kerasrun --isolate --label itself --quiet\nk = 3\n"
+    _ran(shell, cell + "said = (double(4), double.calls, outer(2), refresh())\n")
+    assert shell.user_ns["said"] == (24, 1, 6, "updated")
+
+
+def test_what_only_the_notebooks_keras_classes_read_is_never_replayed(shell):
+    """Every notebook Keras class goes to the child (Keras loads objects of them by name), and
+    the names their methods read with them; a callback that reads the notebook's ``val_ds`` made
+    every isolated cell replay the pipeline's cell, one that prints a number too."""
+    assert run(shell, "import tensorflow as tf\nval_ds = tf.data.Dataset.range(4)\n").success
+    setup = (
+        "import keras\n"
+        "epochs = 3\n"
+        "class Evaluate(keras.callbacks.Callback):\n"
+        "    def on_epoch_end(self, epoch, logs=None):\n"
+        "        self.model.evaluate(val_ds, verbose=0)\n"
+        "sizes = [1.0, 2.0]\n"
+    )
+    assert run(shell, setup).success
+    _ran(shell, "%%kerasrun --isolate --label small --quiet\ntotal = sum(sizes) * epochs\n")
+    assert shell.user_ns["total"] == 9.0
+    assert "val_ds" not in _sent("small"), _sent("small")

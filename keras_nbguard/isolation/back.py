@@ -45,8 +45,6 @@ def received(
     began = time.perf_counter()
     result = done.result or {}
     kept_state.take_on(result.get("keras") or {}, settings=False)  # names made there stay unique
-    if namespace is not None:  # one run, as a plain one: the next draws on from its streams
-        random_state.take_on(result.get("random"))
     outputs: dict[str, Any] = dict(result.get("outputs", {}))
     functions = _functions(outputs.pop(FUNCTIONS, None))
     earlier = _make_room(namespace, outputs, release) if namespace is not None else {}
@@ -110,6 +108,8 @@ def received(
     if done.result is not None:  # the pickles: let them go once loaded
         done.result = {k: v for k, v in result.items() if k not in ("outputs", "value")}
     back.seconds = time.perf_counter() - began
+    if namespace is not None:  # one run, as a plain one: the next draws on from its streams
+        random_state.take_on(result.get("random"))  # after the loads: they drew on ours
     if run is not None:
         run.back = back
         run.returned = tuple(weakref.ref(model) for model in models.values())

@@ -11,12 +11,13 @@ the metric. So every notebook function met while a value is pickled (the value i
 of its class, a callback's ``on_epoch_end``, a ``tf.function``'s Python function) goes without
 the notebook's names (``detached_dumps``); the names it reads go as names of their own
 (``NotebookCode.reads``), and as the child unpickles it, it is made again on the namespace the
-cell runs there (``reattached``, after ``run_here``). What it binds with ``global``
+cell runs there (``made_here``, after ``run_here``). What it binds with ``global``
 (``history`` in ``run_experiment``) and the plain data it changes in place (``losses``) come
 back as the cell's own bindings do (``CodeEffects``)."""
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import dis
 import functools
@@ -24,7 +25,7 @@ import io
 import linecache
 import sys
 import types
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,11 +64,18 @@ def global_names(code: types.CodeType, ops: tuple[str, ...] = READS) -> set[str]
     return found
 
 
-def detached_dumps(value: Any, namespace: Mapping[str, Any], code: NotebookCode) -> bytes:
+def detached_dumps(
+    value: Any,
+    namespace: Mapping[str, Any],
+    code: NotebookCode,
+    sendable: Callable[[str], bool] = lambda name: True,
+) -> bytes:
     """``value`` pickled (cloudpickle), each notebook function in it detached from the notebook's
-    names, to be made again on the child's; what those functions need is added to ``code``."""
+    names, to be made again on the child's; what those functions need is added to ``code``. A
+    function that reads a name that is never sent (``sendable``: IPython's own, a display
+    handle) keeps the copies it takes along, as before."""
     buffer = io.BytesIO()
-    _detaching_pickler()(buffer, namespace, code).dump(value)
+    _detaching_pickler()(buffer, namespace, code, sendable).dump(value)
     return buffer.getvalue()
 
 
@@ -76,22 +84,58 @@ def _detaching_pickler() -> type:
     import cloudpickle
 
     class DetachingPickler(cloudpickle.Pickler):
-        def __init__(self, file: Any, namespace: Mapping[str, Any], code: NotebookCode) -> None:
+        def __init__(
+            self,
+            file: Any,
+            namespace: Mapping[str, Any],
+            code: NotebookCode,
+            sendable: Callable[[str], bool],
+        ) -> None:
             super().__init__(file)
-            self.namespace, self.code = namespace, code
+            self.namespace, self.code, self.sendable = namespace, code, sendable
 
         def reducer_override(self, obj: Any) -> Any:
-            if isinstance(obj, types.FunctionType) and obj.__globals__ is self.namespace:
+            if isinstance(obj, types.FunctionType) and self._detachable(obj):
                 self.code.met(obj, self.namespace)
-                return reattached, (_detached(obj), _source_of(obj))
+                return _function_reduce(obj)
             wrapped = _tf_function_of(obj)  # `@tf.function def train_step(...)`, the guide's
-            if wrapped is not None and wrapped.__globals__ is self.namespace:
-                self.code.met(wrapped, self.namespace)
-                recipe = TfFunction(_detached(wrapped), obj, _source_of(wrapped))
-                return TfFunction.made_here, (recipe,)
+            if wrapped is not None and self._detachable(wrapped):
+                return TfFunction.made_here, (TfFunction(wrapped, obj),)  # wrapped: as above
             return super().reducer_override(obj)
 
+        def _detachable(self, function: types.FunctionType) -> bool:
+            if function.__globals__ is not self.namespace:
+                return False
+            reads = global_names(function.__code__)
+            return all(self.sendable(name) for name in reads if name in self.namespace)
+
     return DetachingPickler
+
+
+def _function_reduce(function: types.FunctionType) -> tuple[Any, ...]:
+    """Made in the child as cloudpickle makes a function (made first, its state set after, so
+    one that reaches itself, a decorator's ``wrapper.calls``, pickles), but on the child's
+    names, none of the notebook's taken along, and with its cell's source."""
+    cells = function.__closure__
+    empty = None if cells is None else tuple(types.CellType() for _ in cells)
+    slots = {
+        "__name__": function.__name__,
+        "__qualname__": function.__qualname__,
+        "__annotations__": function.__annotations__,
+        "__kwdefaults__": function.__kwdefaults__,
+        "__defaults__": function.__defaults__,
+        "__module__": function.__module__,
+        "__doc__": function.__doc__,
+    }
+    state = (dict(function.__dict__), slots, cells)
+    return (
+        made_here,
+        (function.__code__, empty, _source_of(function)),
+        state,
+        None,
+        None,
+        _set_state,
+    )
 
 
 # -- in the child ------------------------------------------------------------------------------
@@ -104,23 +148,35 @@ def run_here(namespace: MutableMapping[str, Any]) -> None:
     _namespace_here = namespace
 
 
-def reattached(
-    function: types.FunctionType, source: tuple[str, list[str]] | None = None
+def made_here(
+    code: types.CodeType,
+    closure: tuple[Any, ...] | None,
+    source: tuple[str, list[str]] | None,
 ) -> types.FunctionType:
     """A notebook function, as the child unpickles it: on the namespace the cell runs in, and
-    with the source of its cell, which tracebacks and TensorFlow's autograph read there
-    (cloudpickle names the file of the code it makes ``<dynamic-code>``)."""
-    code = None
+    with the source of its cell, which tracebacks and TensorFlow's autograph read there."""
     if source is not None:
         filename, lines = source
         # no modification time: linecache.checkcache keeps it (as IPython's own cells)
         linecache.cache.setdefault(filename, (sum(map(len, lines)), None, lines, filename))
-        code = _in_file(function.__code__, filename)
-    namespace = function.__globals__ if _namespace_here is None else _namespace_here
-    return _with_globals(function, namespace, code)
+        code = _in_file(code, filename)
+    namespace = _namespace_here if _namespace_here is not None else {"__builtins__": builtins}
+    return types.FunctionType(code, namespace, None, None, closure)  # type: ignore[arg-type]
+
+
+def _set_state(function: types.FunctionType, state: tuple[Any, ...]) -> None:
+    attributes, slots, cells = state
+    function.__dict__.update(attributes)
+    for mine, sent in zip(function.__closure__ or (), cells or (), strict=True):
+        with contextlib.suppress(ValueError):  # a cell still empty in the notebook too
+            mine.cell_contents = sent.cell_contents
+    for name, value in slots.items():
+        setattr(function, name, value)
 
 
 def _in_file(code: types.CodeType, filename: str) -> types.CodeType:
+    """``code`` (its inner functions' too) named after the file it was written in: cloudpickle
+    names it ``<dynamic-code>``."""
     consts = tuple(
         _in_file(c, filename) if isinstance(c, types.CodeType) else c for c in code.co_consts
     )
@@ -135,17 +191,12 @@ def _source_of(function: types.FunctionType) -> tuple[str, list[str]] | None:
 
 
 class TfFunction:
-    """A notebook's ``tf.function`` as it travels: its Python function detached, and what it was
-    made with. Pickled whole, it also took the kernel's traces along. Its cell's source goes
-    too: autograph converts the function from it (``Unable to locate the source code``)."""
+    """A notebook's ``tf.function`` as it travels: its Python function (made on the child's
+    names as it is unpickled), and what it was made with. Pickled whole, it took copies of what
+    it reads, and the kernel's traces along."""
 
-    def __init__(
-        self,
-        function: types.FunctionType,
-        made_from: Any,
-        source: tuple[str, list[str]] | None = None,
-    ) -> None:
-        self.function, self.source = function, source
+    def __init__(self, function: types.FunctionType, made_from: Any) -> None:
+        self.function = function
         self.options = {
             "input_signature": getattr(made_from, "input_signature", None),
             "autograph": getattr(made_from, "_autograph", True),
@@ -156,7 +207,7 @@ class TfFunction:
     def made_here(self) -> Any:
         import tensorflow as tf
 
-        return tf.function(reattached(self.function, self.source), **self.options)
+        return tf.function(self.function, **self.options)
 
 
 def _tf_function_of(value: Any) -> types.FunctionType | None:
@@ -168,32 +219,6 @@ def _tf_function_of(value: Any) -> types.FunctionType | None:
         return None
     wrapped = getattr(value, "python_function", None)
     return wrapped if isinstance(wrapped, types.FunctionType) else None
-
-
-def _detached(function: types.FunctionType) -> types.FunctionType:
-    """``function`` with globals of its own that hold none of the notebook's names: pickled, it
-    takes none along."""
-    own = {"__builtins__": function.__globals__.get("__builtins__"), "__name__": "__main__"}
-    return _with_globals(function, own)
-
-
-def _with_globals(
-    function: types.FunctionType,
-    namespace: MutableMapping[str, Any],
-    code: types.CodeType | None = None,
-) -> types.FunctionType:
-    made = types.FunctionType(
-        code or function.__code__,
-        namespace,  # type: ignore[arg-type]
-        function.__name__,
-        function.__defaults__,
-        function.__closure__,  # the same cells: `super()`'s `__class__`, filled in later
-    )
-    made.__kwdefaults__ = function.__kwdefaults__
-    made.__dict__.update(function.__dict__)
-    made.__qualname__, made.__doc__ = function.__qualname__, function.__doc__
-    made.__module__, made.__annotations__ = function.__module__, function.__annotations__
-    return made
 
 
 class CodeEffects:
@@ -223,15 +248,13 @@ class CodeEffects:
         }
 
     def changed(self, namespace: Mapping[str, Any]) -> list[str]:
-        import cloudpickle
-
         rebound = [n for n, was in self.held.items() if namespace.get(n, self.ABSENT) is not was]
         in_place = [
             name
             for name, data in self.pickles.items()
             if name not in rebound
             and _plain(namespace.get(name))
-            and cloudpickle.dumps(namespace[name]) != data
+            and _changed(namespace[name], data)
         ]
         written = [
             name
@@ -239,6 +262,21 @@ class CodeEffects:
             if name not in rebound and namespace.get(name) is array and _written(array, packet)
         ]
         return rebound + in_place + written
+
+
+def _changed(value: Any, sent: bytes) -> bool:
+    """Plain data against the pickle it came as: a set of strings pickles in another order in
+    another process (its hash seed), so equal values are unchanged whatever the bytes."""
+    import pickle
+
+    import cloudpickle
+
+    if cloudpickle.dumps(value) == sent:
+        return False
+    try:
+        return bool(pickle.loads(sent) != value)
+    except Exception:
+        return True
 
 
 def _written(array: Any, packet: tuple[Any, ...]) -> bool:
@@ -270,6 +308,9 @@ def _plain(value: Any, depth: int = 0) -> bool:
     """Data of Python's own types only (no function, no object of a class): its pickle says
     whether it changed, and the kernel takes it back as it is."""
     if value is None or type(value) in (bool, int, float, complex, str, bytes):
+        return True
+    numpy = sys.modules.get("numpy")  # `accs.append(np.mean(...))`: a NumPy scalar
+    if numpy is not None and isinstance(value, numpy.generic) and not value.dtype.hasobject:
         return True
     if depth > 4:
         return False

@@ -14,6 +14,7 @@ after the seed has the plain run's losses to the last digit, its second does not
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sys
 from typing import Any
@@ -27,19 +28,26 @@ TF_CONTEXT = "tensorflow.python.eager.context"
 
 
 def carried() -> dict[str, Any]:
-    """This process's random states, as plain values."""
+    """This process's random states, as plain values; a stream that can't be read is left out
+    (never raises: it is taken before and after every isolated cell)."""
     state: dict[str, Any] = {"python": random.getstate()}
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        state["numpy"] = numpy.random.get_state()
-    keras_state = sys.modules.get(KERAS3_STATE)
-    if keras_state is not None:
-        generator = keras_state.get_global_attribute(GENERATOR)
-        state["keras"] = None if generator is None else _values(generator.state)
-    tf_context = sys.modules.get(TF_CONTEXT)
-    context = tf_context.context() if tf_context is not None else None
-    if getattr(context, "_seed", None) is not None:  # never seeded: a fresh process's own
-        state["tensorflow"] = (context._seed, context._rng.getstate())  # type: ignore[union-attr]
+    with contextlib.suppress(Exception):
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:
+            state["numpy"] = numpy.random.get_state()
+    with contextlib.suppress(Exception):
+        keras_state = sys.modules.get(KERAS3_STATE)
+        if keras_state is not None:
+            generator = keras_state.get_global_attribute(GENERATOR)
+            keras = sys.modules["keras"]  # a torch tensor on a GPU goes through its own copy
+            state["keras"] = (
+                None if generator is None else keras.ops.convert_to_numpy(generator.state.value)
+            )
+    with contextlib.suppress(Exception):
+        tf_context = sys.modules.get(TF_CONTEXT)
+        context = tf_context.context() if tf_context is not None else None
+        if getattr(context, "_seed", None) is not None:  # never seeded: a fresh process's own
+            state["tensorflow"] = (context._seed, context._rng.getstate())  # type: ignore
     return state
 
 
@@ -64,15 +72,15 @@ def take_on(state: dict[str, Any] | None) -> None:
 
 def _take_on_keras(generator_state: Any) -> None:
     """Keras 3's global seed generator as the other process had it (None: not made yet there,
-    so it is made from Python's random here too, as it would have been there)."""
-    if generator_state is None and KERAS3_STATE not in sys.modules:
-        return  # no Keras yet: it will make its generator from Python's random, as there
-    import keras
-
-    keras_state = sys.modules[KERAS3_STATE]
+    so it is made from Python's random here too, as it would have been there). Where Keras is
+    loaded already: made only for this, its variable would start TensorFlow's GPU before the
+    cell could set memory growth."""
+    keras_state, keras = sys.modules.get(KERAS3_STATE), sys.modules.get("keras")
+    if keras_state is None or keras is None:
+        return
     generator = None
-    if generator_state is not None:
-        generator = keras.random.SeedGenerator(seed=0)
+    if generator_state is not None:  # named: an auto name would count on past the kernel's
+        generator = keras.random.SeedGenerator(seed=0, name=GENERATOR)
         generator.state.assign(generator_state)
     keras_state.set_global_attribute(GENERATOR, generator)
 
@@ -86,9 +94,3 @@ def _take_on_tensorflow(seed: int, op_seeds: Any) -> None:
         return
     tf.random.set_seed(seed)
     tf_context.context()._rng.setstate(op_seeds)
-
-
-def _values(variable: Any) -> Any:
-    import numpy
-
-    return numpy.asarray(variable.value if hasattr(variable, "value") else variable)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import secrets
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -120,6 +120,7 @@ def pack_inputs(
 
     # with --inputs, the names chosen only: the notebook's functions take copies along, as pickled
     packer = _Packer(namespace, shared, current, saved, detaching=not explicit)
+    packer.sendable = lambda name: not skipped(name)
     sent = Sent(code=packer.code)
     chosen: list[tuple[str, Any]] = []
     queue = list(dict.fromkeys(names))
@@ -127,6 +128,10 @@ def pack_inputs(
     # their own; a copy, since a function may change it in place, which no reading of the cell
     # shows
     read_by_functions: set[str] = set()
+    # what only the methods of the notebook's Keras classes read (all of them go, for Keras to
+    # load any object of them): sent when it can go by value, never rebuilt (a pipeline's cell
+    # replayed, or the pipeline saved, for every isolated cell, though none of them is used)
+    for_classes_only: set[str] = set()
     for name in queue:  # grows as functions are met
         if name not in namespace:
             if explicit:
@@ -137,8 +142,12 @@ def pack_inputs(
             continue
         writable = name in in_place or name in read_by_functions
         try:
-            packet, way = packer.resolve(name, packer.end, writable=writable)
+            packet, way = packer.resolve(
+                name, packer.end, writable=writable, rebuild=name not in for_classes_only
+            )
         except Unsendable as exc:
+            if name in for_classes_only:  # no object of them may be used: not worth a word
+                continue
             if name in read_by_functions:  # the cell may bind it before a function reads it
                 chosen.append((name, f"not sent, though a function reads it: {exc}"))
                 continue
@@ -147,10 +156,12 @@ def pack_inputs(
                 f"{exc}. Make it inside the cell, or leave it out with --inputs"
             ) from None
         finally:
-            for read in packer.code.reads:
+            for read in [*packer.code.reads, *packer.classes_code.reads]:
                 if read not in queue:
                     queue.append(read)
                     read_by_functions.add(read)
+                    if read not in packer.code.reads:
+                        for_classes_only.add(read)
         sent.inputs[name] = packet
         chosen.append((name, way))
     sent.ways = {name: way if isinstance(way, str) else way.describe() for name, way in chosen}
@@ -164,13 +175,15 @@ def pack_inputs(
 
 
 def _writable_where_functions_read(sent: Sent, in_place: Iterable[str]) -> None:
-    """An array the cell reads went read-only before a function that writes into it was met
-    (``ValueError: assignment destination is read-only`` there): copy-on-write, as theirs."""
+    """An array the cell reads went read-only before the functions that read it were met, and a
+    function writing into it failed (``assignment destination is read-only``): copy-on-write,
+    as the arrays only they read."""
     from keras_nbguard.isolation import shm
 
     for name in sent.code.reads:
-        way = sent.ways.get(name, "")
-        if name in in_place or not way.startswith("shared memory ") or way.endswith("writable"):
+        way, packet = sent.ways.get(name, ""), sent.inputs.get(name)
+        mapped = isinstance(packet, tuple) and packet[:1] in (("shm",), ("file",))
+        if name in in_place or not mapped or way.endswith("writable"):
             continue
         sent.inputs[name] = shm.writable(sent.inputs[name])
         sent.ways[name] = f"{way}, writable"
@@ -204,6 +217,8 @@ class _Packer:
         # copies along), and what they need of the notebook's
         self.detaching = detaching
         self.code = NotebookCode()
+        self.classes_code = NotebookCode()  # what the methods of the notebook's Keras classes need
+        self.sendable: Callable[[str], bool] = lambda name: True  # IPython's own are not
 
     @property
     def history(self) -> Any:
@@ -218,11 +233,17 @@ class _Packer:
         return self.history.end
 
     def resolve(
-        self, name: str, point: tuple[int, int], writable: bool = False, into: Any = None
+        self,
+        name: str,
+        point: tuple[int, int],
+        writable: bool = False,
+        into: Any = None,
+        rebuild: bool = True,
     ) -> tuple[Any, Any]:
         """(packet, way) for ``name`` as a statement before ``point`` saw it: the notebook's
         value when nothing bound it since, else (or when it can't travel) by replaying the
-        statement that bound it. Packet None: replayed within ``into``, the same unit."""
+        statement that bound it. Packet None: replayed within ``into``, the same unit. Not
+        ``rebuild``: never replayed, nor saved with tf.data (both run the pipeline's work)."""
         history = self.history
         top = point == history.end  # the cell's own reads: the history is read only to replay
         at = None if top else history.binding(name, point)
@@ -230,6 +251,9 @@ class _Packer:
         if name in self.namespace and (top or at == history.binding(name, history.end)):
             value = self.namespace[name]
             for way in self._ways(value, writable):
+                if way in ("replay", "tf.data") and not rebuild:
+                    reasons.append(f"{way}: only the notebook's Keras classes read it")
+                    continue
                 if way == "replay" and this_process_own(value):
                     reasons.append(f"replay: {OWN_WORDS}")
                     continue
@@ -306,13 +330,14 @@ class _Packer:
         self.packets[(id(value), asked)] = (packet, label)  # the namespace keeps value (its id)
         return packet, label
 
-    def dumps(self, value: Any) -> bytes:
-        """``value`` pickled (cloudpickle), the notebook's functions in it detached."""
+    def dumps(self, value: Any, code: NotebookCode | None = None) -> bytes:
+        """``value`` pickled (cloudpickle), the notebook's functions in it detached (what they
+        need noted in ``code``, else the packer's)."""
         if not self.detaching:
             import cloudpickle
 
             return cloudpickle.dumps(value)
-        return detached_dumps(value, self.namespace, self.code)
+        return detached_dumps(value, self.namespace, code or self.code, self.sendable)
 
     @cached_property
     def classes(self) -> tuple[str, bytes] | None:
@@ -332,7 +357,7 @@ class _Packer:
         if not found:
             return None
         try:
-            return (f"{self.token}:classes", self.dumps(found))
+            return (f"{self.token}:classes", self.dumps(found, self.classes_code))
         except Exception:
             return None
 
