@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 from helpers import run
 from IPython.utils.capture import capture_output
@@ -204,7 +205,57 @@ def test_a_tf_function_of_the_notebook_updates_the_metric_the_cell_reads(shell):
     cell += "for x in (1.0, 2.0):\n    train_step(tf.constant(x))\nsaid = float(total.result())\n"
     _ran(shell, cell + "limited = float(clipped(tf.constant([1.0, 9.0])))\n")
     assert (shell.user_ns["said"], shell.user_ns["limited"]) == (15.0, 6.0)
+    assert float(shell.user_ns["total"].result()) == 15.0  # the notebook's, as after a plain run
     assert "train_step (pickle" in _sent("loop") and "total (keras" in _sent("loop")
+
+
+def test_a_metric_the_models_train_step_updates_and_a_layer_it_trains_change_in_place(shell):
+    """keras.io's guide to customizing ``fit()``: ``loss_tracker = keras.metrics.Mean()`` at the
+    notebook's top level, updated by ``CustomModel.train_step``; and a layer built in a setup
+    cell, trained inside the cell's model. A plain run leaves both changed in the notebook;
+    isolated, they changed in the child only, and the notebook's metric read 0.0 after the
+    run. Their values are put into the notebook's own objects, so what else holds them sees
+    them (a model's ``metrics`` list made before the run)."""
+    setup = (
+        "import numpy as np, keras, tensorflow as tf\n"
+        "loss_tracker = keras.metrics.Mean(name='loss')\n"
+        "class CustomModel(keras.Model):\n"
+        "    def train_step(self, data):\n"
+        "        x, y = data\n"
+        "        with tf.GradientTape() as tape:\n"
+        "            loss = keras.losses.mean_squared_error(y, self(x, training=True))\n"
+        "        grads = tape.gradient(loss, self.trainable_variables)\n"
+        "        self.optimizer.apply(grads, self.trainable_variables)\n"
+        "        loss_tracker.update_state(loss)\n"
+        "        return {'loss': loss_tracker.result()}\n"
+        "    @property\n"
+        "    def metrics(self):\n"
+        "        return [loss_tracker]\n"
+        "shared = keras.layers.Dense(4, name='shared')\n"
+        "shared.build((None, 8))\n"
+        "kept = [loss_tracker]\n"  # another holder of the notebook's metric
+        "x, y = np.random.rand(64, 8), np.random.rand(64, 1)\n"
+    )
+    assert run(shell, setup).success
+    untrained = shell.user_ns["shared"].kernel.numpy().copy()
+    cell = (
+        "%%kerasrun --isolate --label tracked --quiet\n"
+        "inputs = keras.Input((8,))\n"
+        "model = CustomModel(inputs, keras.layers.Dense(1)(shared(inputs)))\n"
+        "model.compile(optimizer='adam')\n"
+        "model.fit(x, y, epochs=2, batch_size=16, verbose=0)\n"
+        "said = float(loss_tracker.result())\n"
+    )
+    _ran(shell, cell)
+    ns = shell.user_ns
+    assert ns["kept"][0] is ns["loss_tracker"]  # the same object, its values taken on
+    assert float(ns["loss_tracker"].count.numpy()) == 64.0  # the last epoch's samples
+    assert float(ns["loss_tracker"].result()) == pytest.approx(ns["said"])
+    trained = ns["model"].get_layer("shared").kernel.numpy()
+    assert not np.array_equal(ns["shared"].kernel.numpy(), untrained)
+    assert np.allclose(ns["shared"].kernel.numpy(), trained)
+    (record,) = keras_nbguard.runs("tracked")
+    assert "the state of shared and loss_tracker 0.0 MiB" in record.isolated, record.isolated
 
 
 def test_a_function_inside_a_value_sent_reads_the_childs_names_and_its_changes_come_back(shell):

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
-from keras_nbguard.isolation import random_state, registrations
+from keras_nbguard.isolation import changed_state, random_state, registrations
 from keras_nbguard.isolation.child import FUNCTIONS, LAST
 from keras_nbguard.isolation.loaded_weights import moved_into_tensorflows_memory
 from keras_nbguard.isolation.nested_models import rejoin
@@ -105,8 +105,14 @@ def received(
         publish_display_data(result["bundle"])
     for key in failed:
         _restore(namespace, key, earlier.get(key), failed)
+    states = result.get("state") or {}
+    if namespace is not None and states:  # a metric, a layer: changed in place, as plainly
+        unset = changed_state.take_on(namespace, states)
+        failed.update(unset)
+        back.in_place = [name for name in states if name not in unset]
+        back.nbytes += sum(value.nbytes for values in states.values() for value in values)
     if done.result is not None:  # the pickles: let them go once loaded
-        done.result = {k: v for k, v in result.items() if k not in ("outputs", "value")}
+        done.result = {k: v for k, v in result.items() if k not in ("outputs", "value", "state")}
     back.seconds = time.perf_counter() - began
     if namespace is not None:  # one run, as a plain one: the next draws on from its streams
         random_state.take_on(result.get("random"))  # after the loads: they drew on ours

@@ -9,9 +9,10 @@ says which ones the cell changed; those go back too.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from keras_nbguard.isolation.changed_state import checksum
 
 
 def fingerprints(
@@ -21,7 +22,7 @@ def fingerprints(
     if not models:
         return {}
     return {
-        name: _checksum(namespace[name])
+        name: checksum(namespace[name].weights)
         for name in names
         if isinstance(namespace.get(name), models)
     }
@@ -31,15 +32,6 @@ def changed(namespace: Mapping[str, Any], before: Mapping[str, int]) -> list[str
     """The names whose model is still there, with other weights than before the cell."""
     return [
         name
-        for name, checksum in before.items()
-        if name in namespace and _checksum(namespace[name]) != checksum
+        for name, was in before.items()
+        if name in namespace and checksum(namespace[name].weights) != was
     ]
-
-
-def _checksum(model: Any) -> int:
-    import numpy as np
-
-    total = 0
-    for weight in model.weights:  # bytes, whatever the dtype (bfloat16 has no buffer format)
-        total = zlib.crc32(np.ascontiguousarray(weight.numpy()).view(np.uint8).data, total)
-    return total

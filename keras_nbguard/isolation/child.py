@@ -107,7 +107,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
     """Run the cell of ``job`` under ``%%kerasrun`` in this process's shell (made now when not
     given: a Ray task); what it prints and displays goes to ``send`` as it comes."""
     import keras_nbguard
-    from keras_nbguard.isolation import random_state, registrations
+    from keras_nbguard.isolation import changed_state, random_state, registrations
     from keras_nbguard.isolation.changed_models import changed, fingerprints
     from keras_nbguard.isolation.names import unpack_input
     from keras_nbguard.isolation.notebook_functions import CodeEffects, run_here
@@ -145,6 +145,11 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         shell.user_ns.update(job["params"])
         trained = job.get("trained_back", False)
         before = fingerprints(shell.user_ns, job["inputs"], _model_classes()) if trained else {}
+        state_before = (
+            changed_state.fingerprints(shell.user_ns, job["inputs"], _model_classes())
+            if trained
+            else {}
+        )
         reads = {n: job["inputs"][n] for n in job.get("read_by_code", ()) if n in job["inputs"]}
         effects = CodeEffects(shell.user_ns, job.get("bound_by_code", ()), reads)
         random_state.take_on(job.get("random"))  # last: making the names drew on it too
@@ -155,7 +160,12 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         trained_here = [n for n in changed(shell.user_ns, before) if n not in job["outputs"]]
         # what the notebook's functions bound (`global history`) or changed (`losses.append`)
         by_code = [n for n in effects.changed(shell.user_ns) if n not in job["outputs"]]
-        back = list(dict.fromkeys(job["outputs"] + trained_here + by_code))
+        # a metric a notebook function updates, a layer trained in the cell's model: their
+        # values go back into the notebook's objects (one the cell built goes back whole)
+        state, built_here = changed_state.changed(
+            shell.user_ns, state_before, job["outputs"] + by_code
+        )
+        back = list(dict.fromkeys(job["outputs"] + trained_here + by_code + built_here))
         outputs, not_sent = _collect(shell.user_ns, back, result.result)
         value_of = None if LAST in outputs else _name_of(result.result, shell.user_ns, outputs)
         sent_as_name = LAST in outputs or value_of is not None
@@ -171,6 +181,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         "outputs": outputs,
         "not_sent": not_sent,
         "trained_back": [name for name in trained_here if name in outputs],
+        "state": state,
         "value": value,
         "value_of": value_of,
         "bundle": bundle,

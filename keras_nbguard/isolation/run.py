@@ -28,6 +28,8 @@ class Transfer:
     kept_apart: dict[str, str] = field(default_factory=dict)  # a model not rejoined, and why
     # sent in and trained there, through another model or a notebook function
     trained: list[str] = field(default_factory=list)
+    # sent in, other than models, whose variables changed there: the notebook's took their values
+    in_place: list[str] = field(default_factory=list)
 
     def words(self, verb: str) -> str:
         parts = []
@@ -37,6 +39,9 @@ class Transfer:
             parts.append(f"{self.names} name{'s' if self.names > 1 else ''}")
         if self.value:
             parts.append("the cell's value")
+        if self.in_place:
+            *some, last = self.in_place
+            parts.append(f"the state of {', '.join(some) + ' and ' if some else ''}{last}")
         if not parts:
             return f"{verb} nothing"
         took = "" if self.seconds is None else f" in {self.seconds:.2f} s"
