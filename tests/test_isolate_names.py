@@ -190,7 +190,7 @@ def test_a_tf_function_of_the_notebook_updates_the_metric_the_cell_reads(shell):
         "import tensorflow as tf\nimport keras\n"
         "total = keras.metrics.Sum()\n"
         "scale = 1.0\n"
-        "@tf.function(reduce_retracing=True)\n"
+        "@tf.function(reduce_retracing=True, experimental_attributes={'_noinline': True})\n"
         "def train_step(x):\n"
         "    total.update_state(x * scale)\n"
         "@tf.function\n"
@@ -203,9 +203,11 @@ def test_a_tf_function_of_the_notebook_updates_the_metric_the_cell_reads(shell):
     assert run(shell, setup).success
     cell = "%%kerasrun --isolate --label loop --quiet\nscale = 5.0\n"
     cell += "for x in (1.0, 2.0):\n    train_step(tf.constant(x))\nsaid = float(total.result())\n"
+    cell += "options = (train_step._reduce_retracing, train_step._attributes)\n"
     _ran(shell, cell + "limited = float(clipped(tf.constant([1.0, 9.0])))\n")
     assert (shell.user_ns["said"], shell.user_ns["limited"]) == (15.0, 6.0)
     assert float(shell.user_ns["total"].result()) == 15.0  # the notebook's, as after a plain run
+    assert shell.user_ns["options"] == (True, {"_noinline": True})  # made there as it was here
     assert "train_step (pickle" in _sent("loop") and "total (keras" in _sent("loop")
 
 

@@ -202,6 +202,11 @@ class TfFunction:
             "autograph": getattr(made_from, "_autograph", True),
             "jit_compile": getattr(made_from, "_jit_compile", None),
             "reduce_retracing": getattr(made_from, "_reduce_retracing", False),
+            "experimental_autograph_options": getattr(
+                made_from, "_experimental_autograph_options", None
+            ),
+            # experimental_implements is one of them there (`_implements`)
+            "experimental_attributes": dict(getattr(made_from, "_attributes", None) or {}) or None,
         }
 
     def made_here(self) -> Any:
