@@ -13,6 +13,7 @@ from typing import Any
 
 from keras_nbguard.isolation.parent import ChildResult
 from keras_nbguard.records.run import GpuReading, RunRecord
+from keras_nbguard.records.samples import RssSamples
 from keras_nbguard.run.tracking import Run
 
 
@@ -135,7 +136,7 @@ class IsolatedRun(Run):
             # it may have fitted: it ended before it could say (a syntax error ran nothing)
             fit_reason=None if child.result is not None else "the isolated process ended first",
             error=child.exit or (child.result or {}).get("error"),
-            rss_samples=samples,
+            rss_samples=RssSamples(samples),
         )
 
     def _note(self, child: ChildResult, record: RunRecord) -> str:

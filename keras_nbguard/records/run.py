@@ -27,6 +27,7 @@ from keras_nbguard.records.formatting import (
     fmt_traces,
     html_code,
 )
+from keras_nbguard.records.samples import RssSamples
 
 STATUSES = ("ok", "error", "interrupted", "oom", "died")  # died: the kernel was killed mid-run
 
@@ -149,8 +150,8 @@ class RunRecord:
     own_time: tuple[tuple[str, float], ...] = ()
     error: str | None = None
     advice: tuple[str, ...] = ()
-    # (seconds since start, rss bytes), downsampled for display and storage
-    rss_samples: tuple[tuple[float, int], ...] = field(default=(), repr=False)
+    # (seconds since start, rss bytes), downsampled for display and storage; kept compact
+    rss_samples: RssSamples = field(default=RssSamples(), repr=False)
     # against the previous run of the same label; None for a first run or an unknown figure
     delta_fit_seconds: float | None = None
     delta_rss_after: int | None = None
@@ -246,8 +247,14 @@ class RunRecord:
             delta_rss_note=died,
         )
 
+    def __post_init__(self) -> None:
+        # every record the session keeps holds its series: as arrays, whatever it was given
+        object.__setattr__(self, "rss_samples", RssSamples.of(self.rss_samples))
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        data["rss_samples"] = tuple(self.rss_samples)  # plain pairs, as JSON and readers want
+        return data
 
     @property
     def epochs_run(self) -> int:
@@ -273,7 +280,7 @@ class RunRecord:
         data["inference"] = tuple(
             from_fields(InferenceRecord, i) for i in data.get("inference", ())
         )
-        data["rss_samples"] = tuple(tuple(s) for s in data.get("rss_samples", ()))
+        data["rss_samples"] = RssSamples(data.get("rss_samples", ()))
         if data.get("deep_clean"):
             data["deep_clean"] = from_fields(CleanReport, data["deep_clean"])
         for key in ("released_models", "stale_models"):
@@ -401,8 +408,11 @@ def _diff(a: float | None, b: float | None) -> Any:
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
-def _fields_of(value: Any) -> dict[str, Any]:
-    """A record's dataclass as the dict ``asdict`` makes of it, one level at a time."""
+def _fields_of(value: Any) -> dict[str, Any] | list[tuple[float, int]]:
+    """A record's dataclass as the dict ``asdict`` makes of it, one level at a time (its RSS
+    series as the list of pairs JSON writes)."""
+    if isinstance(value, RssSamples):
+        return list(value)
     names = _FIELD_NAMES.get(type(value))
     if names is None:
         if not dataclasses.is_dataclass(value):

@@ -26,6 +26,7 @@ from keras_nbguard.collectors.traces import trace_counter_for
 from keras_nbguard.prepare import kept_state, layer_names
 from keras_nbguard.prepare.before_run import RunOptions, prepare
 from keras_nbguard.records.run import CleanReport, GpuReading, HeldModels, RunKey, RunRecord
+from keras_nbguard.records.samples import RssSamples
 from keras_nbguard.run import outcome
 
 if TYPE_CHECKING:
@@ -339,7 +340,7 @@ class Run:
             own_time=tuple(self.own_time),
             error=None if exc is None else outcome.describe(exc),
             advice=tuple(advice),
-            rss_samples=tuple(self.sampler.samples),
+            rss_samples=RssSamples(self.sampler.samples),
             notebook=self.key.notebook if self.key else None,
             cell_id=self.key.cell_id if self.key else None,
             kernel_id=self.key.kernel_id if self.key else None,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from keras_nbguard.records.run import RunRecord
+from keras_nbguard.records.samples import RssSamples
 from keras_nbguard.store.died import process_alive
 from keras_nbguard.store.schema import Unreadable, open_read_only, run_record, select_runs
 
@@ -50,7 +51,7 @@ class StoredRun:
 
     def to_dict(self, samples: bool = False) -> dict[str, Any]:
         # the RSS series is the long part (?samples=1 asks for it): not copied just to be dropped
-        record = self.record if samples else replace(self.record, rss_samples=())
+        record = self.record if samples else replace(self.record, rss_samples=RssSamples())
         data = record.to_dict()
         if not samples:
             del data["rss_samples"]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from keras_nbguard.records.run import GpuReading, RunRecord
+from keras_nbguard.records.samples import RssSamples
 from keras_nbguard.store.dbfile import APPLICATION_ID
 
 SCHEMA_VERSION = 2
@@ -284,7 +285,7 @@ def run_record(db: sqlite3.Connection, row: sqlite3.Row, status: str | None = No
         cleared=False,
         traces=None,
         run_number=row["run_number"],
-        rss_samples=tuple((t, r) for t, r in samples),
+        rss_samples=RssSamples(samples),
         notebook=text(row["notebook"]),
         cell_id=text(row["cell_id"]),
         kernel_id=text(row["kernel_id"]),
