@@ -260,6 +260,39 @@ def test_a_metric_the_models_train_step_updates_and_a_layer_it_trains_change_in_
     assert "the state of shared and loss_tracker 0.0 MiB" in record.isolated, record.isolated
 
 
+def test_a_metric_counts_on_from_the_notebooks_count_and_a_layer_built_there_comes_back(shell):
+    """Keras 3 pickles a metric without its state: the child's copy of a metric the notebook
+    had counted with started at zero, and the cell read 5.0 where a plain run reads 15.0. A
+    layer made in a setup cell and built by the cell's model comes back built and trained; an
+    optimizer made there and built for the cell's model stays the notebook's, and says so."""
+    setup = (
+        "import numpy as np, keras\n"
+        "seen = keras.metrics.Sum()\n"
+        "seen.update_state(10.0)\n"
+        "hidden = keras.layers.Dense(3, name='hidden')\n"  # not built yet
+        "adam = keras.optimizers.Adam(0.01)\n"
+        "x, y = np.random.rand(32, 4), np.random.rand(32, 1)\n"
+    )
+    assert run(shell, setup).success
+    cell = (
+        "%%kerasrun --isolate --label counted --quiet\n"
+        "seen.update_state(5.0)\n"
+        "total = float(seen.result())\n"
+        "model = keras.Sequential([keras.Input((4,)), hidden, keras.layers.Dense(1)])\n"
+        "model.compile(optimizer=adam, loss='mse')\n"
+        "model.fit(x, y, epochs=1, verbose=0)\n"
+    )
+    with capture_output() as shown:
+        _ran(shell, cell)
+    ns = shell.user_ns
+    assert ns["total"] == 15.0 and float(ns["seen"].result()) == 15.0
+    assert ns["hidden"].built
+    assert np.allclose(ns["hidden"].kernel.numpy(), ns["model"].get_layer("hidden").kernel.numpy())
+    (record,) = keras_nbguard.runs("counted")
+    assert "adam (built there for the cell's model" in record.isolated, record.isolated
+    assert "Skipping variable loading" not in shown.stdout + shown.stderr
+
+
 def test_a_function_inside_a_value_sent_reads_the_childs_names_and_its_changes_come_back(shell):
     """``keras.callbacks.LambdaCallback(on_epoch_end=log_epoch)`` made in a setup cell, with
     ``log_epoch`` appending to the notebook's ``losses``: pickled with the callback, the function

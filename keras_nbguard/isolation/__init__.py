@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from keras_nbguard.isolation import names, random_state, registrations, sweep
+from keras_nbguard.isolation import changed_state, names, random_state, registrations, sweep
 from keras_nbguard.isolation.back import received
 from keras_nbguard.isolation.child import LAST
 from keras_nbguard.isolation.parent import Child, ChildResult
@@ -131,6 +131,8 @@ def run_isolated(
             "params": {},
             "keras": kept_state.carried(),  # to name on as this kernel would
             "random": random_state.carried(),  # to draw on as this kernel would
+            # the metrics' counts, which Keras 3's pickling leaves out
+            "keras_state": changed_state.sent_state(shell.user_ns, sent.inputs),
             "registered": registrations.carried(),  # the notebook's register_keras_serializable
         }
         transfer = Transfer(

@@ -110,7 +110,7 @@ def received(
         unset = changed_state.take_on(namespace, states)
         failed.update(unset)
         back.in_place = [name for name in states if name not in unset]
-        back.nbytes += sum(value.nbytes for values in states.values() for value in values)
+        back.nbytes += sum(value.nbytes for _, values in states.values() for value in values)
     if done.result is not None:  # the pickles: let them go once loaded
         done.result = {k: v for k, v in result.items() if k not in ("outputs", "value", "state")}
     back.seconds = time.perf_counter() - began

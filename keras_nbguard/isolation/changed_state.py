@@ -1,38 +1,58 @@
-"""The Keras objects sent in, other than models, whose variables the cell changed without naming
-them: in the child, their values after the cell; in the kernel, those values put into the
-notebook's own objects.
+"""The state of the Keras objects an isolated cell is sent, other than models: there as here
+before the cell, and here as there after it.
+
+Keras 3 pickles a metric without its state (and an optimizer without its slots): the child's
+copy of a metric the notebook had counted with started at zero. The kernel sends each metric's
+values beside it (``sent_state``), set on the copy before the cell (``restore_sent``).
 
 keras.io's guide to customizing ``fit()`` keeps ``loss_tracker = keras.metrics.Mean()`` at the
 notebook's top level and updates it in ``train_step``; a layer built in a setup cell trains
-inside the cell's model. A plain run leaves the notebook's metric counted and its layer trained;
-isolated, both changed in the child only, and the notebook's kept their old values. Assigned in
-place, whatever else holds them (a model's ``metrics``, another model) sees what a plain run
-leaves. Models come back whole instead (``changed_models``).
+inside the cell's model. A plain run leaves the notebook's metric counted and its layer
+trained; isolated, both changed in the child only. The child fingerprints each such object
+before the cell and sends back the values of those that changed (``changed``), which the kernel
+assigns into its own objects (``take_on``): whatever else holds them sees them, as after a
+plain run. A layer the cell built goes back whole. Models come back whole (``changed_models``).
+
+Variables are matched by their own names, shapes and dtypes, never by position alone; a name
+whose object can't be read or matched is left as it is, and said.
 """
 
 from __future__ import annotations
 
+import contextlib
 import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 KERASES = ("keras", "tf_keras")
+SENT_BYTES = 1 << 20  # a metric's values sent beside it, at most (a confusion matrix's: more)
+
+Signature = tuple[tuple[str, tuple[int, ...], str], ...]  # each variable's name, shape, dtype
 
 
-def variables_of(value: Any) -> list[Any]:
-    """A Keras metric's, layer's or optimizer's variables, a seed generator's state (an empty
-    list for anything else)."""
+def variables_of(value: Any) -> list[Any] | None:
+    """A Keras metric's, layer's or optimizer's variables (empty: not built yet), a seed
+    generator's state; None for anything else, or what can't be listed."""
     if not any(cls.__module__.split(".")[0] in KERASES for cls in type(value).__mro__):
-        return []
+        return None
     try:
         found = getattr(value, "variables", None)
         if callable(found):  # tf_keras' optimizers: a method
             found = found()
         if found is None and hasattr(value, "state"):  # Keras 3's SeedGenerator
             found = [value.state]
-        return list(found or [])
-    except Exception:  # a layer whose variables can't be listed yet: nothing to compare
-        return []
+        return None if found is None else list(found)
+    except Exception:
+        return None
+
+
+def signature(variables: Iterable[Any]) -> Signature:
+    """What must agree for values to go from one copy to the other: each variable's own name
+    (``total``, ``kernel``: a layer's path differs between processes), shape and dtype."""
+    return tuple(
+        (_own_name(v), tuple(int(d) for d in v.shape), str(getattr(v.dtype, "name", v.dtype)))
+        for v in variables
+    )
 
 
 def checksum(variables: Iterable[Any]) -> int:
@@ -45,57 +65,129 @@ def checksum(variables: Iterable[Any]) -> int:
     return total
 
 
+def sent_state(
+    namespace: Mapping[str, Any], names: Iterable[str]
+) -> dict[str, tuple[Signature, list[Any]]]:
+    """In the kernel: the values of each Keras metric among ``names``, for its copy there."""
+    found = {}
+    for name in names:
+        value = namespace.get(name)
+        if not _is_metric(value):
+            continue
+        try:
+            variables = variables_of(value) or []
+            values = [variable.numpy() for variable in variables]
+            if variables and sum(v.nbytes for v in values) <= SENT_BYTES:
+                found[name] = (signature(variables), values)
+        except Exception:  # unreadable: its copy starts as Keras makes it
+            continue
+    return found
+
+
+def restore_sent(
+    namespace: Mapping[str, Any], states: Mapping[str, tuple[Signature, list[Any]]]
+) -> list[str]:
+    """In the child: each metric's copy given the kernel's values; the names it failed for."""
+    return [name for name, state in states.items() if _assign(namespace.get(name), *state)]
+
+
 def fingerprints(
     namespace: Mapping[str, Any], names: Iterable[str], models: tuple[type, ...]
-) -> dict[str, tuple[int, int]]:
-    """In the child, before the cell: for each Keras object among ``names`` that holds
-    variables (a model excepted), how many and their checksum."""
+) -> dict[str, tuple[Signature, int]]:
+    """In the child, before the cell: each Keras object among ``names`` (a model excepted), by
+    its variables' signature and checksum; an unbuilt layer too (no variables)."""
     found = {}
     for name in names:
         value = namespace.get(name)
         if value is None or (models and isinstance(value, models)):
             continue
         variables = variables_of(value)
-        if variables:
-            found[name] = (len(variables), checksum(variables))
+        if variables is None:
+            continue
+        try:
+            found[name] = (signature(variables), checksum(variables))
+        except Exception:  # a variable that can't be read (strings, not initialized): left
+            continue
     return found
 
 
 def changed(
-    namespace: Mapping[str, Any], before: Mapping[str, tuple[int, int]], bound: Iterable[str]
-) -> tuple[dict[str, list[Any]], list[str]]:
-    """In the child, after the cell: the values of each object's variables where they changed,
-    and the names whose object has other variables now (a layer built by the cell), which go
-    back whole. ``bound``: the names going back anyway."""
-    import numpy as np
-
+    namespace: Mapping[str, Any], before: Mapping[str, tuple[Signature, int]], bound: Iterable[str]
+) -> tuple[dict[str, tuple[Signature, list[Any]]], list[str], dict[str, str]]:
+    """In the child, after the cell: the values of each object whose variables changed; the
+    layers the cell built (other variables now), which go back whole; and why others stay
+    (an optimizer built for the cell's model). ``bound``: the names going back anyway."""
     going = set(bound)
-    values: dict[str, list[Any]] = {}
-    rebuilt: list[str] = []
-    for name, (count, was) in before.items():
+    values: dict[str, tuple[Signature, list[Any]]] = {}
+    whole: list[str] = []
+    stay: dict[str, str] = {}
+    for name, (was, crc) in before.items():
         if name in going or name not in namespace:
             continue
-        variables = variables_of(namespace[name])
-        if len(variables) != count:
-            rebuilt.append(name)
-        elif checksum(variables) != was:
-            values[name] = [np.asarray(variable.numpy()) for variable in variables]
-    return values, rebuilt
-
-
-def take_on(namespace: Mapping[str, Any], states: Mapping[str, list[Any]]) -> dict[str, str]:
-    """In the kernel: each name's object takes the values its copy had after the cell; why not,
-    by name, where it can't (the notebook rebound the name, or its variables differ)."""
-    failed = {}
-    for name, values in states.items():
-        variables = variables_of(namespace.get(name))
-        shapes = [tuple(variable.shape) for variable in variables]
-        if shapes != [tuple(value.shape) for value in values]:
-            failed[name] = "changed there, but its variables here differ: it keeps its values"
-            continue
+        value = namespace[name]
         try:
-            for variable, value in zip(variables, values, strict=True):
-                variable.assign(value)
-        except Exception as exc:
-            failed[name] = f"changed there, but its values could not be set here ({exc})"
+            variables = variables_of(value) or []
+            now = signature(variables)
+            if now == was:
+                if checksum(variables) != crc:
+                    values[name] = (now, [variable.numpy() for variable in variables])
+            elif _is_layer(value):
+                whole.append(name)
+            else:
+                stay[name] = (
+                    f"built there for the cell's model ({type(value).__name__}, which came "
+                    f"back with its own): the notebook's is as it was"
+                )
+        except Exception:  # unreadable now: the notebook's keeps its values
+            continue
+    return values, whole, stay
+
+
+def take_on(
+    namespace: Mapping[str, Any], states: Mapping[str, tuple[Signature, list[Any]]]
+) -> dict[str, str]:
+    """In the kernel: each name's object takes the values its copy had after the cell; why
+    not, by name, where its variables here don't match (the object keeps its own then)."""
+    failed = {}
+    for name, state in states.items():
+        why = _assign(namespace.get(name), *state)
+        if why:
+            failed[name] = f"changed there, but {why}: it keeps its values"
     return failed
+
+
+def _assign(target: Any, expected: Signature, values: list[Any]) -> str:
+    """All of ``values`` into ``target``'s variables, or none: why not ("" when done)."""
+    variables = variables_of(target)
+    if variables is None:
+        return "it is not the Keras object it was here"
+    try:
+        if signature(variables) != expected:
+            return "its variables here differ"
+        earlier = [variable.numpy() for variable in variables]
+    except Exception as exc:
+        return f"its variables could not be read ({exc})"
+    try:
+        for variable, value in zip(variables, values, strict=True):
+            variable.assign(value)
+    except Exception as exc:
+        with contextlib.suppress(Exception):  # all or none
+            for variable, value in zip(variables, earlier, strict=True):
+                variable.assign(value)
+        return f"its values could not be set ({exc})"
+    return ""
+
+
+def _own_name(variable: Any) -> str:
+    name = str(getattr(variable, "name", ""))  # tf_keras: "dense/kernel:0"; Keras 3: "kernel"
+    return name.rsplit("/", 1)[-1].split(":", 1)[0]
+
+
+def _is_metric(value: Any) -> bool:
+    return variables_of(value) is not None and all(
+        callable(getattr(value, method, None)) for method in ("update_state", "result")
+    )
+
+
+def _is_layer(value: Any) -> bool:
+    return any(cls.__name__ == "Layer" for cls in type(value).__mro__) and not _is_metric(value)

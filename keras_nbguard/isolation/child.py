@@ -124,6 +124,8 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
                 shell.user_ns[name] = unpack_input(sent, _ATTACHED)
             registered = registrations.take_on(job.get("registered"))  # for the cell's own
             registrations.register_copies(registered, shell.user_ns)
+            # Keras 3 pickles a metric without its counts: the kernel's, set on the copy
+            unlike = changed_state.restore_sent(shell.user_ns, job.get("keras_state", {}))
         except Exception as exc:  # a name that could not be made here: said, nothing ran
             send("stream", "stderr", f"{exc}\n")
             return {
@@ -145,10 +147,10 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         shell.user_ns.update(job["params"])
         trained = job.get("trained_back", False)
         before = fingerprints(shell.user_ns, job["inputs"], _model_classes()) if trained else {}
+        # what differs from the kernel's as the cell begins must not be taken back as a change
+        compared = [name for name in job["inputs"] if name not in unlike]
         state_before = (
-            changed_state.fingerprints(shell.user_ns, job["inputs"], _model_classes())
-            if trained
-            else {}
+            changed_state.fingerprints(shell.user_ns, compared, _model_classes()) if trained else {}
         )
         reads = {n: job["inputs"][n] for n in job.get("read_by_code", ()) if n in job["inputs"]}
         effects = CodeEffects(shell.user_ns, job.get("bound_by_code", ()), reads)
@@ -162,11 +164,12 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         by_code = [n for n in effects.changed(shell.user_ns) if n not in job["outputs"]]
         # a metric a notebook function updates, a layer trained in the cell's model: their
         # values go back into the notebook's objects (one the cell built goes back whole)
-        state, built_here = changed_state.changed(
+        state, built_here, stayed = changed_state.changed(
             shell.user_ns, state_before, job["outputs"] + by_code
         )
         back = list(dict.fromkeys(job["outputs"] + trained_here + by_code + built_here))
         outputs, not_sent = _collect(shell.user_ns, back, result.result)
+        not_sent.update(stayed)
         value_of = None if LAST in outputs else _name_of(result.result, shell.user_ns, outputs)
         sent_as_name = LAST in outputs or value_of is not None
         value, bundle = (None, None) if sent_as_name else _value(shell, result.result)

@@ -21,8 +21,8 @@ class RssSamples(Sequence[tuple[float, int]]):
 
     def __init__(self, pairs: Iterable[Sequence[Any]] = ()) -> None:
         pairs = pairs if isinstance(pairs, (list, tuple)) else list(pairs)
-        self._seconds = array("d", [pair[0] for pair in pairs])
-        self._rss = array("q", [pair[1] for pair in pairs])
+        self._seconds = array("d", [float(pair[0]) for pair in pairs])
+        self._rss = array("q", [int(pair[1]) for pair in pairs])  # a float read back: bytes
 
     @classmethod
     def of(cls, samples: Iterable[Sequence[Any]]) -> RssSamples:
