@@ -352,10 +352,20 @@ def test_five_kills_mid_run_leave_a_sound_database(history_database):
             print("running", flush=True)
             time.sleep(60)
     """)
-    for _ in range(5):
+
+    def rows_written() -> int:
+        try:
+            with sqlite3.connect(history_database) as db:
+                return int(db.execute("SELECT count(*) FROM runs").fetchone()[0])
+        except sqlite3.OperationalError:  # the first child has not made the table yet
+            return 0
+
+    for n in range(1, 6):
         child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
         assert child.stdout.readline().strip() == "running"
-        time.sleep(0.4)
+        # killed once its start is stored (with its first samples, FLUSH_SECONDS in): a sleep
+        # of 0.4 s came before that on a loaded machine, and the run left no row to mark
+        wait_until(lambda n=n: rows_written() == n, timeout=30)
         child.send_signal(signal.SIGKILL)
         child.wait()
     with sqlite3.connect(history_database) as db:
