@@ -134,9 +134,9 @@ def changed(
             elif _is_layer(value):
                 whole.append(name)
             else:
-                stay[name] = (
-                    f"built there for the cell's model ({type(value).__name__}, which came "
-                    f"back with its own): the notebook's is as it was"
+                stay[name] = (  # an optimizer built for the cell's model, a lazy metric
+                    f"its variables were made there, in the cell: the notebook's "
+                    f"{type(value).__name__} is as it was"
                 )
         except Exception:  # unreadable now: the notebook's keeps its values
             continue
