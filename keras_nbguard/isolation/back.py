@@ -28,6 +28,9 @@ from keras_nbguard.prepare import kept_state, layer_names
 from keras_nbguard.prepare.deepclean import clear_kernel_cache
 from keras_nbguard.prepare.lookup_tables import freed_with_their_objects
 
+# what a result holds that is loaded here, then let go
+LOADED = ("outputs", "value", "state", "metric_state")
+
 
 def received(
     done: ChildResult,
@@ -105,6 +108,7 @@ def received(
         publish_display_data(result["bundle"])
     for key in failed:
         _restore(namespace, key, earlier.get(key), failed)
+    failed.update(changed_state.counts_back(bound, result.get("metric_state") or {}))
     states = result.get("state") or {}
     if namespace is not None and states:  # a metric, a layer: changed in place, as plainly
         unset = changed_state.take_on(namespace, states)
@@ -112,7 +116,11 @@ def received(
         back.in_place = [name for name in states if name not in unset]
         back.nbytes += sum(value.nbytes for _, values in states.values() for value in values)
     if done.result is not None:  # the pickles: let them go once loaded
-        done.result = {k: v for k, v in result.items() if k not in ("outputs", "value", "state")}
+        done.result = {
+            k: v
+            for k, v in result.items()
+            if k not in ("outputs", "value", "state", "metric_state")
+        }
     back.seconds = time.perf_counter() - began
     if namespace is not None:  # one run, as a plain one: the next draws on from its streams
         random_state.take_on(result.get("random"))  # after the loads: they drew on ours

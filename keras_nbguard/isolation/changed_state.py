@@ -2,8 +2,9 @@
 before the cell, and here as there after it.
 
 Keras 3 pickles a metric without its state (and an optimizer without its slots): the child's
-copy of a metric the notebook had counted with started at zero. The kernel sends each metric's
-values beside it (``sent_state``), set on the copy before the cell (``restore_sent``).
+copy of a metric the notebook had counted with started at zero, and a metric the cell made
+came back at zero. Each metric's values travel beside it: into the child (``sent_state``, set
+on the copy before the cell by ``restore_sent``) and back (``metric_state``).
 
 keras.io's guide to customizing ``fit()`` keeps ``loss_tracker = keras.metrics.Mean()`` at the
 notebook's top level and updates it in ``train_step``; a layer built in a setup cell trains
@@ -25,7 +26,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 KERASES = ("keras", "tf_keras")
-SENT_BYTES = 1 << 20  # a metric's values sent beside it, at most (a confusion matrix's: more)
 
 Signature = tuple[tuple[str, tuple[int, ...], str], ...]  # each variable's name, shape, dtype
 
@@ -67,28 +67,38 @@ def checksum(variables: Iterable[Any]) -> int:
 
 def sent_state(
     namespace: Mapping[str, Any], names: Iterable[str]
+) -> dict[str, tuple[Signature, list[Any]] | None]:
+    """In the kernel: the values of each Keras metric among ``names``, for its copy there
+    (None: unreadable; its copy counts from zero there, and is not taken back)."""
+    return {name: _state(namespace[name]) for name in names if _is_metric(namespace.get(name))}
+
+
+def metric_state(
+    namespace: Mapping[str, Any], names: Iterable[str]
 ) -> dict[str, tuple[Signature, list[Any]]]:
-    """In the kernel: the values of each Keras metric among ``names``, for its copy there."""
+    """In the child: the values of each metric among ``names`` going back whole, pickled
+    without them (a cell's ``m = keras.metrics.Mean(); m.update_state(...)``: 0.0 here)."""
     found = {}
     for name in names:
-        value = namespace.get(name)
-        if not _is_metric(value):
-            continue
-        try:
-            variables = variables_of(value) or []
-            values = [variable.numpy() for variable in variables]
-            if variables and sum(v.nbytes for v in values) <= SENT_BYTES:
-                found[name] = (signature(variables), values)
-        except Exception:  # unreadable: its copy starts as Keras makes it
-            continue
+        state = _state(namespace[name]) if _is_metric(namespace.get(name)) else None
+        if state is not None:
+            found[name] = state
     return found
 
 
 def restore_sent(
-    namespace: Mapping[str, Any], states: Mapping[str, tuple[Signature, list[Any]]]
-) -> list[str]:
-    """In the child: each metric's copy given the kernel's values; the names it failed for."""
-    return [name for name, state in states.items() if _assign(namespace.get(name), *state)]
+    namespace: Mapping[str, Any], states: Mapping[str, tuple[Signature, list[Any]] | None]
+) -> dict[str, str]:
+    """In the child: each metric's copy given the kernel's values; why not, by name."""
+    failed = {}
+    for name, state in states.items():
+        why = "they could not be read" if state is None else _assign(namespace.get(name), *state)
+        if why:
+            failed[name] = (
+                f"its counts could not be set there ({why}): it counted from zero there, and "
+                f"the notebook's keeps its own"
+            )
+    return failed
 
 
 def fingerprints(
@@ -156,14 +166,34 @@ def take_on(
     return failed
 
 
+def counts_back(
+    bound: Mapping[str, Any], states: Mapping[str, tuple[Signature, list[Any]]]
+) -> dict[str, str]:
+    """In the kernel: each metric that came back whole given the counts it had there."""
+    failed = {}
+    for name, state in states.items():
+        why = _assign(bound.get(name), *state) if name in bound else ""
+        if why:
+            failed[name] = f"came back without its counts ({why})"
+    return failed
+
+
+def _state(value: Any) -> tuple[Signature, list[Any]] | None:
+    try:
+        variables = variables_of(value) or []
+        return signature(variables), [variable.numpy() for variable in variables]
+    except Exception:
+        return None
+
+
 def _assign(target: Any, expected: Signature, values: list[Any]) -> str:
     """All of ``values`` into ``target``'s variables, or none: why not ("" when done)."""
     variables = variables_of(target)
     if variables is None:
-        return "it is not the Keras object it was here"
+        return "it is not the Keras object it was"
     try:
         if signature(variables) != expected:
-            return "its variables here differ"
+            return "its variables differ"
         earlier = [variable.numpy() for variable in variables]
     except Exception as exc:
         return f"its variables could not be read ({exc})"
@@ -171,8 +201,8 @@ def _assign(target: Any, expected: Signature, values: list[Any]) -> str:
         for variable, value in zip(variables, values, strict=True):
             variable.assign(value)
     except Exception as exc:
-        with contextlib.suppress(Exception):  # all or none
-            for variable, value in zip(variables, earlier, strict=True):
+        for variable, value in zip(variables, earlier, strict=True):  # all or none
+            with contextlib.suppress(Exception):
                 variable.assign(value)
         return f"its values could not be set ({exc})"
     return ""

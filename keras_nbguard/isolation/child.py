@@ -148,7 +148,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         trained = job.get("trained_back", False)
         before = fingerprints(shell.user_ns, job["inputs"], _model_classes()) if trained else {}
         # what differs from the kernel's as the cell begins must not be taken back as a change
-        compared = [name for name in job["inputs"] if name not in unlike]
+        compared = [n for n in job["inputs"] if n not in unlike and n not in job["outputs"]]
         state_before = (
             changed_state.fingerprints(shell.user_ns, compared, _model_classes()) if trained else {}
         )
@@ -169,7 +169,8 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         )
         back = list(dict.fromkeys(job["outputs"] + trained_here + by_code + built_here))
         outputs, not_sent = _collect(shell.user_ns, back, result.result)
-        not_sent.update(stayed)
+        not_sent.update({**unlike, **stayed})
+        counts = changed_state.metric_state(shell.user_ns, [n for n in outputs if n != LAST])
         value_of = None if LAST in outputs else _name_of(result.result, shell.user_ns, outputs)
         sent_as_name = LAST in outputs or value_of is not None
         value, bundle = (None, None) if sent_as_name else _value(shell, result.result)
@@ -185,6 +186,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         "not_sent": not_sent,
         "trained_back": [name for name in trained_here if name in outputs],
         "state": state,
+        "metric_state": counts,  # of the metrics in "outputs", which pickle without them
         "value": value,
         "value_of": value_of,
         "bundle": bundle,
