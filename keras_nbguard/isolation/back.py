@@ -116,11 +116,7 @@ def received(
         back.in_place = [name for name in states if name not in unset]
         back.nbytes += sum(value.nbytes for _, values in states.values() for value in values)
     if done.result is not None:  # the pickles: let them go once loaded
-        done.result = {
-            k: v
-            for k, v in result.items()
-            if k not in ("outputs", "value", "state", "metric_state")
-        }
+        done.result = {k: v for k, v in result.items() if k not in LOADED}
     back.seconds = time.perf_counter() - began
     if namespace is not None:  # one run, as a plain one: the next draws on from its streams
         random_state.take_on(result.get("random"))  # after the loads: they drew on ours
