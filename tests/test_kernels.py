@@ -297,6 +297,38 @@ def test_the_summary_skips_empty_stream_flushes_and_overtakes_no_output(
     assert kernel.value("len(_flushes)") == 1
 
 
+def test_a_runs_row_is_written_after_the_cells_reply_and_before_the_next_cell(
+    start_kernel: StartKernel, history_database: Path
+) -> None:
+    """The run's end goes to the history once the kernel has replied (the front end sees the
+    cell end without waiting on the disk: session/later.py), and is there before the next
+    request is taken, even a plain cell's of Run All."""
+    kernel = start_kernel()
+    kernel.ok("%load_ext keras_nbguard")
+    kernel.ok(
+        "import sqlite3 as _sq\n"
+        f"_db = {str(history_database)!r}\n"
+        "def _rows(label):\n"
+        "    with _sq.connect(f'file:{_db}?mode=ro', uri=True) as c:\n"
+        "        sql = 'SELECT count(*) FROM runs WHERE label = ?'\n"
+        "        return c.execute(sql, (label,)).fetchone()[0]\n"
+        "_seen_at_cell_end = []\n"
+        "get_ipython().events.register('post_run_cell', "
+        "lambda result: _seen_at_cell_end.append(_rows('later')))\n"
+    )
+    for _ in range(2):
+        kernel.ok("%%kerasrun --no-clear --quiet --label later\nx1 = 1")
+        written = kernel.value("_rows('later')")  # a plain cell, right after the reply
+        seen = kernel.value("_seen_at_cell_end[-2]")  # the run's cell, as it ended
+        assert (seen, written) in ((0, 1), (1, 2)), (seen, written)
+    assert kernel.value("_rows('later')") == 2
+    # a graceful shutdown right after a cell (papermill's, Jupyter's restart) loses nothing
+    kernel.ok("%%kerasrun --no-clear --quiet --label later\nx1 = 1")
+    kernel.km.shutdown_kernel(now=False)
+    with read_only(history_database) as conn:
+        assert conn.execute("SELECT count(*) FROM runs WHERE label = 'later'").fetchone()[0] == 3
+
+
 def test_a_killed_kernels_run_is_reported_by_the_next_kernel(
     start_kernel: StartKernel, history_database: Path
 ) -> None:

@@ -20,6 +20,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from keras_nbguard.collectors.gpu import TfGpu
+from keras_nbguard.ipython.after_reply import after_reply
 from keras_nbguard.ipython.cell import (
     KerasrunCells,
     inside_a_cell,
@@ -475,6 +476,7 @@ class KerasMagics(Magics):
 def load(shell: Any) -> KerasMagics:
     unload(shell)  # a second %load_ext must not double anything
     session = Session(shell=shell)
+    session.later.schedule = after_reply(shell)
     for problem in gpu_setup.configure_at_load(TfGpu.if_imported()):
         session.warn_once(problem)
     magics = KerasMagics(shell, session)

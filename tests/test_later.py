@@ -1,0 +1,65 @@
+"""Work left for after the cell's reply (session/later.py): done in order, never lost."""
+
+from __future__ import annotations
+
+import atexit
+from collections.abc import Callable
+
+import pytest
+
+from keras_nbguard.session.later import Later
+
+
+def test_work_waits_for_its_schedule_and_runs_in_order() -> None:
+    later = Later(warn=print)
+    scheduled: list[Callable[[], None]] = []
+    later.schedule = lambda callback: scheduled.append(callback) is None
+    done: list[int] = []
+    later.add(lambda: done.append(1))
+    later.add(lambda: done.append(2))
+    assert done == [] and len(scheduled) == 1  # one callback for all the work left
+    scheduled[0]()
+    assert done == [1, 2]
+    later.add(lambda: done.append(3))
+    later.run()  # the next run's begin: what is left goes first
+    assert done == [1, 2, 3]
+    scheduled[1]()  # its callback comes later and finds nothing
+    assert done == [1, 2, 3]
+    later.close()
+
+
+@pytest.mark.parametrize("schedule", [None, lambda callback: False])
+def test_without_a_kernel_loop_the_work_is_done_at_once(schedule) -> None:
+    later = Later(warn=print)
+    later.schedule = schedule
+    done: list[int] = []
+    later.add(lambda: done.append(1))
+    assert done == [1]
+
+
+def test_a_failing_piece_is_said_and_the_rest_still_runs() -> None:
+    said: list[str] = []
+    later = Later(warn=said.append)
+    later.schedule = lambda callback: True
+    done: list[int] = []
+    later.add(lambda: 1 / 0)  # type: ignore[func-returns-value]
+    later.add(lambda: done.append(2))
+    later.run()
+    assert done == [2]
+    assert said and "ZeroDivisionError" in said[0]
+
+
+def test_work_left_at_the_interpreters_exit_is_done_then(monkeypatch) -> None:
+    registered: list[Callable[[], None]] = []
+    monkeypatch.setattr(atexit, "register", registered.append)
+    monkeypatch.setattr(atexit, "unregister", registered.remove)
+    later = Later(warn=print)
+    later.schedule = lambda callback: True  # a kernel whose loop never turns again
+    done: list[int] = []
+    later.add(lambda: done.append(1))
+    assert registered == [later.run]
+    registered[0]()  # the exit
+    assert done == [1]
+    later.add(lambda: done.append(2))
+    later.close()  # unload: done, and no exit hook left behind
+    assert done == [1, 2] and registered == []
