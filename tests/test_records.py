@@ -279,3 +279,20 @@ def test_a_records_rss_series_is_kept_compact_and_reads_as_its_pairs():
     assert RunRecord.from_dict(json.loads(record.to_json())) == record
     assert json.loads(record.to_json())["rss_samples"][1] == list(pairs[1])
     assert RunRecord.from_dict(record.to_dict()).rss_samples == samples
+
+
+def test_a_replaced_record_is_what_dataclasses_replace_makes_and_the_original_stays():
+    """``RunRecord.replaced``, the session's copy with changes (a copy of the fields, not a new
+    ``__init__``): the same record as ``dataclasses.replace``'s, the original untouched."""
+    record = make_record(findings=("slower",), rss_samples=[(0.0, 1), (0.1, 2)])
+    changed = record.replaced(findings=("fatter",), memory_note="kept")
+    assert changed == dataclasses.replace(record, findings=("fatter",), memory_note="kept")
+    assert type(changed) is RunRecord and changed is not record
+    assert (record.findings, record.memory_note) == (("slower",), None)
+    assert changed.rss_samples is record.rss_samples  # arrays shared, as replace shares them
+    series = changed.replaced(rss_samples=[(0.0, 3)])  # a new series is made arrays, as ever
+    assert series.rss_samples == ((0.0, 3),) and type(series.rss_samples) is type(
+        record.rss_samples
+    )
+    with pytest.raises(TypeError, match="no_such_field"):
+        record.replaced(no_such_field=1)

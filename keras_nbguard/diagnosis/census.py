@@ -8,7 +8,6 @@ few of them, never by walking a whole container.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import sys
 from collections import deque
@@ -70,7 +69,7 @@ class NamespaceCensus:
                     Growth(name, type(value).__name__, items if items > 0 else None, estimate)
                 )
         found.sort(key=lambda g: -(g.bytes or 0))
-        return dataclasses.replace(record, growth=tuple(found[:SHOWN]))
+        return record.replaced(growth=tuple(found[:SHOWN]))
 
 
 def _size(value: Any) -> tuple[int, int] | None:

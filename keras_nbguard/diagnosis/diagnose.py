@@ -148,7 +148,7 @@ def with_findings(
         note = memory_note(runs) if kept_here and not _names_growth(lines) else None
         if lines == record.findings and note == record.memory_note:
             return record
-        return dataclasses.replace(record, findings=lines, memory_note=note)
+        return record.replaced(findings=lines, memory_note=note)
     except Exception as exc:  # a bug of ours must not lose the run
         warn(f"the run was not diagnosed: {type(exc).__name__}: {exc}")
         return record

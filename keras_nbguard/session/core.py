@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import threading
@@ -297,7 +296,7 @@ class Session:
             record = with_findings(record, self.past.latest(run.label, WINDOW - 1), self.warn_once)
             laps.lap("diagnosis")
             if laps.parts():
-                record = dataclasses.replace(record, own_time=laps.added_to(record.own_time))
+                record = record.replaced(own_time=laps.added_to(record.own_time))
             run.record = record
             self.past.add(record)
             self._record_end(run, record)
@@ -346,9 +345,7 @@ class Session:
         if record.status != "oom" or advice is None or batch is None:
             return record
         quote = advice.quote(batch)
-        return (
-            record if quote is None else dataclasses.replace(record, advice=(quote, *record.advice))
-        )
+        return record if quote is None else record.replaced(advice=(quote, *record.advice))
 
     def _advice_for(self, run: Run) -> Any:
         last = run.fit_timer.last_fit

@@ -4,7 +4,6 @@ release of earlier runs' models held only by caches, the leak finder and ``free(
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import weakref
 from collections.abc import Callable
@@ -74,9 +73,7 @@ class LiveModels:
                 exclude=self.registry.latest.get(run.label),
             )
             released = merged(run.released, settled.released_note())
-            return dataclasses.replace(
-                record, released_models=released, stale_models=settled.stale_note()
-            )
+            return record.replaced(released_models=released, stale_models=settled.stale_note())
         except Exception as exc:
             self._warn(f"earlier runs' models were not looked at: {type(exc).__name__}: {exc}")
             return record
