@@ -4,8 +4,9 @@ samples over at least every ``FLUSH_SECONDS``, so a kernel killed mid-run leaves
 last samples.
 
 The run's start row waits for the first of those hand-overs, or for the run's end, written with
-it on the cell's thread before the cell is over (writer.py): a short run costs one write, and no
-wake of the writer thread. A kernel killed in a run's first ``FLUSH_SECONDS`` leaves no row."""
+it on the cell's thread as the run ends (writer.py; after the cell's reply in a kernel: the
+session's ``later``): a short run costs one write, and no wake of the writer thread. A kernel
+killed in a run's first ``FLUSH_SECONDS`` leaves no row."""
 
 from __future__ import annotations
 

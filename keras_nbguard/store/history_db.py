@@ -236,7 +236,7 @@ class Store:
         last_samples: Sequence[tuple[float, int]] = (),
         start: StartRow | None = None,
     ) -> None:
-        """The run's end, written before the cell is over (on its thread when it can:
+        """The run's end, written at once (on the calling thread when it can:
         writer.py). With a record: one statement, the whole row when its start is still held;
         ``last_samples`` are not kept then, since a finished run is read from its record
         (schema.run_record). ``record`` None (none could be made): the row keeps its start and

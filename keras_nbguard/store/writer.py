@@ -1,11 +1,12 @@
 """The one thread that writes the run history, so that a cell never waits on the disk.
 
-A run's start and end (a few rows) are written on the cell's own thread instead, through a
-connection of their own that never waits: waking this thread costs a short cell more (it takes
-the interpreter lock at the cell's next system calls: +0.35 ms a cell in a kernel, bench_core.py)
-than the write itself. Anything that would make that connection wait (a lock another process
-holds, rows of the writer's still going, a disk slower than ``SLOW_DIRECT_SECONDS`` a few times
-in a row) and the rows go to the thread as before.
+A run's start and end (a few rows) are written on the calling thread instead (the cell's, or the
+kernel's right after the cell's reply: session/later.py), through a connection of their own that
+never waits: waking this thread costs a short cell more (it takes the interpreter lock at the
+cell's next system calls: +0.35 ms a cell in a kernel, bench_core.py) than the write itself.
+Anything that would make that connection wait (a lock another process holds, rows of the
+writer's still going, a disk slower than ``SLOW_DIRECT_SECONDS`` a few times in a row) and the
+rows go to the thread as before.
 
 Statements are queued from any thread and written one transaction per batch. While another
 process holds a lock on the database, or the disk is full, the batch is kept (with whatever is
