@@ -310,7 +310,7 @@ def test_a_runs_row_is_written_after_the_cells_reply_and_before_the_next_cell(
         f"_db = {str(history_database)!r}\n"
         "def _rows(label):\n"
         "    with _sq.connect(f'file:{_db}?mode=ro', uri=True) as c:\n"
-        "        sql = 'SELECT count(*) FROM runs WHERE label = ?'\n"
+        "        sql = \"SELECT count(*) FROM runs WHERE label = ? AND status != 'running'\"\n"
         "        return c.execute(sql, (label,)).fetchone()[0]\n"
         "_seen_at_cell_end = []\n"
         "get_ipython().events.register('post_run_cell', "
@@ -326,7 +326,8 @@ def test_a_runs_row_is_written_after_the_cells_reply_and_before_the_next_cell(
     kernel.ok("%%kerasrun --no-clear --quiet --label later\nx1 = 1")
     kernel.km.shutdown_kernel(now=False)
     with read_only(history_database) as conn:
-        assert conn.execute("SELECT count(*) FROM runs WHERE label = 'later'").fetchone()[0] == 3
+        sql = "SELECT count(*) FROM runs WHERE label = 'later' AND status = 'ok'"
+        assert conn.execute(sql).fetchone()[0] == 3
 
 
 def test_a_killed_kernels_run_is_reported_by_the_next_kernel(

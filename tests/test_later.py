@@ -47,19 +47,21 @@ def test_a_failing_piece_is_said_and_the_rest_still_runs() -> None:
     later.run()
     assert done == [2]
     assert said and "ZeroDivisionError" in said[0]
+    later.close()
 
 
 def test_work_left_at_the_interpreters_exit_is_done_then(monkeypatch) -> None:
+    done: list[int] = []
     registered: list[Callable[[], None]] = []
     monkeypatch.setattr(atexit, "register", registered.append)
     monkeypatch.setattr(atexit, "unregister", registered.remove)
-    later = Later(warn=print)
+    flushed: list[bool] = []
+    later = Later(warn=print, at_exit=lambda: flushed.append(bool(done)))
     later.schedule = lambda callback: True  # a kernel whose loop never turns again
-    done: list[int] = []
     later.add(lambda: done.append(1))
-    assert registered == [later.run]
-    registered[0]()  # the exit
-    assert done == [1]
+    assert registered == [later._exit]
+    registered[0]()  # the exit: the work, then what the session asks for after it
+    assert done == [1] and flushed == [True]
     later.add(lambda: done.append(2))
     later.close()  # unload: done, and no exit hook left behind
     assert done == [1, 2] and registered == []

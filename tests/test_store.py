@@ -9,11 +9,13 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 
 import pytest
 from helpers import make_record, wait_until
 
 import keras_nbguard
+from keras_nbguard.records.notices import NbguardWarning
 from keras_nbguard.session.core import Session, using
 from keras_nbguard.store.dbfile import APPLICATION_ID
 from keras_nbguard.store.died import process_alive
@@ -485,6 +487,38 @@ def test_a_short_run_is_on_disk_when_it_ends_without_waking_the_writer_thread(hi
             pass
     assert _rows(history_database) == [("short", "ok"), ("short", "ok")]
     assert store.writer._thread is None  # nothing of those runs went through the thread
+    store.close()
+
+
+def test_in_a_kernel_a_runs_row_waits_for_the_reply_and_the_next_run_writes_it_first(
+    history_database,
+):
+    """With a kernel's schedule (session/later.py: after the reply), the row is not written in
+    the cell; a next run that comes before the callback (a sweep's next point, a loop of
+    track()) writes it first, a change of store and close write the rest, and what it warned
+    of after the cell was over is said by the next run."""
+    store = Store(str(history_database))
+    session = Session(store=store)
+    callbacks: list[object] = []
+    session.later.schedule = lambda callback: callbacks.append(callback) is None  # never called
+    with using(session):
+        with keras_nbguard.track("a"):
+            pass
+        assert _rows(history_database) == [] and len(callbacks) == 1
+        with keras_nbguard.track("b"):
+            assert _rows(history_database) == [("a", "ok")]  # before b did anything
+        assert _rows(history_database) == [("a", "ok")]
+        with pytest.warns(NbguardWarning, match="disk full"):  # said at once, in a cell
+            session.later.warn("run history: the run's result was not stored (disk full)")
+        session.later._after_reply = True  # as from the callback, once the cell is over
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # kept, not said to a cell that is over
+            session.later.warn("run history: the run's result was not stored (locked)")
+        session.later._after_reply = False
+        with pytest.warns(NbguardWarning, match="locked"), keras_nbguard.track("c"):
+            pass
+        session.close()
+    assert _rows(history_database) == [("a", "ok"), ("b", "ok"), ("c", "ok")]
     store.close()
 
 

@@ -5,9 +5,14 @@ IPython runs a cell without top-level ``await`` synchronously, never yielding to
 callback the cell puts on the loop runs once that coroutine has returned: after the reply, and
 before the loop looks for the next request (a delay would let a plain cell of Run All go first,
 and hold the work for as long as that cell runs). The front end sees the cell end without waiting
-for the work; Run All pays for it before the next cell, as it did in the cell.
-Anywhere else (a terminal, a script, a thread of the user's, a loop of the user's) the schedule
-answers False, and the caller does the work at once."""
+for the work; Run All pays for it before the next cell, as it did in the cell. A cell with
+top-level ``await`` runs as a task of its own, and the callback runs before its reply, as the
+work did. Anywhere else (a terminal, a script, a thread of the user's or a kernel's subshell, a
+loop of the user's) the schedule answers False, and the caller does the work at once.
+
+While it runs it holds the interpreter lock, and a thread with the reply still to pass on
+(ipykernel 7's shell channel thread) may wait for it: seen from the front end, the cell still
+ends ~0.3 ms sooner (bench_core.py's kernel cells 20 ms apart, old and new code in turn)."""
 
 from __future__ import annotations
 

@@ -61,7 +61,7 @@ class Session:
         self.warn_once = WarnOnce()
         self.events = Events(self.warn_once)
         # a run's row in the history, written after the cell's reply in a kernel (later.py)
-        self.later = Later(self.warn_once)
+        self.later = Later(self.warn_once, at_exit=self._flush_store)
         self.current: Run | None = None
         self.shell = shell  # the IPython shell when loaded as an extension
         self.notebook = notebook_key(shell)
@@ -221,8 +221,10 @@ class Session:
         cell_id: str | None = None,
         run_class: type[Run] = Run,
     ) -> Run:
-        self.later.run()  # the last run's row first: rows land in the order runs end
         with HeldInterrupt() as stop:  # a stop pressed now must not leave the run claimed
+            self.later.run()  # the last run's row first: rows land in the order runs end
+            for message in self.later.unsaid():  # warned after its cell was over
+                self.warn_once(message)
             with self._lock:  # check and claim at once: two threads must not both start a run
                 if self.current is not None:
                     raise RuntimeError(
@@ -373,7 +375,7 @@ class Session:
         if store is not None and run_feed is not None:
             # after the reply: a cell shown as ended doesn't wait on the disk (~0.17 ms a run)
             self.later.add(
-                lambda: feed.record_end(store, self.events, run_feed, record, self.warn_once)
+                lambda: feed.record_end(store, self.events, run_feed, record, self.later.warn)
             )
 
     # -- resets ----------------------------------------------------------------------------------
@@ -411,6 +413,10 @@ class Session:
         if self.store is None or self.store.in_memory:
             return []
         return [self.store.path + suffix for suffix in ("", "-wal", "-shm", "-journal")]
+
+    def _flush_store(self) -> None:
+        if self.store is not None:
+            self.store.flush()
 
     def close(self) -> None:
         """Unload, reload: everything recorded so far is written, then the store's thread and

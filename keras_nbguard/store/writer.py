@@ -89,7 +89,7 @@ class Writer:
 
     def flush(self, timeout: float = 5.0) -> None:
         """Wait (``timeout`` at most) until everything submitted so far is committed."""
-        if self.closed:
+        if self.closed or not self._queue.unfinished_tasks:  # all of it is (or no thread ran)
             return
         done = threading.Event()
         self.submit("flush", (done,))
