@@ -65,3 +65,28 @@ def test_work_left_at_the_interpreters_exit_is_done_then(monkeypatch) -> None:
     later.add(lambda: done.append(2))
     later.close()  # unload: done, and no exit hook left behind
     assert done == [1, 2] and registered == []
+
+
+def test_the_next_cell_of_any_kind_writes_the_last_runs_row_before_its_code(
+    shell, history_database
+) -> None:
+    """An ipykernel that takes the next request before the loop's callback (Run All) must not
+    leave the row waiting while that cell runs: the magic's pre_run_cell writes it first, a
+    plain cell's too."""
+    import sqlite3
+
+    from keras_nbguard import get_session
+
+    session = get_session()
+    session.later.schedule = lambda callback: True  # a callback that never comes
+
+    def finished() -> int:
+        with sqlite3.connect(history_database) as db:
+            sql = "SELECT count(*) FROM runs WHERE status = 'ok'"
+            return int(db.execute(sql).fetchone()[0])
+
+    assert shell.run_cell("%%kerasrun --no-clear --quiet --label a\nx1 = 1").success
+    assert finished() == 0  # left for after the reply
+    shell.user_ns["finished"] = finished
+    result = shell.run_cell("seen = finished()")  # a plain cell, as its code runs
+    assert result.success and shell.user_ns["seen"] == 1

@@ -167,6 +167,9 @@ class KerasMagics(Magics):
 
     def pre_run_cell(self, info: Any) -> None:
         self._cell_id = getattr(info, "cell_id", None)
+        # any cell, ours or not: the last run's row is on disk before its code runs (an
+        # ipykernel that takes the next request before the loop's callback: Run All)
+        self.session.settle_later()
 
     def say_died_runs(self, died: list[Any]) -> None:
         """Tell the user which runs the last kernel of this notebook died in (the OOM killer).

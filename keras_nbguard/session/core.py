@@ -222,9 +222,7 @@ class Session:
         run_class: type[Run] = Run,
     ) -> Run:
         with HeldInterrupt() as stop:  # a stop pressed now must not leave the run claimed
-            self.later.run()  # the last run's row first: rows land in the order runs end
-            for message in self.later.unsaid():  # warned after its cell was over
-                self.warn_once(message)
+            self.settle_later()  # the last run's row first: rows land in the order runs end
             with self._lock:  # check and claim at once: two threads must not both start a run
                 if self.current is not None:
                     raise RuntimeError(
@@ -413,6 +411,13 @@ class Session:
         if self.store is None or self.store.in_memory:
             return []
         return [self.store.path + suffix for suffix in ("", "-wal", "-shm", "-journal")]
+
+    def settle_later(self) -> None:
+        """What was left for after the last cell's reply, done now if it is not yet (the next
+        cell begins: the magic's pre_run_cell, a run's begin), and what it warned of said."""
+        self.later.run()
+        for message in self.later.unsaid():  # warned after its cell was over
+            self.warn_once(message)
 
     def _flush_store(self) -> None:
         if self.store is not None:

@@ -3,8 +3,9 @@
 The IPython layer gives the Session a ``schedule`` (ipython/after_reply.py) that puts a callback
 on a Jupyter kernel's loop, where it runs right after the cell's reply; it answers False where
 there is no such loop, and the work is done at once, as it always was. Whoever needs the work done
-before going on (the next run, a change of store, closing) calls ``run()``; at the interpreter's
-exit it is done, then ``at_exit`` (the store's flush: a row that fell back to the writer thread).
+before going on (the next cell of any kind, the next run, a change of store, closing) calls
+``run()``; at the interpreter's exit it is done, then ``at_exit`` (the store's flush: a row that
+fell back to the writer thread).
 
 What the work warns of after the reply would go to a cell the front end has closed: it is kept
 (``warn``) and said by the next run (``unsaid``)."""
@@ -51,10 +52,10 @@ class Later:
 
     def run(self) -> None:
         """Everything left so far, in order; one failing does not keep the rest from running."""
-        while True:
+        while self._pending:  # (a look first: every cell asks, and almost always finds none)
             try:
                 work = self._pending.popleft()
-            except IndexError:
+            except IndexError:  # another thread took the last one meanwhile
                 return
             try:
                 work()
