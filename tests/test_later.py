@@ -28,7 +28,11 @@ def test_work_waits_for_its_schedule_and_runs_in_order() -> None:
     later.close()
 
 
-@pytest.mark.parametrize("schedule", [None, lambda callback: False])
+def _closed_loop(callback: Callable[[], None]) -> bool:
+    raise RuntimeError("Event loop is closed")
+
+
+@pytest.mark.parametrize("schedule", [None, lambda callback: False, _closed_loop])
 def test_without_a_kernel_loop_the_work_is_done_at_once(schedule) -> None:
     later = Later(warn=print)
     later.schedule = schedule
@@ -90,3 +94,26 @@ def test_the_next_cell_of_any_kind_writes_the_last_runs_row_before_its_code(
     shell.user_ns["finished"] = finished
     result = shell.run_cell("seen = finished()")  # a plain cell, as its code runs
     assert result.success and shell.user_ns["seen"] == 1
+
+
+def test_a_stop_pressed_while_the_last_row_is_written_stops_after_it(history_database) -> None:
+    """The next cell writes what was left under the held stop button (session/held_interrupt.py):
+    the row is whole, then the stop acts."""
+    import os
+    import signal
+
+    from keras_nbguard.session.core import Session
+
+    session = Session(store=None)
+    session.later.schedule = lambda callback: True
+    done: list[int] = []
+
+    def write() -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # the stop button, mid-write
+        done.append(1)
+
+    session.later.add(write)
+    with pytest.raises(KeyboardInterrupt, match="wrote the last run's row"):
+        session.settle_later()
+    assert done == [1] and not session.later.pending
+    session.close()

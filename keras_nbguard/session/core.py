@@ -415,7 +415,11 @@ class Session:
     def settle_later(self) -> None:
         """What was left for after the last cell's reply, done now if it is not yet (the next
         cell begins: the magic's pre_run_cell, a run's begin), and what it warned of said."""
-        self.later.run()
+        if self.later.pending:
+            with HeldInterrupt() as stop:  # a stop pressed mid-write must not drop the row
+                self.later.run()
+            if stop.pressed:
+                raise KeyboardInterrupt("stopped as keras_nbguard wrote the last run's row")
         for message in self.later.unsaid():  # warned after its cell was over
             self.warn_once(message)
 

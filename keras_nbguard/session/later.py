@@ -8,7 +8,7 @@ before going on (the next cell of any kind, the next run, a change of store, clo
 fell back to the writer thread).
 
 What the work warns of after the reply would go to a cell the front end has closed: it is kept
-(``warn``) and said by the next run (``unsaid``)."""
+(``warn``) and said by the next cell (``unsaid``)."""
 
 from __future__ import annotations
 
@@ -42,13 +42,20 @@ class Later:
             self._pending.append(work)
             if self._scheduled:
                 return
-            self._scheduled = self.schedule(self._after_the_reply)
+            try:
+                self._scheduled = self.schedule(self._after_the_reply)
+            except Exception:  # a loop closing meanwhile: the work is done at once
+                self._scheduled = False
             scheduled = self._scheduled
         if not scheduled:
             self.run()
         elif not self._exit_hook:  # a kernel shut down before its loop turns again
             atexit.register(self._exit)
             self._exit_hook = True
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._pending)
 
     def run(self) -> None:
         """Everything left so far, in order; one failing does not keep the rest from running."""
@@ -63,7 +70,7 @@ class Later:
                 self.warn(f"keras_nbguard: {type(exc).__name__}: {exc} (after the cell)")
 
     def warn(self, message: str) -> None:
-        """The work's warnings: said now, or kept for the next run when the cell is over."""
+        """The work's warnings: said now, or kept for the next cell when this one is over."""
         if self._after_reply:
             self._unsaid.append(message)
         else:
