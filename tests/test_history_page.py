@@ -83,6 +83,19 @@ def running_with_samples(db: Path, label: str, timeout: float = 60) -> int:
     raise AssertionError(f"no running {label!r} run with samples in {db} after {timeout} s")
 
 
+def ended(db: Path, label: str, count: int, timeout: float = 10) -> None:
+    """Until ``count`` runs of ``label`` have ended on disk: a kernel writes a run's end right
+    after the cell's reply (session/later.py), so a reader as quick as this one can come first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+            sql = "SELECT count(*) FROM runs WHERE label = ? AND status != 'running'"
+            if con.execute(sql, (label,)).fetchone()[0] >= count:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"{count} run(s) of {label!r} not ended in {db} after {timeout} s")
+
+
 def start_kernel(tmp: Path, db: Path):
     from jupyter_client.manager import KernelManager
 
@@ -135,6 +148,7 @@ def test_history_page_shows_runs_of_a_killed_and_restarted_kernel(tmp_path):
     try:
         run(client, SETUP)
         run(client, MLP)
+        ended(db, "mlp", 1)
         client.execute(BIG)  # not waited for: killed mid-fit
         pid = running_with_samples(db, "big")
         assert pid == manager.provisioner.pid
@@ -155,6 +169,7 @@ def test_history_page_shows_runs_of_a_killed_and_restarted_kernel(tmp_path):
                     client = connect(manager)
                     run(client, SETUP)
                     run(client, MLP)
+                    ended(db, "mlp", 2)
                     rows = check_page(page, server, restarted=True)
                     big = next(r for r in rows if "\tbig\t" in r)
                     assert "died" in big and "process gone" not in big  # now in the database
