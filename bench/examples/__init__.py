@@ -39,6 +39,7 @@ MODULES = (
     "grad_cam",
     "py_dataset",
     "vit",
+    "knowledge_distillation",
 )
 
 
