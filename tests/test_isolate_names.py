@@ -8,6 +8,7 @@ cell reach the child (Keras' own serialization, or the setup cell's statements r
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -302,6 +303,61 @@ def test_a_metric_counts_on_from_the_notebooks_count_and_a_layer_built_there_com
     assert "Skipping variable loading" not in shown.stdout + shown.stderr
     # Keras 3 pickles it unbuilt: it counted from zero there, and that is said, not taken back
     assert "f1 (its counts could not be set there (its variables differ)" in record.isolated
+
+
+def test_keras_objects_inside_the_notebooks_lists_and_dicts_change_as_after_a_plain_run(shell):
+    """Metrics and layers held in a dict or a list, not by a name of their own: a dict of
+    trackers the cell updates (``trackers['loss'].update_state``: the notebook's read 0.0
+    after the run, never counted), one counted before the run (0.0 there: Keras 3 pickles a
+    metric without its counts), a container that goes back whole (``models['a'] = model``: its
+    metric came back at zero), a layer a list holds trained inside the cell's model (the
+    notebook's kept its untrained weights). Each is found by the path a user would type."""
+    setup = (
+        "import numpy as np, keras\n"
+        "trackers = {'loss': keras.metrics.Mean(name='loss'), 'seen': keras.metrics.Sum()}\n"
+        "trackers['seen'].update_state(10.0)\n"
+        "blocks = [keras.layers.Dense(4, name='block')]\n"
+        "blocks[0].build((None, 8))\n"
+        "unbuilt = (keras.layers.Dense(2, name='unbuilt'),)\n"
+        "kept = trackers['loss']\n"  # another holder of the notebook's metric
+        "logs = {}\n"
+        "x, y = np.random.rand(64, 8), np.random.rand(64, 1)\n"
+    )
+    assert run(shell, setup).success
+    untrained = shell.user_ns["blocks"][0].kernel.numpy().copy()
+    cell = (
+        "%%kerasrun --isolate --label contained --quiet\n"
+        "layers = [keras.Input((8,)), blocks[0], unbuilt[0], keras.layers.Dense(1)]\n"
+        "model = keras.Sequential(layers)\n"
+        "model.compile(optimizer='adam', loss='mse')\n"
+        "history = model.fit(x, y, epochs=2, batch_size=16, verbose=0)\n"
+        "trackers['loss'].update_state(history.history['loss'])\n"
+        "trackers['seen'].update_state(5.0)\n"
+        "said = float(trackers['loss'].result())\n"
+        "logs['mean'] = keras.metrics.Mean()\n"
+        "logs['mean'].update_state([1.0, 2.0, 3.0])\n"
+    )
+    _ran(shell, cell)
+    ns = shell.user_ns
+    assert ns["kept"] is ns["trackers"]["loss"]  # the same object, its values taken on
+    assert float(ns["trackers"]["loss"].result()) == pytest.approx(ns["said"]) != 0.0
+    assert float(ns["trackers"]["seen"].result()) == 15.0
+    assert float(ns["logs"]["mean"].result()) == 2.0  # the dict came back whole, counts too
+    trained = ns["model"].get_layer("block").kernel.numpy()
+    assert not np.array_equal(ns["blocks"][0].kernel.numpy(), untrained)
+    assert np.allclose(ns["blocks"][0].kernel.numpy(), trained)
+    (record,) = keras_nbguard.runs("contained")
+    state = re.search(r"the state of (.+?) [\d.]+ MiB", record.isolated)[1]
+    assert sorted(state.replace(" and ", ", ").split(", ")) == [
+        "blocks[0]",
+        "trackers['loss']",
+        "trackers['seen']",
+    ], record.isolated
+    # built there, inside a tuple the notebook keeps: not put back, and said
+    assert "unbuilt[0] (it was built there, in the cell: the notebook's Dense is as it was)" in (
+        record.isolated
+    )
+    assert not ns["unbuilt"][0].built
 
 
 def test_a_function_inside_a_value_sent_reads_the_childs_names_and_its_changes_come_back(shell):

@@ -14,6 +14,12 @@ before the cell and sends back the values of those that changed (``changed``), w
 assigns into its own objects (``take_on``): whatever else holds them sees them, as after a
 plain run. A layer the cell built goes back whole. Models come back whole (``changed_models``).
 
+The same holds inside the lists, tuples and dicts a name holds (``trackers = {"loss":
+keras.metrics.Mean()}``, ``blocks = [layers.Dense(8)]``): each Keras object there goes by the
+path a user would type (``trackers['loss']``), found the same way here and there. A container
+the cell changes goes back whole, its metrics' counts beside it; a layer first built there,
+inside a container the cell leaves as it is, stays the notebook's, as it was, and is said.
+
 Variables are matched by their own names, shapes and dtypes, never by position alone; a name
 whose object can't be read or matched is left as it is, and said.
 """
@@ -21,11 +27,15 @@ whose object can't be read or matched is left as it is, and said.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 KERASES = ("keras", "tf_keras")
+CONTAINERS = (list, tuple, dict)
+PATH_DEPTH = 3  # containers inside containers looked into
+PATH_ITEMS = 1_000  # items looked at under one name: a long list of numbers is not walked
 
 Signature = tuple[tuple[str, tuple[int, ...], str], ...]  # each variable's name, shape, dtype
 
@@ -33,7 +43,7 @@ Signature = tuple[tuple[str, tuple[int, ...], str], ...]  # each variable's name
 def variables_of(value: Any) -> list[Any] | None:
     """A Keras metric's, layer's or optimizer's variables (empty: not built yet), a seed
     generator's state; None for anything else, or what can't be listed."""
-    if not any(cls.__module__.split(".")[0] in KERASES for cls in type(value).__mro__):
+    if not _is_keras(value):
         return None
     try:
         found = getattr(value, "variables", None)
@@ -70,7 +80,9 @@ def sent_state(
 ) -> dict[str, tuple[Signature, list[Any]] | None]:
     """In the kernel: the values of each Keras metric among ``names``, for its copy there
     (None: unreadable; its copy counts from zero there, and is not taken back)."""
-    return {name: _state(namespace[name]) for name in names if _is_metric(namespace.get(name))}
+    return {
+        key: _state(value) for key, value in keras_objects(namespace, names) if _is_metric(value)
+    }
 
 
 def metric_state(
@@ -79,10 +91,10 @@ def metric_state(
     """In the child: the values of each metric among ``names`` going back whole, pickled
     without them (a cell's ``m = keras.metrics.Mean(); m.update_state(...)``: 0.0 here)."""
     found = {}
-    for name in names:
-        state = _state(namespace[name]) if _is_metric(namespace.get(name)) else None
+    for key, value in keras_objects(namespace, names):
+        state = _state(value) if _is_metric(value) else None
         if state is not None:
-            found[name] = state
+            found[key] = state
     return found
 
 
@@ -91,10 +103,10 @@ def restore_sent(
 ) -> dict[str, str]:
     """In the child: each metric's copy given the kernel's values; why not, by name."""
     failed = {}
-    for name, state in states.items():
-        why = "they could not be read" if state is None else _assign(namespace.get(name), *state)
+    for key, state in states.items():
+        why = "they could not be read" if state is None else _assign(_at(namespace, key), *state)
         if why:
-            failed[name] = (
+            failed[key] = (
                 f"its counts could not be set there ({why}): it counted from zero there, and "
                 f"the notebook's keeps its own"
             )
@@ -102,14 +114,18 @@ def restore_sent(
 
 
 def fingerprints(
-    namespace: Mapping[str, Any], names: Iterable[str], models: tuple[type, ...]
+    namespace: Mapping[str, Any],
+    names: Iterable[str],
+    models: tuple[type, ...],
+    skip: Iterable[str] = (),
 ) -> dict[str, tuple[Signature, int]]:
-    """In the child, before the cell: each Keras object among ``names`` (a model excepted), by
-    its variables' signature and checksum; an unbuilt layer too (no variables)."""
+    """In the child, before the cell: each Keras object among ``names`` and inside their
+    containers (a model excepted; ``skip``: keys not to compare), by its variables' signature
+    and checksum; an unbuilt layer too (no variables)."""
     found = {}
-    for name in names:
-        value = namespace.get(name)
-        if value is None or (models and isinstance(value, models)):
+    skipped = set(skip)
+    for name, value in keras_objects(namespace, names):
+        if value is None or name in skipped or (models and isinstance(value, models)):
             continue
         variables = variables_of(value)
         if variables is None:
@@ -132,17 +148,22 @@ def changed(
     whole: list[str] = []
     stay: dict[str, str] = {}
     for name, (was, crc) in before.items():
-        if name in going or name not in namespace:
+        value = _at(namespace, name)
+        if _root(name) in going or value is None:  # (a container going back: counts go with it)
             continue
-        value = namespace[name]
         try:
             variables = variables_of(value) or []
             now = signature(variables)
             if now == was:
                 if checksum(variables) != crc:
                     values[name] = (now, [variable.numpy() for variable in variables])
-            elif _is_layer(value):
+            elif _is_layer(value) and name == _root(name):
                 whole.append(name)
+            elif _is_layer(value):  # inside a container the notebook keeps as it is
+                stay[name] = (
+                    f"it was built there, in the cell: the notebook's {type(value).__name__} "
+                    f"is as it was"
+                )
             else:
                 stay[name] = (  # an optimizer built for the cell's model, a lazy metric
                     f"its variables were made there, in the cell: the notebook's "
@@ -159,10 +180,10 @@ def take_on(
     """In the kernel: each name's object takes the values its copy had after the cell; why
     not, by name, where its variables here don't match (the object keeps its own then)."""
     failed = {}
-    for name, state in states.items():
-        why = _assign(namespace.get(name), *state)
+    for key, state in states.items():
+        why = _assign(_at(namespace, key), *state)
         if why:
-            failed[name] = f"changed there, but {why}: it keeps its values"
+            failed[key] = f"changed there, but {why}: it keeps its values"
     return failed
 
 
@@ -171,11 +192,58 @@ def counts_back(
 ) -> dict[str, str]:
     """In the kernel: each metric that came back whole given the counts it had there."""
     failed = {}
-    for name, state in states.items():
-        why = _assign(bound.get(name), *state) if name in bound else ""
+    for key, state in states.items():
+        why = _assign(_at(bound, key), *state) if _root(key) in bound else ""
         if why:
-            failed[name] = f"came back without its counts ({why})"
+            failed[key] = f"came back without its counts ({why})"
     return failed
+
+
+def keras_objects(namespace: Mapping[str, Any], names: Iterable[str]) -> Iterator[tuple[str, Any]]:
+    """Each name's value under its name, then the Keras objects inside its lists, tuples and
+    dicts under the path a user would type (``trackers['loss']``, ``blocks[0]``)."""
+    for name in names:
+        if name in namespace:
+            value = namespace[name]
+            yield name, value
+            yield from _inside(value, name, 1, [PATH_ITEMS])
+
+
+def _inside(value: Any, path: str, depth: int, budget: list[int]) -> Iterator[tuple[str, Any]]:
+    if not isinstance(value, CONTAINERS) or depth > PATH_DEPTH:
+        return
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    try:  # (a copy of what the budget allows: a thread of the user's may change it meanwhile)
+        taken = list(itertools.islice(items, max(budget[0], 0)))
+    except RuntimeError:  # it changed as it was read: left as it is
+        return
+    for key, item in taken:
+        budget[0] -= 1
+        if isinstance(key, bool) or not isinstance(key, (str, int)):  # a path one can type
+            continue
+        here = f"{path}[{key!r}]"
+        if _is_keras(item):
+            yield here, item
+        else:
+            yield from _inside(item, here, depth + 1, budget)
+
+
+def _at(namespace: Mapping[str, Any], key: str) -> Any:
+    """The object at ``key``: a name's, or one at a path into it (None: not there now)."""
+    if key in namespace:
+        return namespace[key]
+    root = _root(key)
+    if root == key or root not in namespace:
+        return None
+    return next((v for k, v in _inside(namespace[root], root, 1, [PATH_ITEMS]) if k == key), None)
+
+
+def _root(key: str) -> str:
+    return key.split("[", 1)[0]
+
+
+def _is_keras(value: Any) -> bool:
+    return any(cls.__module__.split(".")[0] in KERASES for cls in type(value).__mro__)
 
 
 def _state(value: Any) -> tuple[Signature, list[Any]] | None:

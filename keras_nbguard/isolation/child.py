@@ -148,9 +148,11 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         trained = job.get("trained_back", False)
         before = fingerprints(shell.user_ns, job["inputs"], _model_classes()) if trained else {}
         # what differs from the kernel's as the cell begins must not be taken back as a change
-        compared = [n for n in job["inputs"] if n not in unlike and n not in job["outputs"]]
+        compared = [n for n in job["inputs"] if n not in job["outputs"]]
         state_before = (
-            changed_state.fingerprints(shell.user_ns, compared, _model_classes()) if trained else {}
+            changed_state.fingerprints(shell.user_ns, compared, _model_classes(), skip=unlike)
+            if trained
+            else {}
         )
         reads = {n: job["inputs"][n] for n in job.get("read_by_code", ()) if n in job["inputs"]}
         effects = CodeEffects(shell.user_ns, job.get("bound_by_code", ()), reads)
