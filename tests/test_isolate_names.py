@@ -360,6 +360,79 @@ def test_keras_objects_inside_the_notebooks_lists_and_dicts_change_as_after_a_pl
     assert not ns["unbuilt"][0].built
 
 
+def test_a_path_that_holds_another_object_after_the_cell_or_two_copies_of_one_takes_nothing(
+    shell,
+):
+    """A container reordered there in a way not seen as a change (a function of the notebook
+    swapping its items) holds other objects at its paths after the cell: their values must not
+    go into the notebook's objects at those paths (each layer took the other's weights). One
+    metric the cell reached by two names had a copy under each there, counted differently:
+    neither's values are taken, and it is said."""
+    setup = (
+        "import numpy as np, keras\n"
+        "pair = [keras.layers.Dense(2, name='p0'), keras.layers.Dense(2, name='p1')]\n"
+        "for layer in pair:\n"
+        "    layer.build((None, 3))\n"
+        "def swap(xs):\n"
+        "    xs[0], xs[1] = xs[1], xs[0]\n"
+        "tracker = keras.metrics.Sum()\n"
+        "box = {'t': tracker}\n"
+    )
+    assert run(shell, setup).success
+    weights = [layer.kernel.numpy().copy() for layer in shell.user_ns["pair"]]
+    cell = (
+        "%%kerasrun --isolate --label moved --quiet\n"
+        "swap(pair)\n"
+        "tracker.update_state(1.0)\n"
+        "box['t'].update_state(3.0)\n"
+    )
+    _ran(shell, cell)
+    ns = shell.user_ns
+    assert [layer.name for layer in ns["pair"]] == ["p0", "p1"]
+    kernels = [layer.kernel.numpy() for layer in ns["pair"]]
+    assert all(np.array_equal(k, w) for k, w in zip(kernels, weights, strict=True))
+    assert ns["box"]["t"] is ns["tracker"] and float(ns["tracker"].result()) == 0.0
+    (record,) = keras_nbguard.runs("moved")
+    assert "pair[0] and pair[1] (each another object is there now" in record.isolated
+    assert "tracker (changed there as box['t'] too, differently" in record.isolated
+
+
+def test_keras_objects_are_found_by_the_paths_a_user_types_and_the_walk_is_bounded():
+    """The paths both sides walk: dicts, lists, tuples, three levels down, keys one can type;
+    a container past the item budget is cut short, one that can't be read is skipped; a metric
+    whose counts could not be set there is said to come back with them only where its
+    container goes back whole."""
+    import keras
+
+    from keras_nbguard.isolation import changed_state
+
+    metric, layer = keras.metrics.Sum(), keras.layers.Dense(1)
+
+    class Unreadable(dict):
+        def items(self):
+            raise ValueError("no")
+
+    namespace = {
+        "nested": {"a": [(1, metric)], 2: {"b": {"c": {"d": layer}}}, (1, 2): layer},
+        "long": [0.0] * 5_000 + [metric],
+        "odd": Unreadable(x=metric),
+        "plain": metric,
+    }
+    found = dict(changed_state.keras_objects(namespace, namespace))
+    assert found.pop("nested['a'][0][1]") is metric  # three containers down
+    # not nested[2]['b']['c']['d'] (four), nested[(1, 2)], long[5000] (past the budget), odd['x']
+    assert {key for key in found if "[" in key} == set()
+    assert changed_state.objects_at(namespace, ["nested['a'][0][1]", "plain", "gone[0]"]) == {
+        "nested['a'][0][1]": metric,
+        "plain": metric,
+    }
+    said = changed_state.counted_from_zero(
+        {"box['f1']": "its variables differ", "f1": "x"}, ["box"]
+    )
+    assert said["box['f1']"].endswith("came back with those counts")
+    assert said["f1"].endswith("the notebook's keeps its own")
+
+
 def test_a_function_inside_a_value_sent_reads_the_childs_names_and_its_changes_come_back(shell):
     """``keras.callbacks.LambdaCallback(on_epoch_end=log_epoch)`` made in a setup cell, with
     ``log_epoch`` appending to the notebook's ``losses``: pickled with the callback, the function

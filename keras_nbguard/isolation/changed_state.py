@@ -18,7 +18,9 @@ The same holds inside the lists, tuples and dicts a name holds (``trackers = {"l
 keras.metrics.Mean()}``, ``blocks = [layers.Dense(8)]``): each Keras object there goes by the
 path a user would type (``trackers['loss']``), found the same way here and there. A container
 the cell changes goes back whole, its metrics' counts beside it; a layer first built there,
-inside a container the cell leaves as it is, stays the notebook's, as it was, and is said.
+inside a container the cell leaves as it is, stays the notebook's, as it was, and is said. A
+path holding another object after the cell, and one object whose copies under two keys changed
+differently, take nothing.
 
 Variables are matched by their own names, shapes and dtypes, never by position alone; a name
 whose object can't be read or matched is left as it is, and said.
@@ -38,6 +40,7 @@ PATH_DEPTH = 3  # containers inside containers looked into
 PATH_ITEMS = 1_000  # items looked at under one name: a long list of numbers is not walked
 
 Signature = tuple[tuple[str, tuple[int, ...], str], ...]  # each variable's name, shape, dtype
+Fingerprint = tuple[Signature, int, Any]  # and their checksum, and the object itself
 
 
 def variables_of(value: Any) -> list[Any] | None:
@@ -101,16 +104,25 @@ def metric_state(
 def restore_sent(
     namespace: Mapping[str, Any], states: Mapping[str, tuple[Signature, list[Any]] | None]
 ) -> dict[str, str]:
-    """In the child: each metric's copy given the kernel's values; why not, by name."""
+    """In the child: each metric's copy given the kernel's values; why not, by key."""
+    found = objects_at(namespace, states)
     failed = {}
     for key, state in states.items():
-        why = "they could not be read" if state is None else _assign(_at(namespace, key), *state)
+        why = "they could not be read" if state is None else _assign(found.get(key), *state)
         if why:
-            failed[key] = (
-                f"its counts could not be set there ({why}): it counted from zero there, and "
-                f"the notebook's keeps its own"
-            )
+            failed[key] = why
     return failed
+
+
+def counted_from_zero(unset: Mapping[str, str], going_back: Iterable[str]) -> dict[str, str]:
+    """What the run's line says of each metric ``restore_sent`` could not set: its copy counted
+    from zero there, which comes back only with a name or container going back whole."""
+    going = set(going_back)
+    return {
+        key: f"its counts could not be set there ({why}): it counted from zero there, and "
+        + ("came back with those counts" if _root(key) in going else "the notebook's keeps its own")
+        for key, why in unset.items()
+    }
 
 
 def fingerprints(
@@ -118,10 +130,11 @@ def fingerprints(
     names: Iterable[str],
     models: tuple[type, ...],
     skip: Iterable[str] = (),
-) -> dict[str, tuple[Signature, int]]:
+) -> dict[str, Fingerprint]:
     """In the child, before the cell: each Keras object among ``names`` and inside their
     containers (a model excepted; ``skip``: keys not to compare), by its variables' signature
-    and checksum; an unbuilt layer too (no variables)."""
+    and checksum, with the object (a container reordered there holds others at its paths);
+    an unbuilt layer too (no variables)."""
     found = {}
     skipped = set(skip)
     for name, value in keras_objects(namespace, names):
@@ -131,25 +144,31 @@ def fingerprints(
         if variables is None:
             continue
         try:
-            found[name] = (signature(variables), checksum(variables))
+            found[name] = (signature(variables), checksum(variables), value)
         except Exception:  # a variable that can't be read (strings, not initialized): left
             continue
     return found
 
 
 def changed(
-    namespace: Mapping[str, Any], before: Mapping[str, tuple[Signature, int]], bound: Iterable[str]
+    namespace: Mapping[str, Any], before: Mapping[str, Fingerprint], bound: Iterable[str]
 ) -> tuple[dict[str, tuple[Signature, list[Any]]], list[str], dict[str, str]]:
     """In the child, after the cell: the values of each object whose variables changed; the
     layers the cell built (other variables now), which go back whole; and why others stay
-    (an optimizer built for the cell's model). ``bound``: the names going back anyway."""
+    (an optimizer built for the cell's model). ``bound``: the names going back anyway (a
+    container among them takes its metrics' counts along: ``metric_state``)."""
     going = set(bound)
+    compared = {key: was for key, was in before.items() if _root(key) not in going}
+    now_at = objects_at(namespace, compared)
     values: dict[str, tuple[Signature, list[Any]]] = {}
     whole: list[str] = []
     stay: dict[str, str] = {}
-    for name, (was, crc) in before.items():
-        value = _at(namespace, name)
-        if _root(name) in going or value is None:  # (a container going back: counts go with it)
+    for name, (was, crc, value) in compared.items():
+        if name not in now_at:
+            continue
+        if now_at[name] is not value:  # a container changed there in a way not seen as such
+            if name != _root(name):
+                stay[name] = "another object is there now: the notebook's container is as it was"
             continue
         try:
             variables = variables_of(value) or []
@@ -177,11 +196,25 @@ def changed(
 def take_on(
     namespace: Mapping[str, Any], states: Mapping[str, tuple[Signature, list[Any]]]
 ) -> dict[str, str]:
-    """In the kernel: each name's object takes the values its copy had after the cell; why
-    not, by name, where its variables here don't match (the object keeps its own then)."""
+    """In the kernel: each key's object takes the values its copy had after the cell; why
+    not, by key, where its variables here don't match (the object keeps its own then). One
+    object the cell reached by two keys (``kept`` and ``trackers['loss']``) had two copies
+    there: it takes their values when they agree, and neither's when they don't."""
+    found = objects_at(namespace, states)
+    by_object: dict[int, list[str]] = {}
+    for key in states:
+        if found.get(key) is not None:
+            by_object.setdefault(id(found[key]), []).append(key)
     failed = {}
     for key, state in states.items():
-        why = _assign(_at(namespace, key), *state)
+        keys = by_object.get(id(found.get(key)), [key])
+        if len(keys) > 1 and not _agree(states[k][1] for k in keys):
+            others = ", ".join(k for k in keys if k != key)
+            failed[key] = f"changed there as {others} too, differently: it keeps its values"
+            continue
+        if key != keys[0]:  # the same values, taken once
+            continue
+        why = _assign(found.get(key), *state)
         if why:
             failed[key] = f"changed there, but {why}: it keeps its values"
     return failed
@@ -191,9 +224,10 @@ def counts_back(
     bound: Mapping[str, Any], states: Mapping[str, tuple[Signature, list[Any]]]
 ) -> dict[str, str]:
     """In the kernel: each metric that came back whole given the counts it had there."""
+    found = objects_at(bound, states)
     failed = {}
     for key, state in states.items():
-        why = _assign(_at(bound, key), *state) if _root(key) in bound else ""
+        why = _assign(found.get(key), *state) if _root(key) in bound else ""
         if why:
             failed[key] = f"came back without its counts ({why})"
     return failed
@@ -212,38 +246,57 @@ def keras_objects(namespace: Mapping[str, Any], names: Iterable[str]) -> Iterato
 def _inside(value: Any, path: str, depth: int, budget: list[int]) -> Iterator[tuple[str, Any]]:
     if not isinstance(value, CONTAINERS) or depth > PATH_DEPTH:
         return
-    items = value.items() if isinstance(value, dict) else enumerate(value)
     try:  # (a copy of what the budget allows: a thread of the user's may change it meanwhile)
+        items = value.items() if isinstance(value, dict) else enumerate(value)
         taken = list(itertools.islice(items, max(budget[0], 0)))
-    except RuntimeError:  # it changed as it was read: left as it is
+        budget[0] -= len(taken)
+        found = []
+        for key, item in taken:
+            if isinstance(key, bool) or not isinstance(key, (str, int)):  # a path one can type
+                continue
+            here = f"{path}[{key!r}]"
+            found.append((here, item))
+    except Exception:  # a container of the user's that can't be read so: left as it is
         return
-    for key, item in taken:
-        budget[0] -= 1
-        if isinstance(key, bool) or not isinstance(key, (str, int)):  # a path one can type
-            continue
-        here = f"{path}[{key!r}]"
+    for here, item in found:
         if _is_keras(item):
             yield here, item
         else:
             yield from _inside(item, here, depth + 1, budget)
 
 
-def _at(namespace: Mapping[str, Any], key: str) -> Any:
-    """The object at ``key``: a name's, or one at a path into it (None: not there now)."""
-    if key in namespace:
-        return namespace[key]
-    root = _root(key)
-    if root == key or root not in namespace:
-        return None
-    return next((v for k, v in _inside(namespace[root], root, 1, [PATH_ITEMS]) if k == key), None)
+def objects_at(namespace: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    """The object at each of ``keys`` that is there now: a name's, or one at a path into a
+    name's containers (each name walked once, however many of its paths are asked for)."""
+    wanted = list(keys)
+    found = {key: namespace[key] for key in wanted if key in namespace}
+    paths = {key for key in wanted if key not in found}
+    roots = {_root(key) for key in paths if _root(key) in namespace}
+    for key, value in keras_objects(namespace, roots):
+        if key in paths:
+            found[key] = value
+    return found
 
 
 def _root(key: str) -> str:
     return key.split("[", 1)[0]
 
 
+def _agree(values_of_each: Iterable[list[Any]]) -> bool:
+    import numpy as np
+
+    first, *rest = list(values_of_each)
+    return all(
+        len(values) == len(first)
+        and all(np.array_equal(a, b) for a, b in zip(values, first, strict=True))
+        for values in rest
+    )
+
+
 def _is_keras(value: Any) -> bool:
-    return any(cls.__module__.split(".")[0] in KERASES for cls in type(value).__mro__)
+    return any(
+        str(getattr(cls, "__module__", "")).split(".")[0] in KERASES for cls in type(value).__mro__
+    )
 
 
 def _state(value: Any) -> tuple[Signature, list[Any]] | None:

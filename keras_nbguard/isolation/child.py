@@ -171,7 +171,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         )
         back = list(dict.fromkeys(job["outputs"] + trained_here + by_code + built_here))
         outputs, not_sent = _collect(shell.user_ns, back, result.result)
-        not_sent.update({**unlike, **stayed})
+        not_sent.update({**changed_state.counted_from_zero(unlike, outputs), **stayed})
         counts = changed_state.metric_state(shell.user_ns, [n for n in outputs if n != LAST])
         value_of = None if LAST in outputs else _name_of(result.result, shell.user_ns, outputs)
         sent_as_name = LAST in outputs or value_of is not None
