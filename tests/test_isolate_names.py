@@ -426,6 +426,20 @@ def test_keras_objects_are_found_by_the_paths_a_user_types_and_the_walk_is_bound
         "nested['a'][0][1]": metric,
         "plain": metric,
     }
+    # one metric under two keys: copies that agree (a NaN mean too) are taken once; copies
+    # that differ, or that can't be set, are refused under both keys
+    mean = keras.metrics.Mean()
+    both = {"mean": mean, "box": {"m": mean}}
+    sig = changed_state.signature(mean.variables)
+    nan = (sig, [np.float32("nan"), np.float32(2.0)])
+    assert changed_state.take_on(both, {"mean": nan, "box['m']": nan}) == {}
+    assert float(mean.count.numpy()) == 2.0
+    other = (sig, [np.float32(1.0), np.float32(3.0)])
+    refused = changed_state.take_on(both, {"mean": nan, "box['m']": other})
+    assert sorted(refused) == ["box['m']", "mean"] and "differently" in refused["mean"]
+    wrong = ((("total", (2,), "float32"),), [np.zeros(2, "float32")])
+    unset = changed_state.take_on(both, {"mean": wrong, "box['m']": wrong})
+    assert sorted(unset) == ["box['m']", "mean"] and "its variables differ" in unset["box['m']"]
     said = changed_state.counted_from_zero(
         {"box['f1']": "its variables differ", "f1": "x"}, ["box"]
     )

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import weakref
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -40,7 +41,7 @@ PATH_DEPTH = 3  # containers inside containers looked into
 PATH_ITEMS = 1_000  # items looked at under one name: a long list of numbers is not walked
 
 Signature = tuple[tuple[str, tuple[int, ...], str], ...]  # each variable's name, shape, dtype
-Fingerprint = tuple[Signature, int, Any]  # and their checksum, and the object itself
+Fingerprint = tuple[Signature, int, Any]  # and their checksum, and a weak reference to the object
 
 
 def variables_of(value: Any) -> list[Any] | None:
@@ -133,18 +134,18 @@ def fingerprints(
 ) -> dict[str, Fingerprint]:
     """In the child, before the cell: each Keras object among ``names`` and inside their
     containers (a model excepted; ``skip``: keys not to compare), by its variables' signature
-    and checksum, with the object (a container reordered there holds others at its paths);
-    an unbuilt layer too (no variables)."""
+    and checksum, with a weak reference to the object (a container reordered there holds
+    others at its paths); an unbuilt layer too (no variables)."""
     found = {}
     skipped = set(skip)
     for name, value in keras_objects(namespace, names):
-        if value is None or name in skipped or (models and isinstance(value, models)):
+        if name in skipped or not _is_keras(value) or (models and isinstance(value, models)):
             continue
         variables = variables_of(value)
         if variables is None:
             continue
         try:
-            found[name] = (signature(variables), checksum(variables), value)
+            found[name] = (signature(variables), checksum(variables), _weak(value))
         except Exception:  # a variable that can't be read (strings, not initialized): left
             continue
     return found
@@ -163,12 +164,13 @@ def changed(
     values: dict[str, tuple[Signature, list[Any]]] = {}
     whole: list[str] = []
     stay: dict[str, str] = {}
-    for name, (was, crc, value) in compared.items():
+    for name, (was, crc, ref) in compared.items():
         if name not in now_at:
             continue
-        if now_at[name] is not value:  # a container changed there in a way not seen as such
-            if name != _root(name):
-                stay[name] = "another object is there now: the notebook's container is as it was"
+        value = ref()
+        if now_at[name] is not value:  # a container reordered, a name rebound, unseen as such
+            where = "the notebook's container" if name != _root(name) else "the notebook's"
+            stay[name] = f"another object is there now: {where} is as it was"
             continue
         try:
             variables = variables_of(value) or []
@@ -212,11 +214,11 @@ def take_on(
             others = ", ".join(k for k in keys if k != key)
             failed[key] = f"changed there as {others} too, differently: it keeps its values"
             continue
-        if key != keys[0]:  # the same values, taken once
+        if key != keys[0]:  # the same values, taken once (with the first key)
             continue
         why = _assign(found.get(key), *state)
-        if why:
-            failed[key] = f"changed there, but {why}: it keeps its values"
+        for each in keys if why else ():
+            failed[each] = f"changed there, but {why}: it keeps its values"
     return failed
 
 
@@ -244,9 +246,9 @@ def keras_objects(namespace: Mapping[str, Any], names: Iterable[str]) -> Iterato
 
 
 def _inside(value: Any, path: str, depth: int, budget: list[int]) -> Iterator[tuple[str, Any]]:
-    if not isinstance(value, CONTAINERS) or depth > PATH_DEPTH:
-        return
     try:  # (a copy of what the budget allows: a thread of the user's may change it meanwhile)
+        if depth > PATH_DEPTH or not isinstance(value, CONTAINERS):
+            return
         items = value.items() if isinstance(value, dict) else enumerate(value)
         taken = list(itertools.islice(items, max(budget[0], 0)))
         budget[0] -= len(taken)
@@ -283,20 +285,33 @@ def _root(key: str) -> str:
 
 
 def _agree(values_of_each: Iterable[list[Any]]) -> bool:
+    """Whether each copy's values are the same, bit for bit (a NaN mean equals itself)."""
     import numpy as np
 
-    first, *rest = list(values_of_each)
-    return all(
-        len(values) == len(first)
-        and all(np.array_equal(a, b) for a, b in zip(values, first, strict=True))
-        for values in rest
-    )
+    def bits(values: list[Any]) -> list[tuple[str, tuple[int, ...], bytes]]:
+        arrays = [np.asarray(value) for value in values]
+        return [(str(a.dtype), a.shape, a.tobytes()) for a in arrays]
+
+    first, *rest = [bits(values) for values in values_of_each]
+    return all(each == first for each in rest)
 
 
 def _is_keras(value: Any) -> bool:
-    return any(
-        str(getattr(cls, "__module__", "")).split(".")[0] in KERASES for cls in type(value).__mro__
-    )
+    try:
+        return any(
+            str(getattr(cls, "__module__", "")).split(".")[0] in KERASES
+            for cls in type(value).__mro__
+        )
+    except Exception:  # an object of the user's that can't say what it is: not one of Keras'
+        return False
+
+
+def _weak(value: Any) -> Any:
+    """A weak reference (a fingerprint must not keep what the cell deletes), or a strong one."""
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return lambda: value
 
 
 def _state(value: Any) -> tuple[Signature, list[Any]] | None:
