@@ -40,6 +40,7 @@ MODULES = (
     "py_dataset",
     "vit",
     "knowledge_distillation",
+    "saving",
 )
 
 
