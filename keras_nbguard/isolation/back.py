@@ -106,6 +106,9 @@ def received(
         from IPython.display import publish_display_data
 
         publish_display_data(result["bundle"])
+    placed = {key: bound.pop(key) for key in list(bound) if changed_state.is_path(key)}
+    if namespace is not None:  # a layer built there in a list or dict: into its place here
+        failed.update(changed_state.put_in_place(namespace, placed))
     for key in failed:
         _restore(namespace, key, earlier.get(key), failed)
     failed.update(changed_state.counts_back(bound, result.get("metric_state") or {}))

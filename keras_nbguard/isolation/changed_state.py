@@ -17,8 +17,8 @@ plain run. A layer the cell built goes back whole. Models come back whole (``cha
 The same holds inside the lists, tuples and dicts a name holds (``trackers = {"loss":
 keras.metrics.Mean()}``, ``blocks = [layers.Dense(8)]``): each Keras object there goes by the
 path a user would type (``trackers['loss']``), found the same way here and there. A container
-the cell changes goes back whole, its metrics' counts beside it; a layer first built there,
-inside a container the cell leaves as it is, stays the notebook's, as it was, and is said. A
+the cell changes goes back whole, its metrics' counts beside it; a layer first built there
+goes back whole, into its place in the notebook's list or dict (a tuple's stays, said). A
 path holding another object after the cell, and one object whose copies under two keys changed
 differently, take nothing.
 
@@ -155,12 +155,14 @@ def changed(
     namespace: Mapping[str, Any], before: Mapping[str, Fingerprint], bound: Iterable[str]
 ) -> tuple[dict[str, tuple[Signature, list[Any]]], list[str], dict[str, str]]:
     """In the child, after the cell: the values of each object whose variables changed; the
-    layers the cell built (other variables now), which go back whole; and why others stay
+    layers the cell built (other variables now), which go back whole (one in a list or dict
+    to its place there: ``put_in_place``); and why others stay
     (an optimizer built for the cell's model). ``bound``: the names going back anyway (a
     container among them takes its metrics' counts along: ``metric_state``)."""
     going = set(bound)
     compared = {key: was for key, was in before.items() if _root(key) not in going}
-    now_at = objects_at(namespace, compared)
+    located = _located(namespace, compared)
+    now_at = {key: value for key, (value, _, _) in located.items()}
     values: dict[str, tuple[Signature, list[Any]]] = {}
     whole: list[str] = []
     stay: dict[str, str] = {}
@@ -178,12 +180,12 @@ def changed(
             if now == was:
                 if checksum(variables) != crc:
                     values[name] = (now, [variable.numpy() for variable in variables])
-            elif _is_layer(value) and name == _root(name):
-                whole.append(name)
-            elif _is_layer(value):  # inside a container the notebook keeps as it is
+            elif _is_layer(value) and isinstance(located[name][1], (type(None), list, dict)):
+                whole.append(name)  # a name's, or put in its place in the list or dict here
+            elif _is_layer(value):  # inside a tuple the notebook keeps as it is
                 stay[name] = (
                     f"it was built there, in the cell: the notebook's {type(value).__name__} "
-                    f"is as it was"
+                    f"is as it was (a tuple holds it)"
                 )
             else:
                 stay[name] = (  # an optimizer built for the cell's model, a lazy metric
@@ -242,10 +244,14 @@ def keras_objects(namespace: Mapping[str, Any], names: Iterable[str]) -> Iterato
         if name in namespace:
             value = namespace[name]
             yield name, value
-            yield from _inside(value, name, 1, [PATH_ITEMS])
+            for here, item, _, _ in _inside(value, name, 1, [PATH_ITEMS]):
+                yield here, item
 
 
-def _inside(value: Any, path: str, depth: int, budget: list[int]) -> Iterator[tuple[str, Any]]:
+def _inside(
+    value: Any, path: str, depth: int, budget: list[int]
+) -> Iterator[tuple[str, Any, Any, Any]]:
+    """(path, Keras object, the container holding it, its key or index there)."""
     try:  # (a copy of what the budget allows: a thread of the user's may change it meanwhile)
         if depth > PATH_DEPTH or not isinstance(value, CONTAINERS):
             return
@@ -256,13 +262,12 @@ def _inside(value: Any, path: str, depth: int, budget: list[int]) -> Iterator[tu
         for key, item in taken:
             if isinstance(key, bool) or not isinstance(key, (str, int)):  # a path one can type
                 continue
-            here = f"{path}[{key!r}]"
-            found.append((here, item))
+            found.append((f"{path}[{key!r}]", item, key))
     except Exception:  # a container of the user's that can't be read so: left as it is
         return
-    for here, item in found:
+    for here, item, key in found:
         if _is_keras(item):
-            yield here, item
+            yield here, item, value, key
         else:
             yield from _inside(item, here, depth + 1, budget)
 
@@ -270,13 +275,40 @@ def _inside(value: Any, path: str, depth: int, budget: list[int]) -> Iterator[tu
 def objects_at(namespace: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
     """The object at each of ``keys`` that is there now: a name's, or one at a path into a
     name's containers (each name walked once, however many of its paths are asked for)."""
+    return {key: value for key, (value, _, _) in _located(namespace, keys).items()}
+
+
+def put_in_place(namespace: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, str]:
+    """In the kernel: each path's object replaced by the value that came back for it (a layer
+    first built there), in the notebook's own list or dict; why not, by path."""
+    slots = _located(namespace, values)
+    failed = {}
+    for key, value in values.items():
+        if key not in slots:
+            failed[key] = "came back, but the notebook's container no longer holds it there"
+            continue
+        try:
+            _, container, step = slots[key]
+            container[step] = value
+        except Exception as exc:
+            failed[key] = f"came back, but could not be put in its place ({exc})"
+    return failed
+
+
+def is_path(key: str) -> bool:
+    return _root(key) != key
+
+
+def _located(namespace: Mapping[str, Any], keys: Iterable[str]) -> dict[str, tuple[Any, Any, Any]]:
+    """Each key's object now, with the container holding it and its step there (None, None: a
+    name's own value)."""
     wanted = list(keys)
-    found = {key: namespace[key] for key in wanted if key in namespace}
+    found = {key: (namespace[key], None, None) for key in wanted if key in namespace}
     paths = {key for key in wanted if key not in found}
-    roots = {_root(key) for key in paths if _root(key) in namespace}
-    for key, value in keras_objects(namespace, roots):
-        if key in paths:
-            found[key] = value
+    for root in {_root(key) for key in paths if _root(key) in namespace}:
+        for here, item, container, step in _inside(namespace[root], root, 1, [PATH_ITEMS]):
+            if here in paths:
+                found[here] = (item, container, step)
     return found
 
 

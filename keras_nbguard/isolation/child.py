@@ -170,7 +170,9 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
             shell.user_ns, state_before, job["outputs"] + by_code
         )
         back = list(dict.fromkeys(job["outputs"] + trained_here + by_code + built_here))
-        outputs, not_sent = _collect(shell.user_ns, back, result.result)
+        # (a layer built here inside the notebook's list or dict goes by its path)
+        in_place = changed_state.objects_at(shell.user_ns, built_here)
+        outputs, not_sent = _collect({**shell.user_ns, **in_place}, back, result.result)
         not_sent.update({**changed_state.counted_from_zero(unlike, outputs), **stayed})
         counts = changed_state.metric_state(shell.user_ns, [n for n in outputs if n != LAST])
         value_of = None if LAST in outputs else _name_of(result.result, shell.user_ns, outputs)
