@@ -319,7 +319,8 @@ def test_keras_objects_inside_the_notebooks_lists_and_dicts_change_as_after_a_pl
         "blocks = [keras.layers.Dense(4, name='block')]\n"
         "blocks[0].build((None, 8))\n"
         "unbuilt = (keras.layers.Dense(2, name='unbuilt'),)\n"
-        "heads = {'out': keras.layers.Dense(1, name='head')}\n"  # not built yet
+        "head = keras.layers.Dense(1, name='head')\n"  # not built yet
+        "heads = {'out': head, 'again': head}\n"
         "kept = trackers['loss']\n"  # another holder of the notebook's metric
         "logs = {}\n"
         "x, y = np.random.rand(64, 8), np.random.rand(64, 1)\n"
@@ -363,6 +364,7 @@ def test_keras_objects_inside_the_notebooks_lists_and_dicts_change_as_after_a_pl
     assert not ns["unbuilt"][0].built
     # built there inside a dict: it comes back whole, into its place in the notebook's dict
     assert ns["heads"] is heads and ns["heads"]["out"].built
+    assert ns["heads"]["again"] is ns["heads"]["out"]  # one layer at two paths stays one
     assert np.allclose(ns["heads"]["out"].kernel.numpy(), ns["model"].get_layer("head").kernel)
 
 
@@ -446,6 +448,16 @@ def test_keras_objects_are_found_by_the_paths_a_user_types_and_the_walk_is_bound
     wrong = ((("total", (2,), "float32"),), [np.zeros(2, "float32")])
     unset = changed_state.take_on(both, {"mean": wrong, "box['m']": wrong})
     assert sorted(unset) == ["box['m']", "mean"] and "its variables differ" in unset["box['m']"]
+    # layers built there, into their places: two paths to one place that came back as two
+    # layers put neither; one layer at two paths was sent once (aliases), put at both
+    box = {"l": layer}
+    places = {"box": box, "cfg": {"box": box}, "pair": [layer, layer]}
+    built, other = keras.layers.Dense(1), keras.layers.Dense(1)
+    refused = changed_state.put_in_place(places, {"box['l']": built, "cfg['box']['l']": other})
+    assert sorted(refused) == ["box['l']", "cfg['box']['l']"] and box["l"] is layer
+    assert changed_state.put_in_place(places, {"pair[0]": built, "pair[1]": built}) == {}
+    assert places["pair"] == [built, built]
+    assert changed_state.aliases({"a": built, "b": built, "c": other}) == {"b": "a"}
     said = changed_state.counted_from_zero(
         {"box['f1']": "its variables differ", "f1": "x"}, ["box"]
     )

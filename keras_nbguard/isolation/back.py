@@ -107,8 +107,13 @@ def received(
 
         publish_display_data(result["bundle"])
     placed = {key: bound.pop(key) for key in list(bound) if changed_state.is_path(key)}
+    for key, first in (result.get("same_as") or {}).items():
+        if first in placed:
+            placed[key] = placed[first]
     if namespace is not None:  # a layer built there in a list or dict: into its place here
         failed.update(changed_state.put_in_place(namespace, placed))
+    else:  # a sweep's point: its names are kept apart, the notebook's containers untouched
+        failed.update(dict.fromkeys(placed, "built there: a sweep leaves the notebook's as it was"))
     for key in failed:
         _restore(namespace, key, earlier.get(key), failed)
     failed.update(changed_state.counts_back(bound, result.get("metric_state") or {}))

@@ -280,19 +280,45 @@ def objects_at(namespace: Mapping[str, Any], keys: Iterable[str]) -> dict[str, A
 
 def put_in_place(namespace: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, str]:
     """In the kernel: each path's object replaced by the value that came back for it (a layer
-    first built there), in the notebook's own list or dict; why not, by path."""
+    first built there), in the notebook's own list or dict; why not, by path. Two paths to one
+    place (``heads['out']``, ``cfg['heads']['out']``: two copies there) that came back as two
+    objects put neither."""
     slots = _located(namespace, values)
+    by_slot: dict[tuple[int, Any], list[str]] = {}
+    for key in values:
+        if key in slots:
+            _, container, step = slots[key]
+            by_slot.setdefault((id(container), step), []).append(key)
     failed = {}
     for key, value in values.items():
         if key not in slots:
             failed[key] = "came back, but the notebook's container no longer holds it there"
             continue
+        _, container, step = slots[key]
+        others = [k for k in by_slot[(id(container), step)] if k != key]
+        if any(values[other] is not value for other in others):
+            failed[key] = (
+                f"came back built there as {', '.join(others)} too, apart: the notebook's is as "
+                f"it was"
+            )
+            continue
         try:
-            _, container, step = slots[key]
             container[step] = value
         except Exception as exc:
             failed[key] = f"came back, but could not be put in its place ({exc})"
     return failed
+
+
+def aliases(objects: Mapping[str, Any]) -> dict[str, str]:
+    """Each key whose object a key before it holds too, to that key: one object, sent once
+    (``heads['a']`` and ``heads['b']``, one layer, stay one layer)."""
+    first: dict[int, str] = {}
+    same = {}
+    for key, value in objects.items():
+        same_as = first.setdefault(id(value), key)
+        if same_as != key:
+            same[key] = same_as
+    return same
 
 
 def is_path(key: str) -> bool:

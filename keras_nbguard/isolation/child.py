@@ -170,12 +170,15 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
             shell.user_ns, state_before, job["outputs"] + by_code
         )
         back = list(dict.fromkeys(job["outputs"] + trained_here + by_code + built_here))
-        # (a layer built here inside the notebook's list or dict goes by its path)
+        # a layer built here inside the notebook's list or dict goes by its path, once
         in_place = changed_state.objects_at(shell.user_ns, built_here)
-        outputs, not_sent = _collect({**shell.user_ns, **in_place}, back, result.result)
+        same_as = changed_state.aliases(in_place)
+        back = [name for name in back if name not in same_as]
+        namespace = {**shell.user_ns, **in_place}
+        outputs, not_sent = _collect(namespace, back, result.result)
         not_sent.update({**changed_state.counted_from_zero(unlike, outputs), **stayed})
         counts = changed_state.metric_state(shell.user_ns, [n for n in outputs if n != LAST])
-        value_of = None if LAST in outputs else _name_of(result.result, shell.user_ns, outputs)
+        value_of = None if LAST in outputs else _name_of(result.result, namespace, outputs)
         sent_as_name = LAST in outputs or value_of is not None
         value, bundle = (None, None) if sent_as_name else _value(shell, result.result)
         outputs_seconds = time.perf_counter() - began
@@ -189,6 +192,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         "outputs": outputs,
         "not_sent": not_sent,
         "trained_back": [name for name in trained_here if name in outputs],
+        "same_as": same_as,  # paths to a layer that another path brings back
         "state": state,
         "metric_state": counts,  # of the metrics in "outputs", which pickle without them
         "value": value,
