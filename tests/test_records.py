@@ -296,3 +296,25 @@ def test_a_replaced_record_is_what_dataclasses_replace_makes_and_the_original_st
     )
     with pytest.raises(TypeError, match="no_such_field"):
         record.replaced(no_such_field=1)
+
+
+def test_the_traces_row_says_whether_one_function_retraced_or_several_traced_once():
+    """fit's and evaluate's steps (and a new model's) share a name: ``multi_step_on_iterator 4×``
+    read as retracing where four functions were each traced once (keras.io's knowledge
+    distillation: a Distiller's fit and evaluate, then a student's). The run's per-function
+    ``signatures`` say which it was."""
+
+    def row(traced, signatures):
+        record = make_record(traces=4, traced=traced, signatures=signatures)
+        return next(line for line in record.summary_text().splitlines() if "traces" in line)
+
+    steps = (("multi_step_on_iterator", 1),) * 3
+    assert "multi_step_on_iterator 4× (several functions, one input each)" in row(
+        (("multi_step_on_iterator", 4),), steps
+    )
+    retraced = (("step", 3), ("other", 1))
+    assert "step 3× (one function for 3 inputs), other 1×" in row(
+        (("step", 3), ("other", 1)), retraced
+    )
+    assert "step 4× (one function for 2 inputs)" in row((("step", 4),), (("step", 2),))
+    assert row((("step", 2),), ()).endswith("most: step 2×")  # a record from before: as it was

@@ -279,10 +279,24 @@ def fmt_traces(record: RunRecord) -> str:
         if record.dataset_traces and record.dataset_trace_seconds is not None:
             text += f" ({fmt_seconds(record.dataset_trace_seconds)})"
     if record.traced:  # what was traced: a strategy's many steady traces don't read as retracing
-        text += "; most: " + ", ".join(f"{name} {count}×" for name, count in record.traced)
+        text += "; most: " + ", ".join(
+            _traced(record, name, count) for name, count in record.traced
+        )
     if record.framework_traces:
         text += f"; {record.framework_traces} more of TensorFlow's own functions"
     return text
+
+
+def _traced(record: RunRecord, name: str, count: int) -> str:
+    """``multi_step_on_iterator 4×``, and whether that is one function traced again and again
+    or several of one name (fit's and evaluate's steps, a new model's), each for one input: the
+    run's ``signatures`` count each function's distinct inputs."""
+    most = max((n for each, n in record.signatures if each == name), default=0)
+    if count > 1 and most == 1:
+        return f"{name} {count}× (several functions, one input each)"
+    if 1 < most <= count:
+        return f"{name} {count}× (one function for {most} inputs)"
+    return f"{name} {count}×"
 
 
 def fmt_deltas(record: RunRecord) -> str:
