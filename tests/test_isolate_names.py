@@ -271,6 +271,7 @@ def test_a_metric_counts_on_from_the_notebooks_count_and_a_layer_built_there_com
         "seen = keras.metrics.Sum()\n"
         "seen.update_state(10.0)\n"
         "hidden = keras.layers.Dense(3, name='hidden')\n"  # not built yet
+        "held = {'h': hidden}\n"  # another holder, which the cell does not read
         "adam = keras.optimizers.Adam(0.01)\n"
         "x, y = np.random.rand(32, 4), np.random.rand(32, 1)\n"
         "f1 = keras.metrics.F1Score()\n"  # its variables are made on first use
@@ -293,7 +294,7 @@ def test_a_metric_counts_on_from_the_notebooks_count_and_a_layer_built_there_com
     ns = shell.user_ns
     assert ns["total"] == 15.0 and float(ns["seen"].result()) == 15.0
     assert float(ns["made"].result()) == 2.0
-    assert ns["hidden"].built
+    assert ns["hidden"].built and ns["held"]["h"] is ns["hidden"]  # built alike, in place
     assert np.allclose(ns["hidden"].kernel.numpy(), ns["model"].get_layer("hidden").kernel.numpy())
     (record,) = keras_nbguard.runs("counted")
     assert (
@@ -365,6 +366,7 @@ def test_keras_objects_inside_the_notebooks_lists_and_dicts_change_as_after_a_pl
     # built there inside a dict: it comes back whole, into its place in the notebook's dict
     assert ns["heads"] is heads and ns["heads"]["out"].built
     assert ns["heads"]["again"] is ns["heads"]["out"]  # one layer at two paths stays one
+    assert ns["head"] is ns["heads"]["out"]  # the notebook's own layer, built as it was there
     assert np.allclose(ns["heads"]["out"].kernel.numpy(), ns["model"].get_layer("head").kernel)
 
 

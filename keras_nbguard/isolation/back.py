@@ -107,6 +107,8 @@ def received(
 
         publish_display_data(result["bundle"])
     placed = {key: bound.pop(key) for key in list(bound) if changed_state.is_path(key)}
+    if namespace is not None:  # the notebook's own layer built alike: its holders see it
+        _built_alike(namespace, result.get("built_here") or (), earlier, bound, placed)
     for key, first in (result.get("same_as") or {}).items():
         if first in placed:
             placed[key] = placed[first]
@@ -213,6 +215,25 @@ def _make_room(
             release()  # reports it: session/live_models.py)
         gc.collect()  # a model sits in cycles: freed by a collection
     return gone
+
+
+def _built_alike(
+    namespace: MutableMapping[str, Any],
+    keys: Any,
+    earlier: dict[str, weakref.ref[Any]],
+    bound: dict[str, Any],
+    placed: dict[str, Any],
+) -> None:
+    """Each layer first built there (a name's, or one at a path in a list or dict) that came
+    back: the notebook's own object, if something still holds it, built as it was there and
+    given its weights, stands in for the copy (``changed_state.built_like``)."""
+    here = changed_state.objects_at(namespace, [k for k in keys if changed_state.is_path(k)])
+    for key in keys:
+        came = placed if changed_state.is_path(key) else bound
+        ref = earlier.get(key)
+        own = here.get(key) if changed_state.is_path(key) else (ref() if ref else None)
+        if key in came and own is not None and changed_state.built_like(own, came[key]):
+            came[key] = own
 
 
 def _restore(

@@ -18,7 +18,9 @@ The same holds inside the lists, tuples and dicts a name holds (``trackers = {"l
 keras.metrics.Mean()}``, ``blocks = [layers.Dense(8)]``): each Keras object there goes by the
 path a user would type (``trackers['loss']``), found the same way here and there. A container
 the cell changes goes back whole, its metrics' counts beside it; a layer first built there
-goes back whole, into its place in the notebook's list or dict (a tuple's stays, said). A
+goes back whole, and the notebook's own layer is built as it was there and takes its weights
+(``built_like``; else the copy goes into its place in the notebook's list or dict; a tuple's
+stays, said). A
 path holding another object after the cell, and one object whose copies under two keys changed
 differently, take nothing.
 
@@ -307,6 +309,22 @@ def put_in_place(namespace: Mapping[str, Any], values: Mapping[str, Any]) -> dic
         except Exception as exc:
             failed[key] = f"came back, but could not be put in its place ({exc})"
     return failed
+
+
+def built_like(target: Any, built: Any) -> bool:
+    """In the kernel: the notebook's own unbuilt layer ``target`` built as its copy ``built``
+    was there, with the weights it has now, so that whatever holds it sees it built and
+    trained, as after a plain run. False where it can't be (another class, built already, a
+    build Keras can't repeat from its config): the copy that came back is used instead."""
+    try:
+        if type(target) is not type(built) or target.built or not built.built:
+            return False
+        variables = variables_of(built) or []
+        state = signature(variables), [variable.numpy() for variable in variables]
+        target.build_from_config(built.get_build_config())
+    except Exception:
+        return False
+    return _assign(target, *state) == ""
 
 
 def aliases(objects: Mapping[str, Any]) -> dict[str, str]:

@@ -193,6 +193,7 @@ def run_job(job: dict[str, Any], send: Send, shell: Any = None) -> dict[str, Any
         "not_sent": not_sent,
         "trained_back": [name for name in trained_here if name in outputs],
         "same_as": same_as,  # paths to a layer that another path brings back
+        "built_here": built_here,  # layers first built here: the kernel's own built alike
         "state": state,
         "metric_state": counts,  # of the metrics in "outputs", which pickle without them
         "value": value,
