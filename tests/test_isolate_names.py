@@ -467,6 +467,46 @@ def test_keras_objects_are_found_by_the_paths_a_user_types_and_the_walk_is_bound
     assert said["f1"].endswith("the notebook's keeps its own")
 
 
+def test_a_layer_built_there_is_the_notebooks_own_where_its_build_can_be_repeated(shell):
+    """The notebook's own layer, built alike in the kernel, stands in for the copy that came
+    back (what else holds it sees it built and trained, as after a plain run), the cell's value
+    too (``Out[n] is hidden``); a layer of layers with a build() of its own as well."""
+    setup = (
+        "import numpy as np, keras\n"
+        "hidden = keras.layers.Dense(3, name='hidden')\n"
+        "alias = hidden\n"
+        "class Block(keras.layers.Layer):\n"
+        "    def __init__(self, **kwargs):\n"
+        "        super().__init__(**kwargs)\n"
+        "        self.inner = keras.layers.Dense(2)\n"
+        "    def build(self, input_shape):\n"
+        "        self.inner.build(input_shape)\n"
+        "    def call(self, x):\n"
+        "        return self.inner(x)\n"
+        "block = Block(name='block')\n"
+        "also = block\n"
+        "x, y = np.random.rand(32, 4), np.random.rand(32, 1)\n"
+    )
+    assert run(shell, setup).success
+    cell = (
+        "%%kerasrun --isolate --label alike --quiet\n"
+        "model = keras.Sequential([keras.Input((4,)), hidden, block, keras.layers.Dense(1)])\n"
+        "model.compile(optimizer='adam', loss='mse')\n"
+        "model.fit(x, y, epochs=1, verbose=0)\n"
+        "hidden\n"
+    )
+    with capture_output() as shown:
+        _ran(shell, cell)
+    ns = shell.user_ns
+    assert ns["alias"] is ns["hidden"] and ns["hidden"].built and ns["_"] is ns["hidden"]
+    trained = ns["model"].get_layer("hidden").kernel.numpy()
+    assert np.allclose(ns["hidden"].kernel.numpy(), trained)
+    assert ns["also"] is ns["block"] and ns["block"].inner.built
+    inner = ns["model"].get_layer("block").inner.kernel.numpy()
+    assert np.allclose(ns["block"].inner.kernel.numpy(), inner)
+    assert "build()" not in shown.stdout + shown.stderr  # no Keras note on a build here
+
+
 def test_a_function_inside_a_value_sent_reads_the_childs_names_and_its_changes_come_back(shell):
     """``keras.callbacks.LambdaCallback(on_epoch_end=log_epoch)`` made in a setup cell, with
     ``log_epoch`` appending to the notebook's ``losses``: pickled with the callback, the function

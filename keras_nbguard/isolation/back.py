@@ -107,8 +107,11 @@ def received(
 
         publish_display_data(result["bundle"])
     placed = {key: bound.pop(key) for key in list(bound) if changed_state.is_path(key)}
-    if namespace is not None:  # the notebook's own layer built alike: its holders see it
+    half_built = (  # the notebook's own layer built alike: its holders see it
         _built_alike(namespace, result.get("built_here") or (), earlier, bound, placed)
+        if namespace is not None
+        else {}
+    )
     for key, first in (result.get("same_as") or {}).items():
         if first in placed:
             placed[key] = placed[first]
@@ -118,6 +121,7 @@ def received(
         failed.update(dict.fromkeys(placed, "built there: a sweep leaves the notebook's as it was"))
     for key in failed:
         _restore(namespace, key, earlier.get(key), failed)
+    failed.update(half_built)  # (not restored: the name holds the copy, which loaded)
     failed.update(changed_state.counts_back(bound, result.get("metric_state") or {}))
     states = result.get("state") or {}
     if namespace is not None and states:  # a metric, a layer: changed in place, as plainly
@@ -223,17 +227,31 @@ def _built_alike(
     earlier: dict[str, weakref.ref[Any]],
     bound: dict[str, Any],
     placed: dict[str, Any],
-) -> None:
+) -> dict[str, str]:
     """Each layer first built there (a name's, or one at a path in a list or dict) that came
     back: the notebook's own object, if something still holds it, built as it was there and
-    given its weights, stands in for the copy (``changed_state.built_like``)."""
+    given its weights, stands in for the copy (``changed_state.built_like``), the cell's value
+    too. Returns why, by key, where the notebook's was built but could not take the weights."""
     here = changed_state.objects_at(namespace, [k for k in keys if changed_state.is_path(k)])
+    half_built = {}
     for key in keys:
         came = placed if changed_state.is_path(key) else bound
         ref = earlier.get(key)
         own = here.get(key) if changed_state.is_path(key) else (ref() if ref else None)
-        if key in came and own is not None and changed_state.built_like(own, came[key]):
+        if key not in came or own is None:
+            continue
+        copy = came[key]
+        why = changed_state.built_like(own, copy)
+        if why == "":
             came[key] = own
+            if bound.get(LAST) is copy:  # a cell ending in the layer: Out[n] is the name's
+                bound[LAST] = own
+        elif why is not None:
+            half_built[key] = (
+                f"built here as there, but {why}: the notebook's own layer, where else it is "
+                f"held, is built and untrained; {key} holds the copy that came back"
+            )
+    return half_built
 
 
 def _restore(

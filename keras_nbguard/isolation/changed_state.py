@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import warnings
 import weakref
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
@@ -311,20 +312,31 @@ def put_in_place(namespace: Mapping[str, Any], values: Mapping[str, Any]) -> dic
     return failed
 
 
-def built_like(target: Any, built: Any) -> bool:
+def built_like(target: Any, built: Any) -> str | None:
     """In the kernel: the notebook's own unbuilt layer ``target`` built as its copy ``built``
     was there, with the weights it has now, so that whatever holds it sees it built and
-    trained, as after a plain run. False where it can't be (another class, built already, a
-    build Keras can't repeat from its config): the copy that came back is used instead."""
+    trained, as after a plain run: "" when done. None where it isn't tried (another class,
+    built already, a layer of layers without a build() of its own, which Keras' build can't
+    repeat): the copy that came back is used, as before. Else why its weights could not be
+    set on it, built."""
     try:
         if type(target) is not type(built) or target.built or not built.built:
-            return False
+            return None
+        base: Any = next(cls for cls in type(built).__mro__ if cls.__name__ == "Layer")
+        layers = built._flatten_layers(include_self=False, recursive=False)
+        if type(built).build is base.build and next(iter(layers), None) is not None:
+            return None  # no build() of its own: its sublayers are built by its call
         variables = variables_of(built) or []
         state = signature(variables), [variable.numpy() for variable in variables]
-        target.build_from_config(built.get_build_config())
+        with warnings.catch_warnings():  # (Keras' notes on a build are not the user's)
+            warnings.simplefilter("ignore")
+            target.build_from_config(built.get_build_config())
     except Exception:
-        return False
-    return _assign(target, *state) == ""
+        return None
+    why = _assign(target, *state)
+    if not why and not target.built:  # tf_keras: a build() that skips super().build()
+        target.built = True
+    return why
 
 
 def aliases(objects: Mapping[str, Any]) -> dict[str, str]:
