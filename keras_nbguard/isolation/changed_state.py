@@ -19,8 +19,8 @@ keras.metrics.Mean()}``, ``blocks = [layers.Dense(8)]``): each Keras object ther
 path a user would type (``trackers['loss']``), found the same way here and there. A container
 the cell changes goes back whole, its metrics' counts beside it; a layer first built there
 goes back whole, and the notebook's own layer is built as it was there and takes its weights
-(``built_like``; else the copy goes into its place in the notebook's list or dict; a tuple's
-stays, said). A
+(``built_like``; else the copy goes into its place in the notebook's list or dict, and one a
+tuple holds stays, said). A
 path holding another object after the cell, and one object whose copies under two keys changed
 differently, take nothing.
 
@@ -183,13 +183,8 @@ def changed(
             if now == was:
                 if checksum(variables) != crc:
                     values[name] = (now, [variable.numpy() for variable in variables])
-            elif _is_layer(value) and isinstance(located[name][1], (type(None), list, dict)):
-                whole.append(name)  # a name's, or put in its place in the list or dict here
-            elif _is_layer(value):  # inside a tuple the notebook keeps as it is
-                stay[name] = (
-                    f"it was built there, in the cell: the notebook's {type(value).__name__} "
-                    f"is as it was (a tuple holds it)"
-                )
+            elif _is_layer(value):  # the kernel builds its own alike (or takes this one)
+                whole.append(name)
             else:
                 stay[name] = (  # an optimizer built for the cell's model, a lazy metric
                     f"its variables were made there, in the cell: the notebook's "
@@ -306,8 +301,9 @@ def put_in_place(namespace: Mapping[str, Any], values: Mapping[str, Any]) -> dic
             )
             continue
         try:
-            container[step] = value
-        except Exception as exc:
+            if container[step] is not value:  # (the notebook's own, built alike: there already)
+                container[step] = value
+        except Exception as exc:  # a tuple's
             failed[key] = f"came back, but could not be put in its place ({exc})"
     return failed
 
