@@ -19,9 +19,11 @@ magic trims at the start of each run, so its own readings are these); glibc's he
 TensorFlow's CPU pool's peak (oneDNN on: what the pool keeps for good); the fit time (the
 RunRecord's ``fit_seconds``; bare: ``Model.fit`` timed by a wrapper installed after the setup
 cell); the record's findings lines and ``keras_nbguard.diagnose(label)``; live top-level Keras
-models and how many of them were first seen after an earlier run (models of earlier runs still
-alive after gc; those of the setup cell are not counted). A failed cell is recorded with its
-error text (an ``--isolate`` refusal included) and the loop goes on.
+models and how many of them belong to an earlier run: first seen after it, and not trained
+since (models of earlier runs still alive after gc; those of the setup cell are not counted; a
+model an earlier run made that this run trained is this run's: keras.io's timeseries
+classification trains, each run, the model the run before it loaded). A failed cell is
+recorded with its error text (an ``--isolate`` refusal included) and the loop goes on.
 """
 
 from __future__ import annotations
@@ -157,7 +159,8 @@ def run_example(
         return seen
     model_class = _model_class(keras)
     fit_timer = _FitTimer(model_class) if mode == "bare" else None
-    born: dict[int, tuple[Any, int]] = {}  # id -> (weakref, the run after which it was first seen)
+    # id -> (weakref, the last run after which it was first seen or found trained, its training)
+    born: dict[int, tuple[Any, int, Any]] = {}
     gc.collect()
     _note_models(model_class, born, 0)
     seen["rss_after_setup"] = process.memory_info().rss
@@ -276,8 +279,9 @@ def _model_class(keras: str) -> Any:
     return sys.modules[package].Model
 
 
-def _note_models(model_class: Any, born: dict[int, tuple[Any, int]], n: int) -> list[int]:
-    """The ids of live top-level models; those not seen before are noted as born after run n."""
+def _note_models(model_class: Any, born: dict[int, tuple[Any, int, Any]], n: int) -> list[int]:
+    """The ids of live top-level models; those not seen before, or trained since last seen, are
+    noted as run n's."""
     import gc
     import weakref
 
@@ -287,11 +291,21 @@ def _note_models(model_class: Any, born: dict[int, tuple[Any, int]], n: int) -> 
     for m in models:
         if id(m) in inner:
             continue
-        known = born.get(id(m))
-        if known is None or known[0]() is not m:
-            born[id(m)] = (weakref.ref(m), n)
+        known, trained = born.get(id(m)), _training(m)
+        if known is None or known[0]() is not m or known[2] != trained:
+            born[id(m)] = (weakref.ref(m), n, trained)
         alive.append(id(m))
     return alive
+
+
+def _training(model: Any) -> tuple[int, int] | None:
+    """Where the model's training stands: its optimizer and that optimizer's step count (a fit,
+    or a compile's new optimizer, changes it); None before any compile."""
+    optimizer = getattr(model, "optimizer", None)
+    try:
+        return (id(optimizer), int(optimizer.iterations)) if optimizer is not None else None
+    except Exception:  # not built yet, or an optimizer of another kind
+        return (id(optimizer), -1)
 
 
 def _record_of(label: str) -> dict[str, Any]:
