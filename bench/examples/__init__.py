@@ -41,6 +41,8 @@ MODULES = (
     "vit",
     "knowledge_distillation",
     "saving",
+    "timeseries_classification",
+    "collaborative_filtering",
 )
 
 
