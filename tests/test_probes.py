@@ -199,6 +199,9 @@ def test_a_model_fit_again_by_the_latest_run_is_current(ip):
     registry.note_run("mlp", 2, [ip.user_ns["model"]])  # the next run fit it again
     leak = by_name(find_leaks(shell=ip, registry=registry), "reused")
     assert not leak.stale and leak.run_number == 1 and leak.last_run_number == 2
+    # said where the list shows it: made by #1, and #2 trained it (not an old run's model)
+    assert leak.run_words() == "'mlp' #1, fit in #2"
+    assert "'mlp' #1, fit in #2)" in "\n".join(find_leaks(shell=ip, registry=registry).lines())
 
 
 def test_leaks_hold_no_model_and_the_registry_is_weak(ip):

@@ -20,7 +20,7 @@ def model_lines(report: Any) -> list[str]:
     flagged: the ones "Free flagged models" frees."""
     lines = []
     for leak in report.leaks:
-        run = f"{leak.run_label} #{leak.run_number}" if leak.run_label else "no tracked run"
+        run = leak.run_words(quoted=False)
         paths = ", ".join(leak.paths[:4]) + (" …" if len(leak.paths) > 4 else "")
         shared = f", all in {leak.weights_in} too" if leak.weights_in else ""
         lines.append(

@@ -46,6 +46,16 @@ class Leak:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def run_words(self, quoted: bool = True) -> str:
+        """Which run made it, and the later one that fit it again where there is one: keras.io's
+        timeseries classification trains, each run, the model the run before it loaded."""
+        if not self.run_label:
+            return "no tracked run"
+        label = repr(self.run_label) if quoted else self.run_label
+        made, fit = self.run_number, self.last_run_number
+        again = f", fit in #{fit}" if fit is not None and made is not None and fit > made else ""
+        return f"{label} #{made}{again}"
+
 
 @dataclass(frozen=True)
 class LeakReport:
@@ -89,7 +99,7 @@ class LeakReport:
         ]
 
         def sized(leak: Leak) -> str:
-            run = f"{leak.run_label!r} #{leak.run_number}" if leak.run_label else "no tracked run"
+            run = leak.run_words()
             opt = f" + {fmt_size(leak.optimizer_bytes)} optimizer" if leak.optimizer_bytes else ""
             shared = f", all in {leak.weights_in} too" if leak.weights_in else ""
             return f"({leak.class_name}, {fmt_size(leak.weight_bytes)} weights{opt}{shared}, {run})"
