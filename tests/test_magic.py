@@ -42,6 +42,31 @@ def test_five_runs_are_recorded_with_fit_figures(keras_shell):
     assert records[4].previous_run == 4 and records[4].delta_fit_seconds is not None
 
 
+DICT_CELL = """%%kerasrun --label dict
+a, b = keras.Input((8,), name="a"), keras.Input((8,), name="b")
+two = keras.Model([a, b], keras.layers.Dense(1)(keras.layers.Concatenate()([a, b])))
+two.compile("adam", "mse")
+two.fit({"a": x, "b": x}, y, epochs=1, verbose=0)
+two.fit([x, x], y, epochs=1, steps_per_epoch=4, verbose=0)
+two.fit((x, x), y, epochs=1, steps_per_epoch=5, validation_split=0.25, verbose=0)
+"""
+
+
+@pytest.mark.slow
+def test_a_fit_on_several_arrays_without_a_batch_size_has_the_batch_keras_chose(keras_shell):
+    """keras.io's endpoint layer pattern fits on a dict of three arrays, no ``batch_size``:
+    Keras slices them 32 at a time, as it does one array. The summary said "batch set by your
+    input", as for a pipeline that batches itself. With ``steps_per_epoch``, Keras divides the
+    samples it trains on by the steps."""
+    with capture_output() as shown:
+        assert run(keras_shell, DICT_CELL).success
+    record = keras_nbguard.runs("dict")[-1]
+    assert [f.batch_size for f in record.fits] == [32, 64, 39]  # 256/4; ceil(192/5)
+    assert [f.steps for f in record.fits] == [8, 4, 5]  # what Keras ran, each at that size
+    summary = plain("".join(o.data.get("text/plain", "") for o in shown.outputs))
+    assert "set by your input" not in summary and "batch 32" in summary, summary
+
+
 PAIR_CELL = """%%kerasrun --label pair
 a, b = keras.Input((4,)), keras.Input((4,))
 pair = keras.Model([a, b], keras.layers.Add()([a, b]))

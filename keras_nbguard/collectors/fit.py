@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import math
 import sys
 import time
 import weakref
@@ -335,14 +336,44 @@ def _signature(function: Callable[..., Any]) -> inspect.Signature:
 
 
 def _batch_size(arguments: dict[str, Any]) -> int | None:
-    """The batch size fit will use: the argument, Keras' default for arrays, None if unknown."""
+    """The batch size fit will use: the argument; for arrays (or dicts, lists and tuples of
+    them: several inputs), Keras' own choice (the samples over ``steps_per_epoch`` where that is
+    given, else 32); a pipeline's ``batch()``; None if unknown."""
     size = arguments.get("batch_size")
     if size is not None:
         return int(size)
     x = arguments.get("x")
-    if x is not None and hasattr(x, "shape") and hasattr(x, "__len__"):
-        return KERAS_DEFAULT_BATCH_SIZE  # arrays; datasets and generators batch themselves
-    return _dataset_batch_size(x)
+    arrays = _arrays_in(x)
+    if not arrays:  # datasets and generators batch themselves
+        return _dataset_batch_size(x)
+    steps = arguments.get("steps_per_epoch")
+    if not isinstance(steps, int) or steps <= 0:
+        return KERAS_DEFAULT_BATCH_SIZE
+    try:
+        samples = len(arrays[0])
+    except TypeError:  # no length after all
+        return None
+    split = arguments.get("validation_split")
+    if isinstance(split, float) and 0 < split < 1:  # fit trains on the first part only
+        samples = math.ceil(samples * (1 - split))
+    return math.ceil(samples / steps)
+
+
+def _arrays_in(x: Any, depth: int = 2) -> list[Any]:
+    """The arrays ``x`` is made of, where it is an array or a dict, list or tuple of them (a
+    model of several inputs); [] for anything else (keras.io's endpoint layer pattern fits on a
+    dict of three arrays)."""
+    if hasattr(x, "shape") and hasattr(x, "__len__"):
+        return [x]
+    if depth == 0 or not isinstance(x, (dict, list, tuple)) or not x:
+        return []
+    found = []
+    for item in x.values() if isinstance(x, dict) else x:
+        arrays = _arrays_in(item, depth - 1)
+        if not arrays:
+            return []
+        found += arrays
+    return found
 
 
 def _dataset_batch_size(dataset: Any) -> int | None:
