@@ -43,6 +43,8 @@ MODULES = (
     "saving",
     "timeseries_classification",
     "collaborative_filtering",
+    "siamese_contrastive",
+    "endpoint_layer",
 )
 
 
