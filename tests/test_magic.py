@@ -48,7 +48,10 @@ two = keras.Model([a, b], keras.layers.Dense(1)(keras.layers.Concatenate()([a, b
 two.compile("adam", "mse")
 two.fit({"a": x, "b": x}, y, epochs=1, verbose=0)
 two.fit([x, x], y, epochs=1, steps_per_epoch=4, verbose=0)
-two.fit((x, x), y, epochs=1, steps_per_epoch=5, validation_split=0.25, verbose=0)
+two.fit((x, x), y, epochs=1, steps_per_epoch=5, validation_split=0.1, verbose=0)
+two.fit([x, x], y, epochs=1, steps_per_epoch=4, validation_split=0.5,
+        validation_data=([x, x], y), verbose=0)
+two.evaluate({"a": x, "b": x}, y, steps=2, verbose=0)
 """
 
 
@@ -57,12 +60,14 @@ def test_a_fit_on_several_arrays_without_a_batch_size_has_the_batch_keras_chose(
     """keras.io's endpoint layer pattern fits on a dict of three arrays, no ``batch_size``:
     Keras slices them 32 at a time, as it does one array. The summary said "batch set by your
     input", as for a pipeline that batches itself. With ``steps_per_epoch``, Keras divides the
-    samples it trains on by the steps."""
+    samples it trains on by the steps (``steps`` for evaluate and predict)."""
     with capture_output() as shown:
         assert run(keras_shell, DICT_CELL).success
     record = keras_nbguard.runs("dict")[-1]
-    assert [f.batch_size for f in record.fits] == [32, 64, 39]  # 256/4; ceil(192/5)
-    assert [f.steps for f in record.fits] == [8, 4, 5]  # what Keras ran, each at that size
+    # 256/4; Keras trains on floor(256 x 0.9) = 230: ceil(230/5); no split with validation_data
+    assert [f.batch_size for f in record.fits] == [32, 64, 46, 64]
+    assert [f.steps for f in record.fits] == [8, 4, 5, 4]  # what Keras ran, each at that size
+    assert [i.batch_size for i in record.inference] == [128]  # evaluate's steps=2
     summary = plain("".join(o.data.get("text/plain", "") for o in shown.outputs))
     assert "set by your input" not in summary and "batch 32" in summary, summary
 

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import operator
 import sys
 import time
 import weakref
@@ -336,34 +337,41 @@ def _signature(function: Callable[..., Any]) -> inspect.Signature:
 
 
 def _batch_size(arguments: dict[str, Any]) -> int | None:
-    """The batch size fit will use: the argument; for arrays (or dicts, lists and tuples of
-    them: several inputs), Keras' own choice (the samples over ``steps_per_epoch`` where that is
-    given, else 32); a pipeline's ``batch()``; None if unknown."""
-    size = arguments.get("batch_size")
-    if size is not None:
-        return int(size)
-    x = arguments.get("x")
-    arrays = _arrays_in(x)
-    if not arrays:  # datasets and generators batch themselves
-        return _dataset_batch_size(x)
-    steps = arguments.get("steps_per_epoch")
-    if not isinstance(steps, int) or steps <= 0:
-        return KERAS_DEFAULT_BATCH_SIZE
+    """The batch size a fit, evaluate or predict will use: the argument; for arrays (or dicts,
+    lists and tuples of them: several inputs), Keras' own choice (the samples over the steps
+    where ``steps_per_epoch`` or ``steps`` is given, else 32); a pipeline's ``batch()``; None
+    if unknown. Never raises: it runs inside the user's call."""
     try:
-        samples = len(arrays[0])
-    except TypeError:  # no length after all
+        size = arguments.get("batch_size")
+        if size is not None:
+            return int(size)
+        x = arguments.get("x")
+        arrays = _arrays_in(x)
+        if not arrays:  # datasets and generators batch themselves
+            return _dataset_batch_size(x)
+        steps = arguments.get("steps_per_epoch", arguments.get("steps"))
+        if steps is None:
+            return KERAS_DEFAULT_BATCH_SIZE
+        return math.ceil(_samples_trained(arrays[0], arguments) / operator.index(steps))
+    except Exception:  # an odd input of the user's: the figure is unknown, the call goes on
         return None
+
+
+def _samples_trained(array: Any, arguments: dict[str, Any]) -> int:
+    """The samples Keras slices into the steps: all of them, or the part before
+    ``validation_split`` where it splits them off (not when ``validation_data`` is given)."""
+    samples = int(array.shape[0])
     split = arguments.get("validation_split")
-    if isinstance(split, float) and 0 < split < 1:  # fit trains on the first part only
-        samples = math.ceil(samples * (1 - split))
-    return math.ceil(samples / steps)
+    if split and arguments.get("validation_data") is None:
+        samples = math.floor(samples * (1.0 - float(split)))  # Keras' own rounding
+    return samples
 
 
 def _arrays_in(x: Any, depth: int = 2) -> list[Any]:
-    """The arrays ``x`` is made of, where it is an array or a dict, list or tuple of them (a
-    model of several inputs); [] for anything else (keras.io's endpoint layer pattern fits on a
-    dict of three arrays)."""
-    if hasattr(x, "shape") and hasattr(x, "__len__"):
+    """The arrays ``x`` is made of, where it is an array (a first dimension: NumPy, a tensor, a
+    DataFrame) or a dict, list or tuple of them (a model of several inputs: keras.io's endpoint
+    layer pattern fits on a dict of three arrays); [] for anything else."""
+    if len(getattr(x, "shape", ())) >= 1:
         return [x]
     if depth == 0 or not isinstance(x, (dict, list, tuple)) or not x:
         return []
