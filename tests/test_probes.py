@@ -200,8 +200,17 @@ def test_a_model_fit_again_by_the_latest_run_is_current(ip):
     leak = by_name(find_leaks(shell=ip, registry=registry), "reused")
     assert not leak.stale and leak.run_number == 1 and leak.last_run_number == 2
     # said where the list shows it: made by #1, and #2 trained it (not an old run's model)
-    assert leak.run_words() == "'mlp' #1, fit in #2"
-    assert "'mlp' #1, fit in #2)" in "\n".join(find_leaks(shell=ip, registry=registry).lines())
+    assert leak.run_words() == "'mlp' #1, used by #2"
+    assert "'mlp' #1, used by #2)" in "\n".join(find_leaks(shell=ip, registry=registry).lines())
+    # used by a run of another label: named; a history reset's #1 again: still a later run
+    registry.note_run("train", 5, [ip.user_ns["model"]])
+    assert by_name(find_leaks(shell=ip, registry=registry), "reused").run_words() == (
+        "'mlp' #1, used by 'train' #5"
+    )
+    registry.note_run("mlp", 1, [ip.user_ns["model"]])
+    assert by_name(find_leaks(shell=ip, registry=registry), "reused").run_words() == (
+        "'mlp' #1, used by #1"
+    )
 
 
 def test_leaks_hold_no_model_and_the_registry_is_weak(ip):

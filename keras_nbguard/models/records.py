@@ -39,22 +39,22 @@ class Leak:
     holder: str | None = None  # what holds it directly on ``path``, e.g. "list", "closure ..."
     holder_type: str | None = None
     inside: str | None = None  # the model it lives in, when every path goes through that model
-    last_run_number: int | None = None  # the latest run of ``run_label``'s kind that fit it
+    last_run_number: int | None = None  # the latest run that fit, built or reused it
     held_as: str | None = None  # in words, when a path is no plain attribute: a layer's node
     weights_in: str | None = None  # another live model that holds every weight of this one
+    used_by: str | None = None  # that run, where it is not the one that made it: "#3", "'b' #1"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def run_words(self, quoted: bool = True) -> str:
-        """Which run made it, and the later one that fit it again where there is one: keras.io's
+        """Which run made it, and the later one that used it where there is one: keras.io's
         timeseries classification trains, each run, the model the run before it loaded."""
         if not self.run_label:
             return "no tracked run"
         label = repr(self.run_label) if quoted else self.run_label
-        made, fit = self.run_number, self.last_run_number
-        again = f", fit in #{fit}" if fit is not None and made is not None and fit > made else ""
-        return f"{label} #{made}{again}"
+        later = f", used by {self.used_by}" if self.used_by else ""
+        return f"{label} #{self.run_number}{later}"
 
 
 @dataclass(frozen=True)

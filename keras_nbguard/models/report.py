@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from keras_nbguard.models.records import Leak, LeakReport
-from keras_nbguard.models.registry import ModelRegistry
+from keras_nbguard.models.registry import ModelRegistry, RunRef
 from keras_nbguard.models.stale_nodes import node_words, untracked
 from keras_nbguard.models.walk import Probe
 
@@ -203,7 +203,20 @@ def _leak(
         holder_type=holder_type,
         inside=inside,
         last_run_number=last.run_number if last else None,
+        used_by=_used_by(origin, last),
         held_as=held_as,
+    )
+
+
+def _used_by(origin: RunRef | None, last: RunRef | None) -> str | None:
+    """The run that last fit, built or reused the model, where another than the one that made
+    it (run ids tell runs apart: numbers repeat after a reset); its label where it differs."""
+    if origin is None or last is None or last == origin:
+        return None
+    return (
+        f"#{last.run_number}"
+        if last.label == origin.label
+        else f"{last.label!r} #{last.run_number}"
     )
 
 
