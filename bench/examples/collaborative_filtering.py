@@ -3,8 +3,9 @@
 MovieLens ratings prepared with pandas in the setup cell; the training cell, re-run, builds,
 compiles and fits a new model, then recommends ten movies to a random user with ``predict``
 (the example's "Show top 10 movie recommendations" cell, joined to the training one). Synthetic
-ratings of MovieLens' small set's shape (610 users, 9,724 movies, half-star ratings), 20,000
-of them instead of 100,836; the movie titles a generated table; no download, no plots."""
+ratings of MovieLens' small set's shape (610 users, 9,724 movies, half-star ratings), 6,000 of
+them instead of 100,836, so the embeddings cover the ~4,500 movies rated (the example builds
+them on the movies rated); the movie titles a generated table; no download, no plots."""
 
 from __future__ import annotations
 

@@ -19,10 +19,10 @@ magic trims at the start of each run, so its own readings are these); glibc's he
 TensorFlow's CPU pool's peak (oneDNN on: what the pool keeps for good); the fit time (the
 RunRecord's ``fit_seconds``; bare: ``Model.fit`` timed by a wrapper installed after the setup
 cell); the record's findings lines and ``keras_nbguard.diagnose(label)``; live top-level Keras
-models and how many of them belong to an earlier run: first seen after it, and not trained
-since (models of earlier runs still alive after gc; those of the setup cell are not counted; a
-model an earlier run made that this run trained is this run's: keras.io's timeseries
-classification trains, each run, the model the run before it loaded). A failed cell is
+models and how many of them belong to an earlier run: first seen after it, and their weights
+unchanged since (models of earlier runs still alive after gc; those of the setup cell are not
+counted; a model an earlier run made that this run trained is this run's: keras.io's
+timeseries classification trains, each run, the model the run before it loaded). A failed cell is
 recorded with its error text (an ``--isolate`` refusal included) and the loop goes on.
 """
 
@@ -159,7 +159,7 @@ def run_example(
         return seen
     model_class = _model_class(keras)
     fit_timer = _FitTimer(model_class) if mode == "bare" else None
-    # id -> (weakref, the last run after which it was first seen or found trained, its training)
+    # id -> (weakref, the last run after which it was first seen or found trained, its weights)
     born: dict[int, tuple[Any, int, Any]] = {}
     gc.collect()
     _note_models(model_class, born, 0)
@@ -280,7 +280,7 @@ def _model_class(keras: str) -> Any:
 
 
 def _note_models(model_class: Any, born: dict[int, tuple[Any, int, Any]], n: int) -> list[int]:
-    """The ids of live top-level models; those not seen before, or trained since last seen, are
+    """The ids of live top-level models; those not seen before, or whose weights changed since, are
     noted as run n's."""
     import gc
     import weakref
@@ -291,21 +291,22 @@ def _note_models(model_class: Any, born: dict[int, tuple[Any, int, Any]], n: int
     for m in models:
         if id(m) in inner:
             continue
-        known, trained = born.get(id(m)), _training(m)
-        if known is None or known[0]() is not m or known[2] != trained:
-            born[id(m)] = (weakref.ref(m), n, trained)
+        known, weights = born.get(id(m)), _weights_mark(m)
+        if known is None or known[0]() is not m or known[2] != weights:
+            born[id(m)] = (weakref.ref(m), n, weights)
         alive.append(id(m))
     return alive
 
 
-def _training(model: Any) -> tuple[int, int] | None:
-    """Where the model's training stands: its optimizer and that optimizer's step count (a fit,
-    or a compile's new optimizer, changes it); None before any compile."""
-    optimizer = getattr(model, "optimizer", None)
+def _weights_mark(model: Any) -> int | None:
+    """A fingerprint of the model's weights: a run that trains it changes them (a fit, or a
+    loop of its own); a model that only shares an optimizer or is compiled again keeps them."""
+    import numpy as np
+
     try:
-        return (id(optimizer), int(optimizer.iterations)) if optimizer is not None else None
-    except Exception:  # not built yet, or an optimizer of another kind
-        return (id(optimizer), -1)
+        return hash(tuple(float(np.sum(w, dtype="float64")) for w in model.get_weights()))
+    except Exception:  # not built yet, or weights that can't be read: no change seen
+        return None
 
 
 def _record_of(label: str) -> dict[str, Any]:

@@ -3,8 +3,9 @@ two towers one shared ``embedding_network``, merged by a ``Lambda`` of the noteb
 ``euclidean_distance`` and trained with the contrastive loss of a closure, ``loss(margin=1)``.
 The pairs and both functions come from the setup cell; the training cell, re-run, builds the
 towers and the siamese model, compiles, fits and evaluates them, as the example's cells do in
-order. Synthetic digits of MNIST's shapes (28x28 floats in [0, 1], labels 0-9), fewer pairs;
-10 epochs become 2; no plots."""
+order. Synthetic digits of MNIST's shapes and dtypes (28x28 uint8, made float32 unscaled as the
+example does; labels 0-9), 1,200 pairs to train on where MNIST gives 60,000; 10 epochs become 2;
+no plots."""
 
 from __future__ import annotations
 
@@ -22,16 +23,16 @@ margin = 1  # Margin for contrastive loss.
 
 # keras.datasets.mnist.load_data(): 60,000 + 10,000 digits; here fewer, of the same shapes
 rng = np.random.default_rng(0)
-x_train_val = rng.random((1200, 28, 28), dtype="float32")
-y_train_val = rng.integers(0, 10, 1200).astype("uint8")
-x_test = rng.random((400, 28, 28), dtype="float32")
-y_test = rng.integers(0, 10, 400).astype("uint8")
+x_train_val = rng.integers(0, 256, (1200, 28, 28), dtype="uint8")
+y_train_val = rng.integers(0, 10, 1200, dtype="uint8")
+x_test = rng.integers(0, 256, (400, 28, 28), dtype="uint8")
+y_test = rng.integers(0, 10, 400, dtype="uint8")
 
 # Change the data type to a floating point format
 x_train_val = x_train_val.astype("float32")
 x_test = x_test.astype("float32")
 
-# Keep 50% of train_val  in validation set
+# Keep 50% of train_val in the validation set
 x_train, x_val = x_train_val[:600], x_train_val[600:]
 y_train, y_val = y_train_val[:600], y_train_val[600:]
 del x_train_val, y_train_val
@@ -79,11 +80,11 @@ pairs_val, labels_val = make_pairs(x_val, y_val)
 # make test pairs
 pairs_test, labels_test = make_pairs(x_test, y_test)
 
-x_train_1 = pairs_train[:, 0]  # x_train_1.shape is (60000, 28, 28)
+x_train_1 = pairs_train[:, 0]  # (1200, 28, 28): two pairs per digit
 x_train_2 = pairs_train[:, 1]
-x_val_1 = pairs_val[:, 0]  # x_val_1.shape = (60000, 28, 28)
+x_val_1 = pairs_val[:, 0]
 x_val_2 = pairs_val[:, 1]
-x_test_1 = pairs_test[:, 0]  # x_test_1.shape = (20000, 28, 28)
+x_test_1 = pairs_test[:, 0]  # (800, 28, 28)
 x_test_2 = pairs_test[:, 1]
 
 
