@@ -42,7 +42,7 @@ class Leak:
     last_run_number: int | None = None  # the latest run that fit, built or reused it
     held_as: str | None = None  # in words, when a path is no plain attribute: a layer's node
     weights_in: str | None = None  # another live model that holds every weight of this one
-    used_by: str | None = None  # that run, where it is not the one that made it: "#3", "'b' #1"
+    used_by: tuple[str, int] | None = None  # that run (label, number), where not the maker
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,9 +52,16 @@ class Leak:
         timeseries classification trains, each run, the model the run before it loaded."""
         if not self.run_label:
             return "no tracked run"
-        label = repr(self.run_label) if quoted else self.run_label
-        later = f", used by {self.used_by}" if self.used_by else ""
-        return f"{label} #{self.run_number}{later}"
+
+        def named(label: str) -> str:
+            return repr(label) if quoted else label
+
+        made = f"{named(self.run_label)} #{self.run_number}"
+        if self.used_by is None:
+            return made
+        label, number = self.used_by
+        by = f"#{number}" if label == self.run_label else f"{named(label)} #{number}"
+        return f"{made}, used by {by}"
 
 
 @dataclass(frozen=True)

@@ -208,16 +208,12 @@ def _leak(
     )
 
 
-def _used_by(origin: RunRef | None, last: RunRef | None) -> str | None:
+def _used_by(origin: RunRef | None, last: RunRef | None) -> tuple[str, int] | None:
     """The run that last fit, built or reused the model, where another than the one that made
-    it (run ids tell runs apart: numbers repeat after a reset); its label where it differs."""
+    it: run ids tell runs apart (numbers repeat after a history reset)."""
     if origin is None or last is None or last == origin:
         return None
-    return (
-        f"#{last.run_number}"
-        if last.label == origin.label
-        else f"{last.label!r} #{last.run_number}"
-    )
+    return (last.label, last.run_number)
 
 
 def _held_as(probe: Probe, model: Any, best: str, registry: ModelRegistry | None) -> str | None:
