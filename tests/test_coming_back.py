@@ -229,6 +229,75 @@ def test_a_model_keras_cannot_rebuild_is_said_in_a_line_with_the_fix(shell, tmp_
     assert "config=" not in said and len(said) < 500
 
 
+ENDPOINT_LAYERS = """
+import keras, numpy as np
+
+class LogisticEndpoint(keras.layers.Layer):  # keras.io's endpoint layer pattern, as it stands
+    def __init__(self, name=None):
+        super().__init__(name=name)
+        self.loss_fn = keras.losses.BinaryCrossentropy(from_logits=True)
+
+    def call(self, logits, targets=None):
+        if targets is not None:
+            self.add_loss(self.loss_fn(targets, logits))
+        return keras.ops.sigmoid(logits)
+
+class Scale(keras.layers.Layer):  # a config of its own, and no **kwargs either
+    def __init__(self, factor):
+        super().__init__()
+        self.factor = factor
+
+    def call(self, x):
+        return x * self.factor
+
+    def get_config(self):
+        return {**super().get_config(), "factor": self.factor}
+
+inputs, targets = keras.Input((6,), name="inputs"), keras.Input((1,), name="targets")
+logits = keras.layers.Dense(1)(Scale(2.0)(inputs))
+endpoint = keras.Model([inputs, targets], LogisticEndpoint(name="end")(logits, targets))
+endpoint.trainable = True
+endpoint.layers[1].trainable = False  # the Scale: its saved flag must come back with it
+endpoint.compile(keras.optimizers.Adam(1e-3))
+rng = np.random.default_rng(0)
+endpoint.fit({"inputs": rng.random((32, 6)), "targets": rng.random((32, 1))}, verbose=0)
+"""
+
+
+def test_a_model_of_classes_without_kwargs_comes_back_rebuilt_and_said(shell, tmp_path):
+    """keras.io's endpoint layer pattern, isolated: its ``__init__(self, name=None)`` takes no
+    ``trainable`` or ``dtype``, so Keras saves the model and can't load it (the user's
+    ``load_model`` neither), and the model the cell trained stayed in the child. Rebuilt here
+    from the arguments those classes take, the rest set after; the notebook's classes are left
+    as they were, and the line says what was done."""
+    assert shell.run_cell(ENDPOINT_LAYERS).success
+    trained = shell.user_ns.pop("endpoint")
+    data = _saved(trained, tmp_path)
+    with pytest.raises(TypeError):
+        keras.saving.load_model(tmp_path / "model.keras", safe_mode=False)  # Keras' own: fails
+    run = _run()
+    namespace: dict = {}
+    done = ChildResult(result={"outputs": {"endpoint": ("keras", "keras", data)}, "success": True})
+    model = back.received(done, run, namespace=namespace)["endpoint"]
+    assert [type(layer).__name__ for layer in model.layers][-1] == "LogisticEndpoint"
+    assert [layer.name for layer in model.layers] == [layer.name for layer in trained.layers]
+    assert [layer.trainable for layer in model.layers] == [
+        layer.trainable for layer in trained.layers
+    ]
+    assert model.layers[1].factor == 2.0
+    for mine, theirs in zip(model.get_weights(), trained.get_weights(), strict=True):
+        np.testing.assert_array_equal(mine, theirs)
+    assert int(model.optimizer.iterations) == int(trained.optimizer.iterations) == 1
+    assert run.back.rebuilt == {"endpoint": ["LogisticEndpoint", "Scale"]}
+    assert "endpoint: LogisticEndpoint, Scale rebuilt here" in run.back.words("back")
+    for cls in (shell.user_ns["LogisticEndpoint"], shell.user_ns["Scale"]):
+        assert "from_config" not in vars(cls)  # Keras' own again, outside the load
+    # where a class also lacks an argument its __init__ needs, nothing is guessed (ViT above)
+    assert shell.run_cell(VIT_LAYERS).success
+    vit = _saved(shell.user_ns.pop("vit"), tmp_path)
+    assert unloadable.refusing_only_base_keys(vit, dict(shell.user_ns)) == []
+
+
 def test_a_load_error_of_another_kind_is_cut_to_its_innermost_cause():
     nested = (
         "<class 'Functional'> could not be deserialized properly.\nconfig={'a': 1}\n\n"

@@ -18,12 +18,13 @@ from typing import Any
 
 from keras_nbguard.isolation import changed_state, random_state, registrations
 from keras_nbguard.isolation.child import FUNCTIONS, LAST
+from keras_nbguard.isolation.lenient_load import rebuilt_leniently
 from keras_nbguard.isolation.loaded_weights import moved_into_tensorflows_memory
 from keras_nbguard.isolation.nested_models import rejoin
 from keras_nbguard.isolation.parent import ChildResult
 from keras_nbguard.isolation.receiving import keras_scope
 from keras_nbguard.isolation.run import IsolatedRun, Transfer
-from keras_nbguard.isolation.unloadable import why_not_loaded
+from keras_nbguard.isolation.unloadable import refusing_only_base_keys, why_not_loaded
 from keras_nbguard.prepare import kept_state, layer_names
 from keras_nbguard.prepare.deepclean import clear_kernel_cache
 from keras_nbguard.prepare.lookup_tables import freed_with_their_objects
@@ -175,9 +176,12 @@ def _load_models(
         try:
             models[key] = _load_model(sent[1], sent[2], functions)
         except Exception as exc:
-            why = why_not_loaded(exc, sent[2], {**_notebook_classes(), **functions})
-            failed[key] = f"a Keras model that could not be loaded here: {why}"
-            continue
+            loaded = _loaded_leniently(sent[1], sent[2], functions)
+            if loaded is None:
+                why = why_not_loaded(exc, sent[2], {**_notebook_classes(), **functions})
+                failed[key] = f"a Keras model that could not be loaded here: {why}"
+                continue
+            models[key], back.rebuilt[key] = loaded
         back.models += 1
         back.nbytes += len(sent[2])
         if key.isidentifier():  # not "hist.model": a History's model, sent on its own
@@ -186,6 +190,22 @@ def _load_models(
     # a loss defined in the notebook, or one the child sent
     with keras_scope({**_notebook_classes(), **functions} if linked else {}):
         return rejoin(models, linked)  # model: end_to_end_model's layer, as in the cell
+
+
+def _loaded_leniently(
+    package: str, data: bytes, functions: dict[str, Any]
+) -> tuple[Any, list[str]] | None:
+    """The model loaded with the notebook's classes whose ``__init__`` takes no ``**kwargs``
+    rebuilt as ``lenient_load`` does, and their names; None where that is not the only reason
+    Keras failed, or the load fails again."""
+    refusing = refusing_only_base_keys(data, {**_notebook_classes(), **functions})
+    if not refusing:
+        return None
+    try:
+        with rebuilt_leniently(refusing):
+            return _load_model(package, data, functions), sorted(c.__name__ for c in refusing)
+    except Exception:  # the first failure's words say why
+        return None
 
 
 def _linked(outputs: dict[str, Any]) -> dict[str, Any]:

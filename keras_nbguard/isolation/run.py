@@ -31,6 +31,8 @@ class Transfer:
     trained: list[str] = field(default_factory=list)
     # sent in, other than models, whose variables changed there: the notebook's took their values
     in_place: list[str] = field(default_factory=list)
+    # a model loaded with the notebook's classes Keras can't rebuild (no **kwargs): which
+    rebuilt: dict[str, list[str]] = field(default_factory=dict)
 
     def words(self, verb: str) -> str:
         parts = []
@@ -50,6 +52,12 @@ class Transfer:
         if self.trained:
             trained = ", ".join(self.trained)
             apart += f" ({trained}: trained there, though the cell does not bind it)"
+        if self.rebuilt:
+            which = "; ".join(f"{name}: {', '.join(c)}" for name, c in self.rebuilt.items())
+            apart += (
+                f" ({which} rebuilt here, the saved name, trainable and dtype set after "
+                f"__init__, which takes no **kwargs: keras.models.load_model can't load them)"
+            )
         return f"{verb} {' + '.join(parts)} {_mib(self.nbytes)}{took}{apart}"
 
 

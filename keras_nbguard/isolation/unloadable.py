@@ -18,6 +18,8 @@ import zipfile
 from collections.abc import Iterator
 from typing import Any
 
+from keras_nbguard.isolation.lenient_load import BASE_KEYS, init_of, takes_base_keys
+
 LONGEST = 300  # characters of an error we could not read better
 
 
@@ -50,6 +52,30 @@ def cannot_rebuild(data: bytes, classes: dict[str, Any]) -> list[str]:
     return [f"{', '.join(names)}: {why}" for why, names in failing.items()]
 
 
+def refusing_only_base_keys(data: bytes, classes: dict[str, Any]) -> list[type]:
+    """The notebook's classes in the saved model that Keras' ``from_config`` can't make only
+    because their ``__init__`` takes none of ``name``, ``trainable`` and ``dtype`` (or not all):
+    what ``lenient_load`` rebuilds. [] where any class of it fails for another reason (an
+    argument ``__init__`` needs left out of its config, or one it does not take): nothing is
+    guessed at then."""
+    by_name = {c.__name__: c for c in classes.values() if isinstance(c, type)}
+    refusing: dict[str, type] = {}
+    for class_name, config in _configs(_saved_config(data)):
+        cls = by_name.get(class_name)
+        if cls is None or class_name in refusing or not _uses_keras_from_config(cls):
+            continue
+        taken = takes_base_keys(cls)
+        if taken is None:
+            continue  # **kwargs: Keras' own loading takes every key
+        params = set(inspect.signature(init_of(cls)).parameters)
+        unknown = {key for key in config if key not in params}
+        if _why_not_rebuilt(cls, {k: v for k, v in config.items() if k not in BASE_KEYS}):
+            return []  # another reason too: not ours to guess
+        if unknown and unknown <= BASE_KEYS:
+            refusing[class_name] = cls
+    return list(refusing.values())
+
+
 def innermost_cause(text: str) -> str:
     """The last ``Exception encountered:`` of Keras' nested message (the rest repeats configs),
     without the config it quotes; a message of another shape, its first line. Cut at
@@ -67,8 +93,7 @@ def _why_not_rebuilt(cls: type, config: dict[str, Any]) -> list[str]:
     if not _uses_keras_from_config(cls):
         return []  # its own from_config: what it takes is its own business
     try:
-        init = next(vars(klass)["__init__"] for klass in cls.__mro__ if "__init__" in vars(klass))
-        params = inspect.signature(init).parameters
+        params = inspect.signature(init_of(cls)).parameters
     except (StopIteration, TypeError, ValueError):
         return []
     named = [
