@@ -253,14 +253,27 @@ class Scale(keras.layers.Layer):  # a config of its own, and no **kwargs either
     def get_config(self):
         return {**super().get_config(), "factor": self.factor}
 
+class Classifier(keras.Model):  # its own __init__ freezes a part: it must stay frozen
+    def __init__(self):
+        super().__init__()
+        self.base = keras.layers.Dense(4)
+        self.base.trainable = False
+        self.head = keras.layers.Dense(1)
+
+    def call(self, x):
+        return self.head(self.base(x))
+
 inputs, targets = keras.Input((6,), name="inputs"), keras.Input((1,), name="targets")
 logits = keras.layers.Dense(1)(Scale(2.0)(inputs))
 endpoint = keras.Model([inputs, targets], LogisticEndpoint(name="end")(logits, targets))
-endpoint.trainable = True
 endpoint.layers[1].trainable = False  # the Scale: its saved flag must come back with it
+endpoint.layers[1].dtype_policy = "float64"  # and its policy
 endpoint.compile(keras.optimizers.Adam(1e-3))
 rng = np.random.default_rng(0)
 endpoint.fit({"inputs": rng.random((32, 6)), "targets": rng.random((32, 1))}, verbose=0)
+classifier = Classifier()
+classifier.compile("adam", "mse")
+classifier.fit(rng.random((32, 6)), rng.random((32, 1)), verbose=0)
 """
 
 
@@ -268,29 +281,41 @@ def test_a_model_of_classes_without_kwargs_comes_back_rebuilt_and_said(shell, tm
     """keras.io's endpoint layer pattern, isolated: its ``__init__(self, name=None)`` takes no
     ``trainable`` or ``dtype``, so Keras saves the model and can't load it (the user's
     ``load_model`` neither), and the model the cell trained stayed in the child. Rebuilt here
-    from the arguments those classes take, the rest set after; the notebook's classes are left
-    as they were, and the line says what was done."""
+    from the arguments those classes take, the rest set after as their base ``__init__`` would
+    (a part the class froze stays frozen); the notebook's classes are left as they were, and
+    the line says what was done."""
     assert shell.run_cell(ENDPOINT_LAYERS).success
-    trained = shell.user_ns.pop("endpoint")
-    data = _saved(trained, tmp_path)
-    with pytest.raises(TypeError):
-        keras.saving.load_model(tmp_path / "model.keras", safe_mode=False)  # Keras' own: fails
+    trained = {name: shell.user_ns.pop(name) for name in ("endpoint", "classifier")}
+    outputs = {}
+    for name, model in trained.items():
+        outputs[name] = ("keras", "keras", _saved(model, tmp_path))
+        classes = {c: shell.user_ns[c] for c in ("LogisticEndpoint", "Scale", "Classifier")}
+        with pytest.raises(TypeError, match="unexpected keyword argument"):  # Keras' own load
+            keras.saving.load_model(tmp_path / "model.keras", classes, safe_mode=False)
     run = _run()
-    namespace: dict = {}
-    done = ChildResult(result={"outputs": {"endpoint": ("keras", "keras", data)}, "success": True})
-    model = back.received(done, run, namespace=namespace)["endpoint"]
-    assert [type(layer).__name__ for layer in model.layers][-1] == "LogisticEndpoint"
-    assert [layer.name for layer in model.layers] == [layer.name for layer in trained.layers]
+    done = ChildResult(result={"outputs": outputs, "success": True})
+    bound = back.received(done, run, namespace={})
+    model, classifier = bound["endpoint"], bound["classifier"]
+    before = trained["endpoint"]
+    assert type(model.layers[-1]).__name__ == "LogisticEndpoint"
+    assert [layer.name for layer in model.layers] == [layer.name for layer in before.layers]
     assert [layer.trainable for layer in model.layers] == [
-        layer.trainable for layer in trained.layers
+        layer.trainable for layer in before.layers
     ]
-    assert model.layers[1].factor == 2.0
-    for mine, theirs in zip(model.get_weights(), trained.get_weights(), strict=True):
-        np.testing.assert_array_equal(mine, theirs)
-    assert int(model.optimizer.iterations) == int(trained.optimizer.iterations) == 1
-    assert run.back.rebuilt == {"endpoint": ["LogisticEndpoint", "Scale"]}
-    assert "endpoint: LogisticEndpoint, Scale rebuilt here" in run.back.words("back")
-    for cls in (shell.user_ns["LogisticEndpoint"], shell.user_ns["Scale"]):
+    assert model.layers[1].factor == 2.0 and model.layers[1].dtype_policy.name == "float64"
+    for came, went in ((model, before), (classifier, trained["classifier"])):
+        for mine, theirs in zip(came.get_weights(), went.get_weights(), strict=True):
+            np.testing.assert_array_equal(mine, theirs)
+        assert int(came.optimizer.iterations) == int(went.optimizer.iterations) == 1
+    assert classifier.trainable and not classifier.base.trainable and classifier.head.trainable
+    assert run.back.rebuilt == {
+        "endpoint": ["LogisticEndpoint", "Scale"],
+        "classifier": ["Classifier"],
+    }
+    assert "rebuilt without **kwargs: LogisticEndpoint, Scale in endpoint; Classifier in" in (
+        run.back.words("back")
+    )
+    for cls in classes.values():
         assert "from_config" not in vars(cls)  # Keras' own again, outside the load
     # where a class also lacks an argument its __init__ needs, nothing is guessed (ViT above)
     assert shell.run_cell(VIT_LAYERS).success

@@ -23,23 +23,51 @@ BASE_KEYS = frozenset({"name", "trainable", "dtype"})
 
 
 def rebuilt_leniently(classes: list[type]) -> contextlib.AbstractContextManager[None]:
-    """While it lasts, ``classes`` are made from their configs by ``_from_config`` below."""
+    """While it lasts, ``classes`` are made from their configs leniently (``_lenient_from_config``);
+    their subclasses, and every other class, as Keras makes them."""
     return _lenient(classes)
 
 
 @contextlib.contextmanager
 def _lenient(classes: list[type]) -> Iterator[None]:
-    saved = {cls: vars(cls).get("from_config") for cls in classes}
-    for cls in classes:
-        cls.from_config = classmethod(_from_config)  # type: ignore[attr-defined]
+    saved: dict[type, Any] = {}
     try:
+        for cls in classes:
+            saved[cls] = vars(cls).get("from_config")
+            cls.from_config = _lenient_from_config(cls)  # type: ignore[attr-defined]
         yield
     finally:
-        for cls, original in saved.items():
+        for cls, original in saved.items():  # those patched, even if one of them refused
             if original is None:
-                delattr(cls, "from_config")  # inherited: Keras' own shows through again
+                with contextlib.suppress(AttributeError):
+                    delattr(cls, "from_config")  # inherited: Keras' own shows through again
             else:
                 cls.from_config = original  # type: ignore[attr-defined]
+
+
+def _lenient_from_config(patched: Any) -> Any:
+    """Keras' own ``from_config`` of ``patched``'s bases, given only the base keys its
+    ``__init__`` takes (Keras still turns a saved dtype into a policy, revives a functional
+    config...); the others set after, as Keras' base layer would have set them in ``__init__``.
+    A subclass of ``patched`` is made as Keras makes it."""
+
+    def from_config(cls: Any, config: dict[str, Any]) -> Any:
+        keras_own = super(patched, cls).from_config
+        if cls is not patched:
+            return keras_own(config)
+        left_out = BASE_KEYS - (takes_base_keys(cls) or set())
+        layer = keras_own({k: v for k, v in config.items() if k not in left_out})
+        if "name" in left_out and "name" in config:
+            _set_name(layer, config["name"])
+        if "trainable" in left_out and "trainable" in config:
+            # the flag alone, as __init__ sets it: the setter would also set every sublayer's,
+            # unfreezing a base model the class's own __init__ froze
+            layer._trainable = bool(config["trainable"])
+        if "dtype" in left_out and config.get("dtype") is not None:
+            _set_dtype(layer, config["dtype"])
+        return layer
+
+    return classmethod(from_config)
 
 
 def takes_base_keys(cls: type) -> set[str] | None:
@@ -52,18 +80,6 @@ def takes_base_keys(cls: type) -> set[str] | None:
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return None
     return {name for name in params if name in BASE_KEYS}
-
-
-def _from_config(cls: type, config: dict[str, Any]) -> Any:
-    taken = takes_base_keys(cls) or set()
-    layer = cls(**{k: v for k, v in config.items() if k not in BASE_KEYS or k in taken})
-    if "name" in config and "name" not in taken:
-        _set_name(layer, config["name"])
-    if "trainable" in config and "trainable" not in taken:
-        layer.trainable = config["trainable"]
-    if config.get("dtype") is not None and "dtype" not in taken:
-        _set_dtype(layer, config["dtype"])
-    return layer
 
 
 def _set_name(layer: Any, name: str) -> None:

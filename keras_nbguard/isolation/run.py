@@ -53,10 +53,10 @@ class Transfer:
             trained = ", ".join(self.trained)
             apart += f" ({trained}: trained there, though the cell does not bind it)"
         if self.rebuilt:
-            which = "; ".join(f"{name}: {', '.join(c)}" for name, c in self.rebuilt.items())
+            which = "; ".join(f"{', '.join(c)} in {name}" for name, c in self.rebuilt.items())
             apart += (
-                f" ({which} rebuilt here, the saved name, trainable and dtype set after "
-                f"__init__, which takes no **kwargs: keras.models.load_model can't load them)"
+                f" (rebuilt without **kwargs: {which}; the saved values their __init__ does "
+                f"not take set after it: keras.models.load_model can't load these classes)"
             )
         return f"{verb} {' + '.join(parts)} {_mib(self.nbytes)}{took}{apart}"
 

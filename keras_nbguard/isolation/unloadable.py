@@ -57,21 +57,25 @@ def refusing_only_base_keys(data: bytes, classes: dict[str, Any]) -> list[type]:
     because their ``__init__`` takes none of ``name``, ``trainable`` and ``dtype`` (or not all):
     what ``lenient_load`` rebuilds. [] where any class of it fails for another reason (an
     argument ``__init__`` needs left out of its config, or one it does not take): nothing is
-    guessed at then."""
+    guessed at then. The model's own config only: a loss or metric it was compiled with that
+    can't be rebuilt leaves the model uncompiled, with Keras' warning, not unloaded."""
+    saved = _saved_config(data)
+    if isinstance(saved, dict):
+        saved = {k: v for k, v in saved.items() if k != "compile_config"}
     by_name = {c.__name__: c for c in classes.values() if isinstance(c, type)}
     refusing: dict[str, type] = {}
-    for class_name, config in _configs(_saved_config(data)):
-        cls = by_name.get(class_name)
+    for class_name, config in _configs(saved):
+        cls = classes.get(class_name) if isinstance(classes.get(class_name), type) else None
+        cls = cls or by_name.get(class_name)  # Keras looks it up by name as registered
         if cls is None or class_name in refusing or not _uses_keras_from_config(cls):
             continue
         taken = takes_base_keys(cls)
         if taken is None:
             continue  # **kwargs: Keras' own loading takes every key
-        params = set(inspect.signature(init_of(cls)).parameters)
-        unknown = {key for key in config if key not in params}
-        if _why_not_rebuilt(cls, {k: v for k, v in config.items() if k not in BASE_KEYS}):
+        left_out = BASE_KEYS - taken
+        if _why_not_rebuilt(cls, {k: v for k, v in config.items() if k not in left_out}):
             return []  # another reason too: not ours to guess
-        if unknown and unknown <= BASE_KEYS:
+        if left_out & set(config):
             refusing[class_name] = cls
     return list(refusing.values())
 
