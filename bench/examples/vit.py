@@ -198,8 +198,10 @@ EXAMPLE = Example(
     follows="keras.io/examples/vision/image_classification_with_vision_transformer",
     setup=SETUP,
     train=TRAIN,
-    short=(  # a head of 64 and 32 units, not 2,048 and 1,024 (18.9M weights), fewer images
+    short=(  # a head of 64 and 32 units, not 2,048 and 1,024 (18.9M weights), one transformer
+        # layer (tracing each is a second or two a run), fewer images
         ("mlp_head_units = [2048, 1024]", "mlp_head_units = [64, 32]"),
+        ("transformer_layers = 2", "transformer_layers = 1"),
         ("(256, 32, 32, 3)", "(64, 32, 32, 3)"),
         ("integers(0, 100, (256, 1))", "integers(0, 100, (64, 1))"),
     ),
