@@ -21,9 +21,9 @@ RUNS = 3  # Keras 3: a third run is the first whose label has two earlier runs
 # Two runs, the second releasing the first, for the examples whose third run checks nothing the
 # others' do not (a run of most of these is 4-10 s on CPU alone, TensorFlow tracing a new model's
 # steps; two or three times that beside the other test process). Three for those whose History
-# or estimator is the cell's value (the first run's is released from its Out[n] as the third
-# ends), whose models a layer or a model of the setup cell holds (text, feature space, transfer,
-# GAN), and the timeseries classification (run n fits the model run n-1 loaded).
+# or estimator is the cell's value (the first run's, let go from its Out[n] after the second, is
+# counted in the third's record), whose models a layer or a model of the setup cell holds (text,
+# feature space, transfer, GAN), and the timeseries classification (run n fits what n-1 loaded).
 TWO_RUNS = (
     "loop_from_scratch",
     "tf_data_pipeline",
