@@ -9,6 +9,7 @@ its GPUs, and resets its peak where the framework can (JAX keeps one peak per pr
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -122,7 +123,8 @@ def jax_started() -> bool:
     if "jax" not in sys.modules:
         return False
     try:
-        from jax._src import xla_bridge  # private; reached only once the user imported JAX
+        # private; reached only once the user imported JAX (by name: mypy needs no JAX here)
+        xla_bridge = importlib.import_module("jax._src.xla_bridge")
 
         return bool(xla_bridge.backends_are_initialized())
     except Exception:  # another layout: assume it has (Keras on JAX starts it at import)

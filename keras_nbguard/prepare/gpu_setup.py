@@ -6,6 +6,7 @@ Every function returns the problems it met as sentences for the user; none raise
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import MutableMapping
@@ -143,7 +144,9 @@ def _same_number(text: str | None, fraction: str) -> bool:
 def torch_memory_limit(limit_mb: int, torch: Any = None) -> list[str]:
     if torch is None:
         try:
-            import torch  # the backend the user's Keras computes with: it imports torch anyway
+            # the backend the user's Keras computes with: it imports torch anyway (by name, so
+            # that mypy checks this module alike where torch is not installed)
+            torch = importlib.import_module("torch")
         except ImportError as exc:
             return [f"--gpu-limit {limit_mb} ignored: torch failed to import ({exc})."]
     cuda = torch.cuda
