@@ -17,6 +17,7 @@ PACKAGE = Path(keras_nbguard.__file__).parent
 PRIVATE_MODULE_READERS = {
     "collectors/gpu.py": "TF's eager context: whether TF has initialized the GPU yet",
     "collectors/traces.py": "TF's tracing entry point: counting traces",
+    "collectors/allocators.py": "JAX's backends: whether JAX has started (read its memory flags)",
     "collectors/input_clock.py": "Keras' PyDataset, Keras 2's Sequence adapters: timing input",
     "prepare/deepclean.py": "TF's op and context internals: the deep clean of dead runs",
     "prepare/recompiled.py": "TF's tf.function class: a recompiled Keras 2 model's old steps",
