@@ -23,7 +23,8 @@ RUNS = 3  # Keras 3: a third run is the first whose label has two earlier runs
 # steps; two or three times that beside the other test process). Three for those whose History
 # or estimator is the cell's value (the first run's, let go from its Out[n] after the second, is
 # counted in the third's record), whose models a layer or a model of the setup cell holds (text,
-# feature space, transfer, GAN), and the timeseries classification (run n fits what n-1 loaded).
+# feature space, transfer, GAN, the regression tutorial's normalizer), and the timeseries
+# classification (run n fits what n-1 loaded).
 TWO_RUNS = (
     "loop_from_scratch",
     "tf_data_pipeline",
@@ -45,6 +46,8 @@ TWO_RUNS = (
     "siamese_contrastive",
     "endpoint_layer",
     "timeseries_transformer",
+    "anomaly_detection",
+    "bidirectional_lstm",
 )
 RUNS_TF_KERAS = 2  # in a process of its own (TensorFlow imported again): kept short
 EXAMPLES = examples()
@@ -77,7 +80,7 @@ def _check_runs(seen: dict, keras_name: str, count: int = RUNS) -> None:
 def test_the_corpus_holds_every_example_the_issue_names():
     assert list(EXAMPLES) == list(MODULES)
     three = {*HISTORY_IS_THE_VALUE, "sklearn_wrapper", "text_classification", "feature_space"}
-    three |= {"transfer_learning", "gan", "timeseries_classification"}
+    three |= {"transfer_learning", "gan", "timeseries_classification", "regression_normalizer"}
     assert set(TWO_RUNS) < set(EXAMPLES) and not set(TWO_RUNS) & three
     for example in EXAMPLES.values():
         assert example.follows and example.setup and example.train
@@ -103,6 +106,10 @@ def test_example_runs_under_kerasrun_on_keras3(shell, name):
     assert [r["earlier_alive"] for r in seen["runs"]] == [0] * runs
     if name in HISTORY_IS_THE_VALUE or name == "sklearn_wrapper":  # or the fitted estimator
         assert seen["runs"][-1]["released"] == 1  # run 1's, from its Out[n] (its History)
+    if name == "regression_normalizer":
+        # the setup cell's layer sits in every run's Sequential: it keeps the last run's node
+        # only, and with it no earlier run's Dense layers (bare: one node and three layers a run)
+        assert len(shell.user_ns["normalizer"]._outbound_nodes) == 1
     _check_expected(name, seen)
 
 

@@ -45,6 +45,9 @@ MODULES = (
     "collaborative_filtering",
     "siamese_contrastive",
     "endpoint_layer",
+    "anomaly_detection",
+    "bidirectional_lstm",
+    "regression_normalizer",
 )
 
 
