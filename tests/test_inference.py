@@ -28,6 +28,8 @@ def test_every_evaluate_and_predict_is_timed_in_call_order(keras_shell):
     (record,) = keras_nbguard.runs("infer")
     (fit,) = record.fits  # the validation inside fit is the fit's, not an evaluate
     assert fit.steps == 3 and fit.rss_peak > 0  # 192 training rows, batch 64
+    # from on_train_end to fit's return: part of the fit's time outside its epochs
+    assert 0 <= fit.closing_seconds <= fit.seconds - sum(fit.epoch_seconds)
     assert [(c.kind, c.batch_size, c.steps) for c in record.inference] == [
         ("evaluate", 128, 2),
         ("predict", 32, 8),
@@ -56,6 +58,7 @@ def test_a_fit_that_fails_before_training_is_na_not_zero(keras_shell):
     (record,) = keras_nbguard.runs("broken")
     assert record.status == "error" and len(record.fits) == 1
     assert record.fit_seconds is None  # the time spent failing is not fit time
+    assert record.fits[0].closing_seconds is None  # it never ended training
     assert "failed before its first epoch ended" in record.summary_text()
 
 
@@ -136,12 +139,23 @@ def test_a_fits_time_outside_its_epochs_is_said_where_they_dont_add_up():
     from keras_nbguard.records.calls import FitRecord
     from keras_nbguard.records.formatting import fmt_fit
 
-    def fit_row(seconds: float, epochs: tuple[float, ...], completed: bool = True) -> str:
+    def fit_row(
+        seconds: float,
+        epochs: tuple[float, ...],
+        completed: bool = True,
+        closing: float | None = None,
+    ) -> str:
         fit = FitRecord(seconds=seconds, epochs=len(epochs), epoch_seconds=epochs,
-                        completed=completed)  # fmt: skip
+                        completed=completed, closing_seconds=closing)  # fmt: skip
         return fmt_fit(make_record(fit_seconds=seconds, fits=(fit,)))
 
     assert "epochs [3.88 s] (+2.05 s outside them), batch" in fit_row(5.93, (3.88,))
+    # most of it after training ended: tf.data's iterators closing (the bidirectional LSTM)
+    assert (
+        "epochs [10.05 s] (+5.13 s outside them, 5.02 s of it after training ended, as the fit "
+        "let go of its data), batch" in fit_row(15.18, (10.05,), closing=5.02)
+    )
+    assert "(+2.05 s outside them), batch" in fit_row(5.93, (3.88,), closing=0.4)  # before
     assert "+700 ms outside them" in fit_row(1.2, (0.5,))
     assert "outside" not in fit_row(1.2, (0.9,))  # under half a second: an iterator made
     assert "outside" not in fit_row(30.0, (29.0,))  # a second, but not a fifth of the fit

@@ -44,6 +44,8 @@ class _FitInProgress:
     epoch_started: float | None = None
     steps: int | None = None
     kind: str = "fit"  # or "evaluate", "predict"
+    train_ended: float | None = None  # when its last on_train_end came (our callback's)
+    returned: float | None = None  # when Keras' fit returned
 
 
 @dataclass
@@ -254,6 +256,9 @@ class FitTimer:
             bound.arguments["x"] = inputs.wrap(bound.arguments["x"])
 
         def record(call: _Call) -> None:
+            closing = None
+            if progress.train_ended is not None and progress.returned is not None:
+                closing = progress.returned - progress.train_ended
             breakdown = callbacks.breakdown()
             callbacks.restore()
             inputs.restore()
@@ -275,11 +280,13 @@ class FitTimer:
                     gpu_peak=call.gpu_peak,
                     cpu_seconds=call.cpu_seconds,
                     xla=_xla_on_tensorflow(model),
+                    closing_seconds=closing,
                 )
             )
 
         with self._call(record) as call:
             result = original(*bound.args, **bound.kwargs)
+            progress.returned = self.clock()
             _wait_for_the_device(model)
             call.completed = True
             return result
@@ -420,6 +427,9 @@ def _epoch_clock_class(callback_base: type) -> type:
 
         def on_train_begin(self, logs: Any = None) -> None:
             self._progress.steps = (self.params or {}).get("steps")
+
+        def on_train_end(self, logs: Any = None) -> None:
+            self._progress.train_ended = self._clock()
 
         # evaluate's and predict's steps (not fit's validation: it calls on_test_begin too)
         def on_test_begin(self, logs: Any = None) -> None:

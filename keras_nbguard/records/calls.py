@@ -69,6 +69,11 @@ class FitRecord:
     # its steps ran as programs XLA compiled on TensorFlow (``jit_compile``, Keras 3's default
     # on a GPU): TensorFlow keeps every one for the process's life (None: not TensorFlow)
     xla: bool | None = None
+    # from its last callback (``on_train_end``) to its return: the fit letting go of what it
+    # made, its data first. TensorFlow's autotuned tf.data iterators (Keras 3 makes them of
+    # arrays too) wait as they close for their tuning thread's next wake-up: up to ~5 s
+    # after a 10 s epoch, bare as under the magic (None: not measured)
+    closing_seconds: float | None = None
 
     @property
     def reached_training(self) -> bool:

@@ -100,13 +100,20 @@ OUTSIDE_SHOWN = 0.5  # seconds, and a fifth of the fit: time a fit spent outside
 
 def _outside_epochs(fit: FitRecord) -> str:
     """`` (+2.05 s outside them)``, where a finished fit spent much of its time before its first
-    epoch or after its last (keras.io's weather forecasting: 1-2.4 s after ``on_train_end``,
-    bare as under the magic; most likely its tf.data iterators going): the epochs don't add up."""
+    epoch or after its last: the epochs don't add up. Where most of it came after training
+    ended, it says so: TensorFlow's tf.data iterators closing (``FitRecord.closing_seconds``;
+    keras.io's bidirectional LSTM: 0-5 s of a 15 s fit, bare as under the magic)."""
     if not fit.completed or not fit.epoch_seconds:
         return ""  # a fit stopped in an epoch: that epoch's time is in no figure
     outside = fit.seconds - sum(fit.epoch_seconds)
     if outside < max(OUTSIDE_SHOWN, 0.2 * fit.seconds):
         return ""
+    closing = fit.closing_seconds
+    if closing is not None and closing >= outside / 2:
+        return (
+            f" (+{fmt_seconds(outside)} outside them, {fmt_seconds(closing)} of it after "
+            "training ended, as the fit let go of its data)"
+        )
     return f" (+{fmt_seconds(outside)} outside them)"
 
 
