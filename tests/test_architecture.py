@@ -19,6 +19,7 @@ PRIVATE_MODULE_READERS = {
     "collectors/traces.py": "TF's tracing entry point: counting traces",
     "collectors/allocators.py": "JAX's backends: whether JAX has started (read its memory flags)",
     "collectors/input_clock.py": "Keras' PyDataset, Keras 2's Sequence adapters: timing input",
+    "collectors/iterator_closing.py": "tf.data's iterator class: deleting iterators off the cell",
     "prepare/deepclean.py": "TF's op and context internals: the deep clean of dead runs",
     "prepare/recompiled.py": "TF's tf.function class: a recompiled Keras 2 model's old steps",
     "prepare/gcfreeze.py": "Keras' base classes: freezing framework objects out of gc",

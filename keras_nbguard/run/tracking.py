@@ -21,6 +21,7 @@ from keras_nbguard.collectors.call_peaks import CallPeaks
 from keras_nbguard.collectors.fit import FitTimer
 from keras_nbguard.collectors.gpu import GpuCollector
 from keras_nbguard.collectors.host_limit import HostLimit
+from keras_nbguard.collectors.iterator_closing import IteratorsClosedElsewhere
 from keras_nbguard.collectors.process import PeakRss, RssSampler
 from keras_nbguard.collectors.traces import trace_counter_for
 from keras_nbguard.prepare import kept_state, layer_names
@@ -101,6 +102,7 @@ class Run:
         )
 
         self.creations = CreationWatch()  # models built in the run, for the leak finder
+        self.iterators = IteratorsClosedElsewhere()  # tf.data's, deleted off the cell's way
         self.host_limit = HostLimit(options.host_limit_mb) if options.host_limit_mb else None
         if self.host_limit is not None:
             self.sampler.listeners.append(self.host_limit.check)
@@ -209,6 +211,7 @@ class Run:
         for step, action in (
             ("starting the RSS sampler", self._start_sampler),
             ("patching fit, evaluate and predict", self.fit_timer.install),
+            ("deleting tf.data iterators on a thread", self.iterators.install),
             ("watching model construction", self.creations.install),
             ("counting tf.function traces", self.traces.install),
             ("resetting GPU memory stats", self._gpu.begin),
@@ -276,6 +279,7 @@ class Run:
         for step, action in (
             ("stopping the RSS sampler", lambda: self.sampler.stop(rss_now)),
             ("restoring fit, evaluate and predict", self.fit_timer.uninstall),
+            ("restoring tf.data's iterator", self.iterators.uninstall),
             ("restoring the trace hook", self.traces.uninstall),
             ("restoring Model.__new__", self.creations.uninstall),
         ):
