@@ -73,7 +73,7 @@ def main() -> None:
 
     class Epochs(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
-            self.seconds, self.ended = [], None
+            self.seconds = []
 
         def on_epoch_begin(self, epoch, logs=None):
             self.started = time.perf_counter()
