@@ -6,15 +6,17 @@
     python bench/bench_examples.py --keras tf_keras          # the examples that run on Keras 2
     python bench/bench_examples.py --only gan --save out/    # keep the runs; --load out/ reprints
     python bench/bench_examples.py --backend jax --only mnist_convnet --modes kerasrun
+    python bench/bench_examples.py --only gan --modes kerasrun,kerasrun+jemalloc   # glibc's slack
 
 Each (example, way) runs in a fresh Python process (``bench/examples/runner.py``): a real
 IPython shell, the setup cell once, the train cell N times. Per example it prints:
 
 - RSS slope, MiB/run, over runs 4..N: least squares (Theil-Sen, the median of pairwise slopes,
   in brackets: it ignores a single jump), bare / kerasrun / isolate (isolate: the kernel's RSS;
-  the runs happen in child processes); ``h``, the least-squares slope of glibc's heap in use
-  (``mallinfo2``), which the allocator's slack (RSS swings +-15 MiB from run to run here, so a
-  9-run RSS slope is +-2-5 MiB/run of noise) does not blur; ``p``, that of TensorFlow's CPU
+  the runs happen in child processes); ``h``, the least-squares slope of the C heap in use
+  (glibc's ``mallinfo2``; jemalloc's ``stats.allocated`` on a ``+jemalloc`` way), which the
+  allocator's slack (RSS swings +-15 MiB from run to run here, so a 9-run RSS slope is +-2-5
+  MiB/run of noise) does not blur; ``p``, that of TensorFlow's CPU
   pool's peak (oneDNN on: the pool grows to the most a run has had in use at once and keeps
   it), and a run past the goal says where its rise sat (the pool's regions, glibc's heap, the
   threads' arenas, libraries); with 20 runs or more, also the slope over runs 13..N (least
@@ -27,6 +29,8 @@ IPython shell, the setup cell once, the train cell N times. Per example it print
   and the last run's ``rss trend`` row: whose the memory is where the runs leave over 1 MiB a
   run with no finding (the framework's: a warm-up, an allocator's steps);
 - models of earlier runs still alive after ``gc.collect()`` (after the last run);
+- ``--modes kerasrun+jemalloc``: the magic in a kernel on jemalloc (``LD_PRELOAD``, as the
+  shipped "Python 3 (keras-nbguard, jemalloc)" kernel starts), judged as ``kerasrun`` is;
 - a verdict against issue 23's goals: under ``%%kerasrun`` <= 1.0 MiB/run, cell time <= bare +
   max(50 ms, 5 %), no earlier model alive, no finding but those the example ``expects`` (the
   text generation example predicts one sample at a time: ``inference_loop``); with
@@ -57,6 +61,8 @@ LATER = 13  # with 20 runs or more, the slope from here on too: does the growth 
 GOAL_KERASRUN_MIB = 1.0
 GOAL_ISOLATE_MIB = 0.3
 GOAL_TIME_S, GOAL_TIME_SHARE = 0.050, 0.05
+ON_JEMALLOC = "+jemalloc"  # a way's suffix: its kernel on jemalloc
+JEMALLOC = {"LD_PRELOAD": "libjemalloc.so.2"}  # (the shipped kernel's env)
 
 
 def lsq(ys: list[float]) -> float | None:
@@ -162,6 +168,14 @@ def verdict(by_mode: dict[str, dict[str, Any]], expects: tuple[str, ...] = ()) -
             (passes if extra <= allowed else fails).append(
                 f"time +{extra * 1000:.0f} ms (<= {allowed * 1000:.0f} ms)"
             )
+    j = by_mode.get("kerasrun" + ON_JEMALLOC)
+    if j:
+        if j["errors"] or j["setup_error"]:
+            fails.append("kerasrun on jemalloc: cell failed")
+        elif j["lsq"] is not None:
+            (passes if j["lsq"] <= GOAL_KERASRUN_MIB else fails).append(
+                f"on jemalloc {j['lsq']:+.2f} MiB/run (<= {GOAL_KERASRUN_MIB})"
+            )
     i = by_mode.get("isolate")
     if i:
         if i["errors"] or i["setup_error"]:
@@ -212,7 +226,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=12)
     parser.add_argument("--only", default=None, help=f"comma-separated, of: {', '.join(every)}")
-    parser.add_argument("--modes", default=",".join(MODES), help=f"of: {', '.join(MODES)}")
+    parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help=f"of: {', '.join(MODES)}, each also as MODE{ON_JEMALLOC} (its kernel on jemalloc)",
+    )
     parser.add_argument("--keras", choices=("keras3", "tf_keras"), default="keras3")
     parser.add_argument(
         "--backend",
@@ -227,7 +245,9 @@ def main() -> None:
     args = parser.parse_args()
     names = args.only.split(",") if args.only else list(every)
     modes = args.modes.split(",")
-    if unknown := [n for n in names if n not in every] + [m for m in modes if m not in MODES]:
+    if unknown := [n for n in names if n not in every] + [
+        m for m in modes if m.removesuffix(ON_JEMALLOC) not in MODES
+    ]:
         parser.error(f"unknown: {', '.join(unknown)}")
     if args.keras == "tf_keras" and args.backend != "tensorflow":
         parser.error("Keras 2 (tf_keras) runs on TensorFlow only")
@@ -291,8 +311,9 @@ def _seen(name: str, mode: str, args: argparse.Namespace) -> dict[str, Any] | No
     kept = Path(args.load or args.save or ".") / f"{_keras(args)}-{name}-{mode}.json"
     if args.load:
         return json.loads(kept.read_text()) if kept.exists() else None
-    backend = {"KERAS_BACKEND": args.backend}
-    seen: dict[str, Any] = measure(name, mode, args.runs, args.keras, environ=backend)[name]
+    environ = {"KERAS_BACKEND": args.backend} | (JEMALLOC if mode.endswith(ON_JEMALLOC) else {})
+    way = mode.removesuffix(ON_JEMALLOC)
+    seen: dict[str, Any] = measure(name, way, args.runs, args.keras, environ=environ)[name]
     if args.save:
         kept.parent.mkdir(parents=True, exist_ok=True)
         kept.write_text(json.dumps(seen))

@@ -667,6 +667,46 @@ def test_a_native_rise_with_the_allocators_use_flat_is_their_slack_not_a_leak():
         assert _after_each(leak)[-1].findings[0].startswith("state_growth")
 
 
+def test_glibcs_slack_points_to_the_jemalloc_kernel_and_a_jemalloc_kernels_heap_is_named():
+    # The GAN's row under the magic (bench_examples.py): +3 MiB a run in glibc's arenas, its
+    # heap in use flat; on jemalloc the same runs stay flat, so the note says where to go
+    from keras_nbguard.diagnosis.causes_across import JEMALLOC_KERNEL, ON_JEMALLOC
+
+    n = 13
+    runs = runs_of([1.0] * n, [800 * MiB + i * 3 * MiB for i in range(n)])
+    heap = [int(273 * MiB + i * 0.02 * MiB) for i in range(n)]
+    blocks = [1_700_000 + 300 * i for i in range(n)]
+    on_glibc = _with_allocators(runs, heap, blocks)
+    for malloc in (None, "glibc"):  # None: a record kept before `malloc` was
+        note = _after_each([dataclasses.replace(r, malloc=malloc) for r in on_glibc])[-1]
+        assert note.memory_note.endswith(f"--isolate keeps the kernel flat; {ON_JEMALLOC}")
+        assert f'(the kernel "{JEMALLOC_KERNEL}")' in note.memory_note
+    # a kernel on jemalloc already: its own heap is named, and no kernel is offered
+    on_jemalloc = [dataclasses.replace(r, malloc="jemalloc") for r in on_glibc]
+    note = _after_each(on_jemalloc)[-1].memory_note
+    assert "stayed flat (jemalloc's heap +20.5 KiB a run" in note and "glibc" not in note
+    assert note.endswith("--isolate keeps the kernel flat")
+    # the C heap not read (--no-clear): nothing says it was glibc's slack
+    assert ON_JEMALLOC not in (_after_each(runs)[-1].memory_note or "")
+    # TensorFlow's pool's peak rose by the whole rise: its pages, not glibc's
+    whole = [int((100 + 3.5 * i) * MiB) for i in range(n)]
+    note = _after_each(_with_pool(on_glibc, [int(40 * MiB)] * n, whole))[-1].memory_note
+    assert "reached a higher peak" in note and ON_JEMALLOC not in note
+
+
+def test_the_jemalloc_kernelspec_is_the_one_the_note_names():
+    import json
+    from pathlib import Path
+
+    from keras_nbguard.diagnosis.causes_across import JEMALLOC_KERNEL
+
+    spec = Path(__file__).parents[1] / "jupyter-config/kernels/python3-keras-nbguard-jemalloc"
+    kernel = json.loads((spec / "kernel.json").read_text())
+    assert kernel["display_name"] == JEMALLOC_KERNEL
+    assert kernel["env"] == {"LD_PRELOAD": "libjemalloc.so.2"}
+    assert "--ext=keras_nbguard" in kernel["argv"]
+
+
 def test_a_pool_whose_use_swings_between_runs_keeps_nothing():
     # Keras' text example under the magic, 30 runs in the bench: a false state_growth at run 12.
     # What TensorFlow's pool had in use as each run began swung by 20 MiB (runs 2-12 of one

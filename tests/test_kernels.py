@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ctypes.util
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ pytestmark = pytest.mark.kernel
 
 NOTEBOOK = "/home/me/experiments.ipynb"
 SPEC = "python3-keras-nbguard"
+JEMALLOC_SPEC = "python3-keras-nbguard-jemalloc"
 STARTUP_TIMEOUT = 60.0  # TF-free start takes ~2 s here; a loaded CI box can take much longer
 CELL_TIMEOUT = 120.0  # the first cell that imports TensorFlow takes several seconds on 2 cores
 
@@ -423,6 +425,7 @@ def test_the_shipped_kernelspec_loads_the_extension_before_user_code(
     status = kernel.ok("%nbguard status").display  # the very first cell, no %load_ext
     # loaded before TensorFlow, so GPU growth went in through the environment
     assert "TensorFlow not imported yet; TF_FORCE_GPU_ALLOW_GROWTH=true" in status
+    assert 'glibc (the kernel "Python 3 (keras-nbguard, jemalloc)" runs on jemalloc' in status
     assert kernel.value("[m in __import__('sys').modules for m in ('tensorflow', 'keras')]") == [
         False,
         False,
@@ -430,6 +433,31 @@ def test_the_shipped_kernelspec_loads_the_extension_before_user_code(
     assert "kerasrun 'first' #1" in kernel.ok("%%kerasrun --label first\nz = 1\n").display
     (run,) = kernel.runs()
     assert run["kernel"] == kernel.kernel_id and run["notebook"] == NOTEBOOK
+
+
+@pytest.mark.skipif(
+    ctypes.util.find_library("jemalloc") is None,
+    reason="jemalloc is not installed here (Debian: apt-get install libjemalloc2)",
+)
+def test_the_shipped_jemalloc_kernel_runs_on_jemalloc_and_its_runs_read_its_heap(
+    start_kernel: StartKernel,
+) -> None:
+    from keras_nbguard.diagnosis.causes_across import JEMALLOC_KERNEL
+
+    spec = KernelSpecManager().get_kernel_spec(JEMALLOC_SPEC)
+    assert spec.display_name == JEMALLOC_KERNEL  # the kernel the summary's note names
+    kernel = start_kernel(kernel_name=JEMALLOC_SPEC)
+    cell = kernel.ok(FIT_CELL)  # the first cell: the extension is loaded, the run measured
+    assert "kerasrun 'mlp' #1" in cell.display and "jemalloc" not in cell.stderr
+    kernel.ok(FIT_CELL)  # read as it starts: with TensorFlow loaded
+    seen = kernel.value(
+        "dict(maps=open('/proc/self/maps').read().count('libjemalloc'), "
+        "malloc=__import__('keras_nbguard').runs()[-1].malloc, "
+        "heap=__import__('keras_nbguard').runs()[-1].heap_in_use)"
+    )
+    assert seen["maps"] > 0 and seen["malloc"] == "jemalloc"
+    assert "jemalloc (LD_PRELOAD)" in kernel.ok("%nbguard status").display
+    assert seen["heap"] > 50 * 2**20  # jemalloc's count, with TensorFlow loaded (glibc's: ~0)
 
 
 @pytest.mark.parametrize(
@@ -450,6 +478,7 @@ def test_ipython_config_opt_in_loads_the_extension_at_kernel_start(
     kernel = start_kernel(ipython_dir=ipython_dir)  # the plain python3 kernel
     status = kernel.ok("%nbguard status").display
     assert "TensorFlow not imported yet; TF_FORCE_GPU_ALLOW_GROWTH=true" in status
+    assert 'glibc (the kernel "Python 3 (keras-nbguard, jemalloc)" runs on jemalloc' in status
     assert kernel.value("'tensorflow' in __import__('sys').modules") is False
     assert "kerasrun 'first' #1" in kernel.ok("%%kerasrun --label first\nz = 1\n").display
 

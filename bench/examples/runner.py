@@ -29,8 +29,6 @@ recorded with its error text (an ``--isolate`` refusal included) and the loop go
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import json
 import os
 import subprocess
@@ -203,13 +201,17 @@ def run_example(
 
 
 def _trim_heap() -> None:
-    with contextlib.suppress(OSError, AttributeError):  # glibc only
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    """The free heap given back as the magic gives it back: glibc's ``malloc_trim(0)``, or a
+    preloaded jemalloc's purge (``--modes kerasrun+jemalloc``)."""
+    from keras_nbguard.collectors.allocated import give_back_free_pages
+
+    give_back_free_pages()
 
 
 def _heap_in_use() -> int | None:
-    """Bytes glibc has handed out and not had back (``mallinfo2``: in-use chunks plus mmapped
-    ones): what is kept, without the free heap that makes RSS swing. None off glibc >= 2.33."""
+    """Bytes the C heap has handed out and not had back (glibc's ``mallinfo2``: in-use chunks
+    plus mmapped ones; jemalloc's ``stats.allocated``): what is kept, without the free heap that
+    makes RSS swing. None off glibc >= 2.33."""
     from keras_nbguard.collectors.allocated import heap_in_use
 
     return heap_in_use()

@@ -466,6 +466,15 @@ def allocators_slack(runs: Sequence[RunRecord], rss_rise: float) -> str | None:
     return f"{pool}; {rest}" if rest else pool
 
 
+def glibc_slack(runs: Sequence[RunRecord], rss_rise: float) -> bool:
+    """Whether the runs ran on glibc's malloc, its heap in use was read (and ``allocators_keep``
+    found it flat) and TensorFlow's CPU pool's peak does not account for all of ``rss_rise``:
+    the rest sat in glibc's arenas, pages it keeps partly used, which jemalloc gives back
+    (bench_examples.py ``--modes kerasrun,kerasrun+jemalloc``)."""
+    on_glibc = all((r.malloc or "glibc") == "glibc" for r in runs)
+    return on_glibc and allocators_keep(runs) is not None and _pool_peak_rise(runs) < rss_rise
+
+
 def _pool_peak_rise(runs: Sequence[RunRecord]) -> int:
     return (runs[-1].host_pool_peak or 0) - (runs[0].host_pool_peak or 0)
 
@@ -520,19 +529,26 @@ def peaks_level(runs: Sequence[RunRecord], rss_slope: float) -> str | None:
     heap_step = median_increase([float(h or 0) for h in heap]) if None not in heap else 0.0
     if heap_step >= HEAP_KEPT:  # keras.io's fine-tuning cell: +0.75 MiB a run, Python's flat
         return (
-            f"{rose}, but glibc's heap in use rose {fmt_bytes(int(heap_step), signed=True)} "
+            f"{rose}, but {heap_of(runs)} in use rose {fmt_bytes(int(heap_step), signed=True)} "
             f"a run: memory the framework keeps natively"
         )
     return f"{rose}: less was handed back to the system after each collection, nothing was kept"
 
 
+def heap_of(runs: Sequence[RunRecord]) -> str:
+    """Whose C heap the runs' ``heap_in_use`` counts, in words ("glibc's heap": records kept
+    before ``malloc`` was recorded ran on it)."""
+    names = {r.malloc or "glibc" for r in runs}
+    return f"{names.pop()}'s heap" if len(names) == 1 else "the C heap"
+
+
 def allocators_keep(runs: Sequence[RunRecord], pool_named: bool = False) -> str | None:
     """Why a rise nothing of the user's explains is no leak: what the allocators had in use
-    between runs (read as each started, after its collection and trim) stayed flat — glibc's
-    heap, Python's blocks and TensorFlow's CPU pool where it keeps one — so the rise is freed
-    memory they keep resident for reuse (pages a pool touched, arenas' slack), not memory kept:
-    a leak through any of them raises its use run after run. ``pool_named``: the pool's use
-    was said already, and is left out of the words. None: not so, or not read."""
+    between runs (read as each started, after its collection and trim) stayed flat — the C
+    heap (``heap_of``), Python's blocks and TensorFlow's CPU pool where it keeps one — so the
+    rise is freed memory they keep resident for reuse (pages a pool touched, arenas' slack), not
+    memory kept: a leak through any of them raises its use run after run. ``pool_named``: the
+    pool's use was said already, and is left out of the words. None: not so, or not read."""
     heap = [r.heap_in_use for r in runs]
     blocks = [r.python_blocks for r in runs]
     if len(runs) < MIN_RUNS or None in heap or None in blocks:
@@ -545,7 +561,7 @@ def allocators_keep(runs: Sequence[RunRecord], pool_named: bool = False) -> str 
 
     sign = "+" if heap_step >= 0 else "-"
     parts = [
-        f"glibc's heap {sign}{fmt_size(int(abs(heap_step)))} a run{_kept_once(runs)}",
+        f"{heap_of(runs)} {sign}{fmt_size(int(abs(heap_step)))} a run{_kept_once(runs)}",
         f"Python's objects {blocks_step:+,.0f} blocks a run",
     ]
     pool = [r.host_pool_in_use for r in runs]

@@ -482,6 +482,16 @@ def load(shell: Any) -> KerasMagics:
     session.later.schedule = after_reply(shell)
     for problem in gpu_setup.configure_at_load(TfGpu.if_imported()):
         session.warn_once(problem)
+    if "malloc" in os.environ.get("LD_PRELOAD", ""):  # (ctypes only then: not at every load)
+        from keras_nbguard.collectors.allocated import DEBIAN_PACKAGES, preload_missed
+
+        if missed := preload_missed():
+            session.warn_once(
+                f"this kernel asks for {missed} (LD_PRELOAD={os.environ['LD_PRELOAD']}) but runs "
+                f"on glibc's malloc: {missed} is not installed where the loader looks "
+                f"(Debian/Ubuntu: `apt-get install {DEBIAN_PACKAGES[missed]}`; elsewhere set "
+                f"LD_PRELOAD in the kernel's kernel.json to the library's full path)"
+            )
     magics = KerasMagics(shell, session)
     shell.register_magics(magics)
     shell.input_transformers_cleanup.append(

@@ -41,9 +41,26 @@ def status_rows(session: Session) -> list[tuple[str, str]]:
         *(("keras unsupported", why) for why in backends.unsupported_loaded()),
         ("gpu", gpu_status(backends.current_backend())),
         ("gc", session.frozen.describe()),
+        ("malloc", malloc_status()),
         *option_rows(session.options),
         history_db_row(session.store),
     ]
+
+
+def malloc_status() -> str:
+    """Whose malloc the kernel runs on, and where glibc's, the kernel that keeps its slack out."""
+    from keras_nbguard.collectors.allocated import GLIBC, malloc_name, preload_missed
+    from keras_nbguard.diagnosis.causes_across import JEMALLOC_KERNEL
+
+    name = malloc_name()
+    if name is None:
+        return "n/a (neither glibc's nor a preloaded one: no heap figures)"
+    if name != GLIBC:
+        return f"{name} (LD_PRELOAD)"
+    missed = preload_missed()
+    if missed:
+        return f"glibc: LD_PRELOAD asks for {missed}, which the loader did not find"
+    return f'glibc (the kernel "{JEMALLOC_KERNEL}" runs on jemalloc, which keeps its slack out)'
 
 
 def gpu_status(backend: str) -> str:

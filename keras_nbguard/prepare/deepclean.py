@@ -21,7 +21,6 @@ itself off with one warning and the plain ``clear_session`` carries on.
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import inspect
 import os
@@ -230,8 +229,10 @@ class DeepClean:
 
     def trim_heap(self) -> None:
         """Give freed heap pages back to the OS, so RSS shows what a clean freed (if on)."""
-        if self.trim:
-            _malloc_trim()
+        if self.trim:  # (ctypes: imported at the first run, not at load)
+            from keras_nbguard.collectors.allocated import give_back_free_pages
+
+            give_back_free_pages()
 
     # -- internals -------------------------------------------------------------------------------
     def _purge(self, registry: dict[str, Any], going: frozenset[int]) -> tuple[int, int]:
@@ -429,27 +430,6 @@ def kernel_cache_kept() -> Iterator[None]:
 
 def _keep() -> None:
     """Stands for ``Context.clear_kernel_cache`` while ``kernel_cache_kept``."""
-
-
-def _malloc_trim() -> None:
-    """Give the heap pages the dead graphs held back to the OS (glibc), so RSS shows the clean.
-
-    A few ms. Without it the freed memory stays in malloc's arenas: reused by the next run (RSS
-    stays flat run over run either way), but the RSS after the clean would not show it.
-    """
-    trim = _malloc_trim_function()
-    if trim is not None:
-        trim(0)
-
-
-@functools.cache
-def _malloc_trim_function() -> Callable[[int], int] | None:
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim with
-        return None
 
 
 def _warn(message: str) -> None:

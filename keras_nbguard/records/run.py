@@ -184,10 +184,13 @@ class RunRecord:
     # keeps what it touched); None: not read (--no-clear, oneDNN off, no TF runtime yet)
     host_pool_in_use: int | None = None
     host_pool_peak: int | None = None
-    # as the run started, after our collection and trim: glibc's heap in use (None off glibc
-    # 2.33+) and Python's blocks in use: memory kept raises them, an allocator's resident slack not
+    # as the run started, after our collection and trim: the C heap in use (None where not read)
+    # and Python's blocks in use: memory kept raises them, an allocator's resident slack not
     heap_in_use: int | None = None
     python_blocks: int | None = None
+    # whose malloc the process ran on ("glibc", "jemalloc", "tcmalloc"; None: not known, and
+    # glibc's for records written before it was kept)
+    malloc: str | None = None
     growth: tuple[Growth, ...] = ()  # the user's names that grew most over this run, largest first
     inference: tuple[InferenceRecord, ...] = ()  # evaluate and predict calls, in call order
     keras: str | None = None  # which Keras ran, e.g. "Keras 3.15.1 (jax)"; None: none imported

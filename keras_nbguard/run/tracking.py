@@ -120,8 +120,9 @@ class Run:
         self._last_lap = 0.0
         self._rss_before: int | None = None
         self._pool_before: tuple[int, int] | None = None  # TF's CPU pool after our collection
-        self._heap_before: int | None = None  # glibc's heap in use, then
+        self._heap_before: int | None = None  # the C heap in use, then
         self._blocks_before: int | None = None  # Python's blocks in use, then
+        self._malloc: str | None = None  # whose heap that is
         self.started_at = time.time()
         self._t0 = time.perf_counter()
 
@@ -193,11 +194,12 @@ class Run:
         self._lap("deep clean")
         if self.options.clear:  # the runs that judge what runs leave; --no-clear pays nothing
             # (ctypes, the first time: not at %load_ext)
-            from keras_nbguard.collectors.allocated import heap_in_use, python_blocks
+            from keras_nbguard.collectors.allocated import heap_in_use, malloc_name, python_blocks
 
             self._pool_before = self._attempt("reading TF's CPU pool", self._host_pool)
             self._heap_before = self._attempt("reading the heap in use", heap_in_use)
             self._blocks_before = python_blocks()
+            self._malloc = malloc_name()
         self._prepare_seconds = time.perf_counter() - t0
         # The /proc reads and writes come before anything that wakes one of our threads: a
         # system call releases the interpreter lock, and a woken thread would take it meanwhile.
@@ -354,6 +356,7 @@ class Run:
             host_pool_peak=pool[1] if pool else None,
             heap_in_use=self._heap_before,
             python_blocks=self._blocks_before,
+            malloc=self._malloc,
         )
         return self.record
 

@@ -1,0 +1,98 @@
+"""Whose malloc the kernel runs on: glibc's, or jemalloc or tcmalloc preloaded (the shipped
+"Python 3 (keras-nbguard, jemalloc)" kernel). Each is read and trimmed in its own real process,
+started with ``LD_PRELOAD`` as a kernelspec's ``env`` starts a kernel."""
+
+from __future__ import annotations
+
+import ctypes.util
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from keras_nbguard.collectors.allocated import malloc_name
+
+REPO = Path(__file__).resolve().parents[1]
+LIBRARIES = {"jemalloc": "libjemalloc.so.2", "tcmalloc": "libtcmalloc_minimal.so.4"}
+
+PROBE = """
+import json, numpy as np, psutil
+from keras_nbguard.collectors.allocated import give_back_free_pages, heap_in_use, malloc_name
+process, MiB = psutil.Process(), 2**20
+heap, rss = heap_in_use(), process.memory_info().rss
+chunks = [np.ones(256 * 1024 // 8) for _ in range(400)]  # 100 MiB in blocks of 256 KiB
+held = heap_in_use() - heap
+del chunks
+kept = process.memory_info().rss - rss
+give_back_free_pages()
+print(json.dumps(dict(malloc=malloc_name(), held=held / MiB, kept=kept / MiB,
+                      given_back=(process.memory_info().rss - rss) / MiB)))
+"""
+
+
+def _probe(preload: str) -> dict[str, object]:
+    env = {**os.environ, "LD_PRELOAD": preload, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    seen: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    return seen
+
+
+def test_glibcs_heap_is_read_and_trimmed() -> None:
+    seen = _probe("")
+    assert seen["malloc"] == "glibc"
+    assert 95 <= seen["held"] <= 110  # type: ignore[operator]
+    assert seen["given_back"] < 10  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("malloc", sorted(LIBRARIES))
+def test_a_preloaded_malloc_is_named_read_and_gives_its_free_pages_back(malloc: str) -> None:
+    if ctypes.util.find_library(malloc.replace("tcmalloc", "tcmalloc_minimal")) is None:
+        pytest.skip(f"{malloc} is not installed here (Debian: apt-get install lib{malloc}…)")
+    seen = _probe(LIBRARIES[malloc])
+    assert seen["malloc"] == malloc
+    # its own counter, not glibc's (which, unused, reads ~0 there)
+    assert 95 <= seen["held"] <= 110  # type: ignore[operator]
+    # freed, it keeps the pages resident (jemalloc ~50 MiB for 10 s, tcmalloc all of them)...
+    assert seen["kept"] > 30  # type: ignore[operator]
+    # ...until given back, as the magic does before each run's RSS reading
+    assert seen["given_back"] < 10  # type: ignore[operator]
+
+
+def test_a_kernel_asking_for_jemalloc_that_runs_on_glibc_is_told_at_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The shipped kernel's LD_PRELOAD names the library only: where it is not installed the
+    loader prints a line to the terminal Jupyter was started from and runs on glibc."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    if malloc_name() != "glibc":
+        pytest.skip("the tests themselves run on another malloc")
+    monkeypatch.setenv("LD_PRELOAD", "libjemalloc.so.2")
+    shell = InteractiveShell.instance()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        shell.run_line_magic("load_ext", "keras_nbguard")
+    try:
+        said = [str(w.message) for w in caught if "jemalloc" in str(w.message)]
+        assert said and said[0].startswith(
+            "keras_nbguard: this kernel asks for jemalloc (LD_PRELOAD=libjemalloc.so.2) but runs "
+            "on glibc's malloc"
+        )
+        assert "apt-get install libjemalloc2" in said[0]
+        status = shell.run_line_magic("nbguard", "status")
+        assert "LD_PRELOAD asks for jemalloc, which the loader did not find" in str(status)
+    finally:
+        shell.run_line_magic("unload_ext", "keras_nbguard")
+    monkeypatch.delenv("LD_PRELOAD")
+    with warnings.catch_warnings(record=True) as caught:  # nothing asked: nothing said
+        warnings.simplefilter("always")
+        shell.run_line_magic("load_ext", "keras_nbguard")
+    shell.run_line_magic("unload_ext", "keras_nbguard")
+    assert not [w for w in caught if "jemalloc" in str(w.message)]
