@@ -168,21 +168,16 @@ def verdict(by_mode: dict[str, dict[str, Any]], expects: tuple[str, ...] = ()) -
             (passes if extra <= allowed else fails).append(
                 f"time +{extra * 1000:.0f} ms (<= {allowed * 1000:.0f} ms)"
             )
-    j = by_mode.get("kerasrun" + ON_JEMALLOC)
-    if j:
-        if j["errors"] or j["setup_error"]:
-            fails.append("kerasrun on jemalloc: cell failed")
-        elif j["lsq"] is not None:
-            (passes if j["lsq"] <= GOAL_KERASRUN_MIB else fails).append(
-                f"on jemalloc {j['lsq']:+.2f} MiB/run (<= {GOAL_KERASRUN_MIB})"
-            )
-    i = by_mode.get("isolate")
-    if i:
-        if i["errors"] or i["setup_error"]:
-            fails.append("isolate: refused/failed")
-        elif i["lsq"] is not None:
-            (passes if i["lsq"] <= GOAL_ISOLATE_MIB else fails).append(
-                f"isolate {i['lsq']:+.2f} MiB/run (<= {GOAL_ISOLATE_MIB})"
+    for way, words, goal in (
+        ("kerasrun" + ON_JEMALLOC, "on jemalloc", GOAL_KERASRUN_MIB),
+        ("isolate", "isolate", GOAL_ISOLATE_MIB),
+    ):
+        got = by_mode.get(way)
+        if got and (got["errors"] or got["setup_error"]):
+            fails.append(f"{words}: refused/failed")
+        elif got and got["lsq"] is not None:
+            (passes if got["lsq"] <= goal else fails).append(
+                f"{words} {got['lsq']:+.2f} MiB/run (<= {goal})"
             )
     if fails:
         return "FAILS: " + "; ".join(fails) + (f" | meets: {'; '.join(passes)}" if passes else "")

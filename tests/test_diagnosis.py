@@ -595,10 +595,8 @@ def test_a_pool_that_explains_part_of_a_rise_leaves_the_rest_said_too():
     # Keras 2's functional API guide under the magic: TensorFlow's pool's peak +4.1 MiB of an RSS
     # rise of ~11, +6.8 of it in the threads' arenas, what every allocator had in use flat; the
     # row named the pool alone, as if the whole rise were its pages
-    n = 13
-    runs = runs_of([1.0] * n, [800 * MiB + i * 3 * MiB for i in range(n)])
-    heap = [int(273 * MiB + i * 0.02 * MiB) for i in range(n)]
-    blocks = [1_700_000 + 300 * i for i in range(n)]
+    runs, heap, blocks = _steady_rise_allocators_flat()
+    n = len(runs)
     flat = _with_allocators(runs, heap, blocks)
     part = [int((100 + 1.5 * i) * MiB) for i in range(n)]  # half the rise
     last = _after_each(_with_pool(flat, [int(40 * MiB)] * n, part))[-1]
@@ -615,6 +613,15 @@ def test_a_pool_that_explains_part_of_a_rise_leaves_the_rest_said_too():
     assert "reached a higher peak, +38.5 MiB" in note and "stayed flat" not in note
 
 
+def _steady_rise_allocators_flat(n=13):
+    """RSS +3 MiB a run, run after run, while glibc's heap in use rises 0.02 MiB a run and
+    Python's blocks ~300 (Keras' GAN under the magic, bench_examples.py): runs, heap, blocks."""
+    runs = runs_of([1.0] * n, [800 * MiB + i * 3 * MiB for i in range(n)])
+    heap = [int(273 * MiB + i * 0.02 * MiB) for i in range(n)]
+    blocks = [1_700_000 + 300 * i for i in range(n)]
+    return runs, heap, blocks
+
+
 def _with_allocators(runs, heap, blocks):
     return [
         dataclasses.replace(r, heap_in_use=h, python_blocks=b)
@@ -625,10 +632,7 @@ def _with_allocators(runs, heap, blocks):
 def test_a_native_rise_with_the_allocators_use_flat_is_their_slack_not_a_leak():
     # Keras' GAN under the magic: RSS +3 MiB a run, run after run, nothing of yours grew, while
     # glibc's heap in use rose 0.02 MiB a run and Python's blocks ~300 (bench_examples.py)
-    n = 13
-    runs = runs_of([1.0] * n, [800 * MiB + i * 3 * MiB for i in range(n)])
-    heap = [int(273 * MiB + i * 0.02 * MiB) for i in range(n)]
-    blocks = [1_700_000 + 300 * i for i in range(n)]
+    runs, heap, blocks = _steady_rise_allocators_flat()
     last = _after_each(_with_allocators(runs, heap, blocks))[-1]
     assert last.findings == ()
     assert "what the allocators had in use between runs stayed flat (glibc's heap +20.5 KiB" in (
@@ -672,10 +676,8 @@ def test_glibcs_slack_points_to_the_jemalloc_kernel_and_a_jemalloc_kernels_heap_
     # heap in use flat; on jemalloc the same runs stay flat, so the note says where to go
     from keras_nbguard.diagnosis.causes_across import JEMALLOC_KERNEL, ON_JEMALLOC
 
-    n = 13
-    runs = runs_of([1.0] * n, [800 * MiB + i * 3 * MiB for i in range(n)])
-    heap = [int(273 * MiB + i * 0.02 * MiB) for i in range(n)]
-    blocks = [1_700_000 + 300 * i for i in range(n)]
+    runs, heap, blocks = _steady_rise_allocators_flat()
+    n = len(runs)
     on_glibc = _with_allocators(runs, heap, blocks)
     for malloc in (None, "glibc"):  # None: a record kept before `malloc` was
         note = _after_each([dataclasses.replace(r, malloc=malloc) for r in on_glibc])[-1]

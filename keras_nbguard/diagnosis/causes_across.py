@@ -114,8 +114,9 @@ def state_growth(runs: list[RunRecord]) -> Finding | None:
 
 
 # The kernel jupyter-config/kernels/python3-keras-nbguard-jemalloc installs: glibc keeps pages
-# TensorFlow's threads freed partly used; on jemalloc the five rows of bench_examples.py over
-# 1 MiB a run under the magic fell under it (+2.59 -> +0.02 the GAN; its README row)
+# TensorFlow's threads freed partly used; of twelve of Keras' examples over 1 MiB a run under the
+# magic in some bench, seven were over on glibc and two on jemalloc side by side (the GAN +5.25
+# -> +0.41: bench_examples.py --modes kerasrun,kerasrun+jemalloc; docs/benchmarks.md)
 JEMALLOC_KERNEL = "Python 3 (keras-nbguard, jemalloc)"
 ON_JEMALLOC = f'a kernel on jemalloc keeps glibc\'s slack out (the kernel "{JEMALLOC_KERNEL}")'
 SHAPES = ("in steps", "slowing")  # the shapes of a rise findings._why_not_rss may give
