@@ -56,6 +56,14 @@ def malloc_name() -> str | None:
     return GLIBC if hasattr(process, "gnu_get_libc_version") else None
 
 
+def installed(malloc: str) -> bool:
+    """Whether the loader finds ``malloc``'s library by name, as the shipped kernel's
+    ``LD_PRELOAD`` names it (``ldconfig``'s cache: 5-60 ms, for ``%nbguard status`` only)."""
+    import ctypes.util
+
+    return ctypes.util.find_library(malloc.replace(TCMALLOC, "tcmalloc_minimal")) is not None
+
+
 def preload_missed() -> str | None:
     """The jemalloc or tcmalloc that ``LD_PRELOAD`` names but the process does not run on (not
     installed: the loader says so on stderr and goes on with glibc's), or None."""

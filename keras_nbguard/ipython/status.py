@@ -49,7 +49,14 @@ def status_rows(session: Session) -> list[tuple[str, str]]:
 
 def malloc_status() -> str:
     """Whose malloc the kernel runs on, and where glibc's, the kernel that keeps its slack out."""
-    from keras_nbguard.collectors.allocated import GLIBC, malloc_name, preload_missed
+    from keras_nbguard.collectors.allocated import (
+        DEBIAN_PACKAGES,
+        GLIBC,
+        JEMALLOC,
+        installed,
+        malloc_name,
+        preload_missed,
+    )
     from keras_nbguard.diagnosis.causes_across import JEMALLOC_KERNEL
 
     name = malloc_name()
@@ -59,7 +66,15 @@ def malloc_status() -> str:
         return f"{name} (LD_PRELOAD)"
     missed = preload_missed()
     if missed:
-        return f"glibc: LD_PRELOAD asks for {missed}, which the loader did not find"
+        return (
+            f"glibc: LD_PRELOAD asks for {missed}, which the loader did not find "
+            f"(`apt-get install {DEBIAN_PACKAGES[missed]}`)"
+        )
+    if not installed(JEMALLOC):
+        return (
+            f'glibc (the kernel "{JEMALLOC_KERNEL}" keeps its slack out once jemalloc is '
+            f"installed: `apt-get install {DEBIAN_PACKAGES[JEMALLOC]}`)"
+        )
     return f'glibc (the kernel "{JEMALLOC_KERNEL}" runs on jemalloc, which keeps its slack out)'
 
 
