@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from keras_nbguard.collectors.allocated import malloc_name
+from keras_nbguard.collectors.allocated import DEBIAN_PACKAGES, installed, malloc_name
 
 REPO = Path(__file__).resolve().parents[1]
-LIBRARIES = {"jemalloc": "libjemalloc.so.2", "tcmalloc": "libtcmalloc_minimal.so.4"}
+SONAMES = {"jemalloc": "libjemalloc.so.2", "tcmalloc": "libtcmalloc_minimal.so.4"}  # to preload
 
 PROBE = """
 import json, numpy as np, psutil
@@ -51,11 +51,11 @@ def test_glibcs_heap_is_read_and_trimmed() -> None:
     assert seen["given_back"] < 10  # type: ignore[operator]
 
 
-@pytest.mark.parametrize("malloc", sorted(LIBRARIES))
+@pytest.mark.parametrize("malloc", sorted(SONAMES))
 def test_a_preloaded_malloc_is_named_read_and_gives_its_free_pages_back(malloc: str) -> None:
-    if ctypes.util.find_library(malloc.replace("tcmalloc", "tcmalloc_minimal")) is None:
-        pytest.skip(f"{malloc} is not installed here (Debian: apt-get install lib{malloc}…)")
-    seen = _probe(LIBRARIES[malloc])
+    if not installed(malloc):
+        pytest.skip(f"{malloc} is not installed here (apt-get install {DEBIAN_PACKAGES[malloc]})")
+    seen = _probe(SONAMES[malloc])
     assert seen["malloc"] == malloc
     # its own counter, not glibc's (which, unused, reads ~0 there)
     assert 95 <= seen["held"] <= 110  # type: ignore[operator]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 GLIBC, JEMALLOC, TCMALLOC = "glibc", "jemalloc", "tcmalloc"
 DEBIAN_PACKAGES = {JEMALLOC: "libjemalloc2", TCMALLOC: "libtcmalloc-minimal4"}
+LIBRARIES = {JEMALLOC: "jemalloc", TCMALLOC: "tcmalloc_minimal"}  # as ``find_library`` names them
 
 
 class _MallInfo2(ctypes.Structure):
@@ -61,7 +62,7 @@ def installed(malloc: str) -> bool:
     ``LD_PRELOAD`` names it (``ldconfig``'s cache: 5-60 ms, for ``%nbguard status`` only)."""
     import ctypes.util
 
-    return ctypes.util.find_library(malloc.replace(TCMALLOC, "tcmalloc_minimal")) is not None
+    return ctypes.util.find_library(LIBRARIES[malloc]) is not None
 
 
 def preload_missed() -> str | None:
