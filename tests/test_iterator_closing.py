@@ -6,11 +6,9 @@ a generator stands in for it deterministically: deleting its iterator closes the
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 from helpers import run
@@ -96,35 +94,6 @@ def test_outside_a_run_an_iterator_is_deleted_where_it_dies(keras_shell):
         keras_shell, "it = iter(data); next(it); del it\nclosed_at_del = list(closed)"
     ).success
     assert len(keras_shell.user_ns["closed_at_del"]) == 1  # at `del`, as TensorFlow does it
-
-
-def test_a_stop_pressed_while_an_iterator_is_handed_over_still_stops_the_cell(keras_shell):
-    """Python ignores what a ``__del__`` raises: the stop button's KeyboardInterrupt landing in
-    ours was lost and the cell went on (found by test_stop_button.py). SIGINT is raised here at
-    the first line of the pipeline's check, as the kernel's interrupt lands at whatever runs."""
-    import keras_nbguard
-
-    assert run(keras_shell, GENERATOR_DATA + "let_go.set()\n").success
-    data, went_on = keras_shell.user_ns["data"], []
-
-    def calls(frame, event, arg):
-        if frame.f_code is iterator_closing._may_wait.__code__:
-            sys.settrace(None)
-            signal.raise_signal(signal.SIGINT)
-        return None
-
-    with pytest.raises(KeyboardInterrupt), keras_nbguard.track("stop-in-del", clear=False):
-        it = iter(data)
-        next(it)
-        sys.settrace(calls)
-        try:
-            del it  # the press lands in its __del__ (ours)...
-            time.sleep(5)  # ...and stops the cell here, in the user's code
-            went_on.append(True)
-        finally:
-            sys.settrace(None)
-    assert went_on == []
-    assert run(keras_shell, "%%kerasrun --label after-the-stop --quiet\nx = 1").success
 
 
 @pytest.mark.slow

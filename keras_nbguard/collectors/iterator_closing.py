@@ -20,7 +20,6 @@ torn down under a deletion.
 
 from __future__ import annotations
 
-import _thread
 import atexit
 import os
 import queue
@@ -34,7 +33,6 @@ from keras_nbguard.collectors.patching import AttributePatch, PatchOnImport
 ITERATOR_MODULE = "tensorflow.python.data.ops.iterator_ops"  # never imported here
 THREAD_NAME = "keras-nbguard-iterator-close"
 EXIT_WAIT_SECONDS = 30.0
-PRESS_AGAIN_SECONDS = 0.01  # a stop that landed in our __del__, pressed again after it returned
 # tf.data's datasets that write files of their own (a cache's only when it has a file name)
 WRITING = ("CacheDataset", "_SnapshotDataset", "_LegacySnapshotDataset", "_SaveDataset")
 
@@ -109,16 +107,9 @@ def _patch(module: ModuleType) -> AttributePatch | None:
 
 
 def _hand_over(iterator: Any) -> None:
-    """The iterator's ``__del__`` during a run. Python ignores what a ``__del__`` raises, so a
-    stop pressed while this runs (SIGINT's KeyboardInterrupt lands at whatever line runs)
-    would be lost and the cell would go on: it is pressed again once this has returned."""
-    try:
-        current = _closer
-        if current is not None and current.pid == os.getpid() and _may_wait(iterator):
-            current.take(iterator)  # (else it is freed here, once this returns, as before)
-    except KeyboardInterrupt:
-        # from another thread, a moment later: pressed from here, it lands here again
-        threading.Timer(PRESS_AGAIN_SECONDS, _thread.interrupt_main).start()
+    current = _closer
+    if current is not None and current.pid == os.getpid() and _may_wait(iterator):
+        current.take(iterator)  # (else it is freed here, once this returns, as before)
 
 
 def _may_wait(iterator: Any) -> bool:
