@@ -26,6 +26,7 @@ from typing import Any
 from keras_nbguard import backends
 from keras_nbguard.collectors.call_peaks import CallPeaks
 from keras_nbguard.collectors.callback_clock import CallbackClock
+from keras_nbguard.collectors.finalizer_stops import StopsInFinalizers
 from keras_nbguard.collectors.input_clock import InputClock
 from keras_nbguard.collectors.patching import AttributePatch, PatchEveryKeras, PatchGroup
 from keras_nbguard.records.calls import KEPT_INFERENCE, FitRecord, InferenceRecord
@@ -116,8 +117,11 @@ class FitTimer:
         clock: Callable[[], float] = time.perf_counter,
         peaks: CallPeaks | None = None,
         cpu_clock: Callable[[], float] = time.process_time,
+        stops: StopsInFinalizers | None = None,
     ) -> None:
         self.clock = clock
+        # a stop dropped in a finalizer (an iterator's, as fit lets go of it) is raised here
+        self.stops = stops or StopsInFinalizers()
         self.cpu_clock = cpu_clock
         self.peaks = peaks or CallPeaks()
         self.fits: list[FitRecord] = []
@@ -170,10 +174,15 @@ class FitTimer:
             timer._depth += 1
             try:
                 if name == "fit":
-                    return timer._timed_fit(original, signature, base, model, args, kwargs)
-                return timer._timed_inference(name, original, signature, base, model, args, kwargs)
+                    result = timer._timed_fit(original, signature, base, model, args, kwargs)
+                else:
+                    result = timer._timed_inference(
+                        name, original, signature, base, model, args, kwargs
+                    )
             finally:
                 timer._depth -= 1
+            timer.stops.raise_if_pressed(f"as {name}() returned")  # its last iterator's
+            return result
 
         return timed
 
@@ -311,7 +320,7 @@ class FitTimer:
             return callbacks  # a CallbackList of the user's: leave it alone, epochs stay unknown
         return [
             *(callbacks or ()),
-            _epoch_clock_class(base)(progress, self.clock, self.epoch_listeners),
+            _epoch_clock_class(base)(progress, self.clock, self.epoch_listeners, self.stops),
         ]
 
 
@@ -419,11 +428,13 @@ def _epoch_clock_class(callback_base: type) -> type:
             progress: _FitInProgress,
             clock: Callable[[], float],
             listeners: list[EpochListener],
+            stops: StopsInFinalizers,
         ) -> None:
             super().__init__()
             self._progress = progress
             self._clock = clock
             self._listeners = listeners
+            self._stops = stops
 
         def on_train_begin(self, logs: Any = None) -> None:
             self._progress.steps = (self.params or {}).get("steps")
@@ -441,6 +452,8 @@ def _epoch_clock_class(callback_base: type) -> type:
                 self.on_train_begin(logs)
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            # the last epoch's iterator goes as this one begins
+            self._stops.raise_if_pressed(f"as epoch {epoch + 1} began")
             self._progress.epoch_started = self._clock()
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
@@ -451,6 +464,7 @@ def _epoch_clock_class(callback_base: type) -> type:
             self._progress.epoch_seconds.append(seconds)
             for listener in self._listeners:
                 listener(epoch, seconds)
+            self._stops.raise_if_pressed(f"as epoch {epoch + 1} ended")
 
     return EpochClock
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from keras_nbguard import backends
 from keras_nbguard.collectors.call_peaks import CallPeaks
+from keras_nbguard.collectors.finalizer_stops import StopsInFinalizers
 from keras_nbguard.collectors.fit import FitTimer
 from keras_nbguard.collectors.gpu import GpuCollector
 from keras_nbguard.collectors.host_limit import HostLimit
@@ -89,7 +90,8 @@ class Run:
         self.options = options
         self.record: RunRecord | None = None
         self.warnings: list[str] = []
-        self.fit_timer = FitTimer()
+        self.finalizer_stops = StopsInFinalizers()  # a stop Python would drop: kept
+        self.fit_timer = FitTimer(stops=self.finalizer_stops)
         self.fit_timer.epoch_listeners.append(
             lambda epoch, seconds: services.events.emit("epoch", epoch, seconds)
         )
@@ -211,6 +213,7 @@ class Run:
         self._peak_reset = bool(self._attempt("resetting the peak RSS", self._peak.reset))
         self.fit_timer.peaks = CallPeaks(self._peak if self._peak_reset else None, self._gpu)
         for step, action in (
+            ("keeping a stop pressed in a finalizer", self.finalizer_stops.install),
             ("starting the RSS sampler", self._start_sampler),
             ("patching fit, evaluate and predict", self.fit_timer.install),
             ("deleting tf.data iterators on a thread", self.iterators.install),
@@ -284,6 +287,7 @@ class Run:
             ("restoring tf.data's iterator", self.iterators.uninstall),
             ("restoring the trace hook", self.traces.uninstall),
             ("restoring Model.__new__", self.creations.uninstall),
+            ("restoring sys.unraisablehook", self.finalizer_stops.uninstall),
         ):
             self._attempt(step, action)
         if self._deep_started:

@@ -257,9 +257,12 @@ class Session:
 
     def finish(self, run: Run, error: BaseException | None) -> RunRecord | None:
         """Stop the run's collectors and keep its record (it runs in a finally). It raises only
-        KeyboardInterrupt, for a stop pressed meanwhile on a cell that had ended well, once
-        the record is kept (held_interrupt.py)."""
+        KeyboardInterrupt, once the record is kept: for a stop pressed meanwhile on a cell that
+        had ended well (held_interrupt.py), or one a finalizer dropped (finalizer_stops.py)."""
         with HeldInterrupt() as stop:
+            # a stop Python dropped in a finalizer stops the cell that ran on: kept as stopped
+            lost = run.finalizer_stops.take("as it ended") if error is None else None
+            error = error or lost
             try:
                 # which exception ended the run (not the object: it would keep its frames)
                 self._raised[run.label] = (id(error), type(error)) if error is not None else None
@@ -268,6 +271,8 @@ class Session:
                 with self._lock:
                     if self.current is run:  # never left claimed, whatever went wrong
                         self.current = None
+        if lost is not None:
+            raise lost
         if stop.pressed and error is None:
             raise KeyboardInterrupt("stopped as keras_nbguard kept the run: the cell had ended")
         return record
