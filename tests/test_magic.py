@@ -469,9 +469,7 @@ model.fit(x, y, epochs=3, batch_size=32, verbose=0, callbacks=[slow])
     from keras_nbguard.collectors.finalizer_stops import StopsInFinalizers
     from keras_nbguard.collectors.fit import _epoch_clock_class
 
-    ours = _epoch_clock_class(keras.callbacks.Callback)(
-        None, lambda: 0.0, [], StopsInFinalizers()
-    )
+    ours = _epoch_clock_class(keras.callbacks.Callback)(None, lambda: 0.0, [], StopsInFinalizers())
     # evaluate and predict too: ours is in their callbacks for their steps
     for hook in (
         "on_train_batch_begin",
