@@ -671,7 +671,21 @@ def test_a_native_rise_with_the_allocators_use_flat_is_their_slack_not_a_leak():
         assert _after_each(leak)[-1].findings[0].startswith("state_growth")
 
 
-def test_glibcs_slack_points_to_the_jemalloc_kernel_and_a_jemalloc_kernels_heap_is_named():
+def _loader_finds(monkeypatch, folder, sonames: bytes) -> None:
+    """The loader's cache holds ``sonames`` and nothing else finds a library (the OS's
+    boundary: ``/etc/ld.so.cache``, as ``ldconfig`` writes it)."""
+    from keras_nbguard.collectors import allocated
+
+    cache = folder / f"ld.so.cache.{len(sonames)}"
+    cache.write_bytes(b"glibc-ld.so.cache1.1\0libc.so.6\0" + sonames)
+    monkeypatch.setattr(allocated, "LOADER_CACHE", str(cache))
+    monkeypatch.setattr(allocated, "LOADER_DIRS", ())
+    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+
+
+def test_glibcs_slack_points_to_the_jemalloc_kernel_and_a_jemalloc_kernels_heap_is_named(
+    monkeypatch, tmp_path
+):
     # The GAN's row under the magic (bench_examples.py): +3 MiB a run in glibc's arenas, its
     # heap in use flat; on jemalloc the same runs stay flat, so the note says where to go
     from keras_nbguard.diagnosis.causes_across import JEMALLOC_KERNEL, ON_JEMALLOC
@@ -679,10 +693,18 @@ def test_glibcs_slack_points_to_the_jemalloc_kernel_and_a_jemalloc_kernels_heap_
     runs, heap, blocks = _steady_rise_allocators_flat()
     n = len(runs)
     on_glibc = _with_allocators(runs, heap, blocks)
+    _loader_finds(monkeypatch, tmp_path, b"libjemalloc.so.2\0")
     for malloc in (None, "glibc"):  # None: a record kept before `malloc` was
         note = _after_each([dataclasses.replace(r, malloc=malloc) for r in on_glibc])[-1]
-        assert note.memory_note.endswith(f"--isolate keeps the kernel flat; {ON_JEMALLOC}")
+        assert note.memory_note.endswith(f"--isolate keeps the kernel flat; {ON_JEMALLOC})")
         assert f'(the kernel "{JEMALLOC_KERNEL}")' in note.memory_note
+    # where the loader would not find jemalloc, the kernel would run on glibc: say so first
+    _loader_finds(monkeypatch, tmp_path, b"libtcmalloc_minimal.so.4\0")
+    note = _after_each(on_glibc)[-1].memory_note
+    assert note.endswith(
+        f'(the kernel "{JEMALLOC_KERNEL}", once jemalloc is installed: '
+        "`apt-get install libjemalloc2`)"
+    )
     # a kernel on jemalloc already: its own heap is named, and no kernel is offered
     on_jemalloc = [dataclasses.replace(r, malloc="jemalloc") for r in on_glibc]
     note = _after_each(on_jemalloc)[-1].memory_note

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from keras_nbguard.collectors import allocated
 from keras_nbguard.collectors.allocated import DEBIAN_PACKAGES, installed, malloc_name
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,8 +66,24 @@ def test_a_preloaded_malloc_is_named_read_and_gives_its_free_pages_back(malloc: 
     assert seen["given_back"] < 10  # type: ignore[operator]
 
 
+@pytest.mark.parametrize("malloc", sorted(SONAMES))
+def test_installed_agrees_with_ldconfig_and_reads_ld_library_path(
+    malloc: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+    library = {"jemalloc": "jemalloc", "tcmalloc": "tcmalloc_minimal"}[malloc]
+    assert installed(malloc) == (ctypes.util.find_library(library) is not None)
+    monkeypatch.setattr(allocated, "LOADER_CACHE", str(tmp_path / "no-cache"))
+    monkeypatch.setattr(allocated, "LOADER_DIRS", ())
+    assert not installed(malloc)
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / SONAMES[malloc]).write_bytes(b"")  # as conda's lib/, on the path
+    monkeypatch.setenv("LD_LIBRARY_PATH", f"/nowhere:{tmp_path / 'lib'}")
+    assert installed(malloc)
+
+
 def test_a_kernel_asking_for_jemalloc_that_runs_on_glibc_is_told_at_load(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """The shipped kernel's LD_PRELOAD names the library only: where it is not installed the
     loader prints a line to the terminal Jupyter was started from and runs on glibc."""
@@ -96,13 +113,16 @@ def test_a_kernel_asking_for_jemalloc_that_runs_on_glibc_is_told_at_load(
         shell.run_line_magic("load_ext", "keras_nbguard")
     try:
         assert not [w for w in caught if "jemalloc" in str(w.message)]
-        # the status row offers the jemalloc kernel, and where the loader can't find jemalloc
-        # (ldconfig's cache, at the OS's boundary), says what to install first
+        # the status row offers the jemalloc kernel (found as ldconfig finds it), and where the
+        # loader can't find jemalloc (its cache, at the OS's boundary), says what to install
         status = str(shell.run_line_magic("nbguard", "status"))
         found = ctypes.util.find_library("jemalloc") is not None
         offered = 'glibc (the kernel "Python 3 (keras-nbguard, jemalloc)" '
         assert offered + ("runs on jemalloc" if found else "keeps its slack out once") in status
-        monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+        empty_cache = tmp_path / "ld.so.cache"
+        empty_cache.write_bytes(b"glibc-ld.so.cache1.1\0libc.so.6\0")
+        monkeypatch.setattr(allocated, "LOADER_CACHE", str(empty_cache))
+        monkeypatch.setattr(allocated, "LOADER_DIRS", ())
         status = str(shell.run_line_magic("nbguard", "status"))
         assert offered + "keeps its slack out once jemalloc is installed: `apt-get install" in (
             status

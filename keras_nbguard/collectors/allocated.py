@@ -14,7 +14,9 @@ from collections.abc import Callable
 
 GLIBC, JEMALLOC, TCMALLOC = "glibc", "jemalloc", "tcmalloc"
 DEBIAN_PACKAGES = {JEMALLOC: "libjemalloc2", TCMALLOC: "libtcmalloc-minimal4"}
-LIBRARIES = {JEMALLOC: "jemalloc", TCMALLOC: "tcmalloc_minimal"}  # as ``find_library`` names them
+SONAMES = {JEMALLOC: "libjemalloc.so.2", TCMALLOC: "libtcmalloc_minimal.so.4"}  # as preloaded
+LOADER_CACHE = "/etc/ld.so.cache"  # where the loader looks a bare name up (``ldconfig`` writes it)
+LOADER_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64")  # and then, by default
 
 
 class _MallInfo2(ctypes.Structure):
@@ -58,11 +60,18 @@ def malloc_name() -> str | None:
 
 
 def installed(malloc: str) -> bool:
-    """Whether the loader finds ``malloc``'s library by name, as the shipped kernel's
-    ``LD_PRELOAD`` names it (``ldconfig``'s cache: 5-60 ms, for ``%nbguard status`` only)."""
-    import ctypes.util
-
-    return ctypes.util.find_library(LIBRARIES[malloc]) is not None
+    """Whether the loader finds ``malloc``'s library by the bare name the shipped kernel's
+    ``LD_PRELOAD`` gives: in ``LD_LIBRARY_PATH``, its cache, or its default folders (~0.1 ms;
+    ``ctypes.util.find_library`` runs ``ldconfig``, 5-60 ms)."""
+    soname = SONAMES[malloc]
+    folders = [*os.environ.get("LD_LIBRARY_PATH", "").split(":"), *LOADER_DIRS]
+    if any(folder and os.path.exists(os.path.join(folder, soname)) for folder in folders):
+        return True
+    try:
+        with open(LOADER_CACHE, "rb") as cache:
+            return soname.encode() + b"\0" in cache.read()
+    except OSError:  # no cache (musl, macOS): not found
+        return False
 
 
 def preload_missed() -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from keras_nbguard.collectors.allocated import DEBIAN_PACKAGES, JEMALLOC, installed
 from keras_nbguard.diagnosis.findings import (
     DATASET_RUNS,
     MIN_RUNS,
@@ -118,7 +119,8 @@ def state_growth(runs: list[RunRecord]) -> Finding | None:
 # magic in some bench, seven were over on glibc and two on jemalloc side by side (the GAN +5.25
 # -> +0.41: bench_examples.py --modes kerasrun,kerasrun+jemalloc; docs/benchmarks.md)
 JEMALLOC_KERNEL = "Python 3 (keras-nbguard, jemalloc)"
-ON_JEMALLOC = f'a kernel on jemalloc keeps glibc\'s slack out (the kernel "{JEMALLOC_KERNEL}")'
+ON_JEMALLOC = f'a kernel on jemalloc keeps glibc\'s slack out (the kernel "{JEMALLOC_KERNEL}"'
+JEMALLOC_FIRST = f"once jemalloc is installed: `apt-get install {DEBIAN_PACKAGES[JEMALLOC]}`"
 SHAPES = ("in steps", "slowing")  # the shapes of a rise findings._why_not_rss may give
 KEPT_IN_CHECK = 2**20  # what a run may leave under the magic (issue 23's goal: <= 1 MiB a run)
 
@@ -151,8 +153,8 @@ def memory_note(runs: list[RunRecord]) -> str | None:
     why += [reason for reason in reasons if reason and not reason.startswith(NOT_YOURS)]
     why = list(dict.fromkeys(why))
     way_out = "%%kerasrun --isolate keeps the kernel flat"
-    if glibc_slack(trend.runs, line.rise):
-        way_out += f"; {ON_JEMALLOC}"
+    if glibc_slack(trend.runs, line.rise):  # (a kernel the loader can run, or how to get one)
+        way_out += f"; {ON_JEMALLOC}" + (")" if installed(JEMALLOC) else f", {JEMALLOC_FIRST})")
     return (
         f"{fmt_bytes(int(line.slope), signed=True)} a run left over {trend.span}, the "
         f"framework's own memory ({'; '.join(why)}); {way_out}"
