@@ -107,7 +107,7 @@ def test_a_stop_landing_in_the_iterators_hand_over_stops_the_fit_and_keeps_the_r
         sys.settrace(None)
     assert press.where, "no tf.data iterator was handed over in the fit"
     assert isinstance(result.error_in_exec, KeyboardInterrupt)
-    assert "finalizer" in str(result.error_in_exec)
+    assert "finalizer (_hand_over)" in str(result.error_in_exec)
     assert "returned" in str(result.error_in_exec) or "epoch" in str(result.error_in_exec)
     assert "Exception ignored" not in capsys.readouterr().err
     runs = keras_nbguard.runs("pressed")
@@ -133,6 +133,7 @@ def test_a_stop_dropped_in_the_users_own_finalizer_stops_the_cell_as_it_ends(
     shell.user_ns.pop("went_on")
     result = run(shell, "%%kerasrun --label pressed --quiet\n" + PRESSED_IN_A_FINALIZER)
     assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert "(PressedInside.__del__)" in str(result.error_in_exec)
     assert "as it ended" in str(result.error_in_exec)
     assert shell.user_ns["went_on"]  # it stops the cell late, not never
     assert "Exception ignored" not in capsys.readouterr().err
@@ -158,3 +159,46 @@ def test_what_finalizers_raise_besides_a_stop_goes_to_the_hook_before_ours(monke
     stops.uninstall()
     assert sys.unraisablehook == seen.append
     assert stops.take("anywhere") is None
+
+
+def test_the_hook_goes_even_where_the_runs_end_fails_and_a_falsy_error_stays_an_error(
+    shell, python_prints_the_unraisable, monkeypatch
+):
+    """Where something of ours failed as the run ended, the hook stayed: every later stop in a
+    finalizer vanished without a word, for the kernel's life."""
+    from keras_nbguard.prepare import layer_names
+
+    def broken() -> None:
+        raise RuntimeError("a bug of ours as the run ends")
+
+    monkeypatch.setattr(layer_names, "run_ended", broken)
+    with pytest.warns(keras_nbguard.NbguardWarning, match="could not be recorded"):
+        assert run(shell, "%%kerasrun --label broken --quiet\nx = 1\n").success
+    assert sys.unraisablehook is sys.__unraisablehook__
+    monkeypatch.undo()
+
+    class Falsy(Exception):  # an exception may say it is false: still the run's error
+        def __bool__(self) -> bool:
+            return False
+
+    with pytest.raises(Falsy), keras_nbguard.track("falsy"):
+        raise Falsy()
+    assert keras_nbguard.runs("falsy")[-1].status == "error"
+
+
+def test_a_stop_noted_is_raised_on_the_main_thread_only():
+    """A predict of a thread of the user's returns: the stop is the cell's, on the main thread."""
+    import threading
+
+    from keras_nbguard.collectors.finalizer_stops import StopsInFinalizers
+
+    stops = StopsInFinalizers()
+    stops.pressed, stops.where = True, "OwnedIterator.__del__"
+    taken: list[object] = []
+    worker = threading.Thread(target=lambda: taken.append(stops.take("in a thread")))
+    worker.start()
+    worker.join()
+    assert taken == [None] and stops.pressed
+    stop = stops.take("here")
+    assert isinstance(stop, KeyboardInterrupt) and "(OwnedIterator.__del__)" in str(stop)
+    assert stops.take("again") is None

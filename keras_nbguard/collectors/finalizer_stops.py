@@ -17,16 +17,21 @@ in whatever runs next.
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
-MESSAGE = "the stop landed in a finalizer, where Python drops it; keras_nbguard kept it"
+MESSAGE = (
+    "the stop landed in a finalizer ({finalizer}), where Python drops it; keras_nbguard kept it"
+)
 
 
 class StopsInFinalizers:
-    """``install()`` for a run; ``take()`` the stop noted meanwhile, once."""
+    """``install()`` for a run; ``take()`` the stop noted meanwhile, once, on the main thread
+    (where the stop is raised: a ``predict`` of another thread leaves it to the cell's)."""
 
     def __init__(self) -> None:
         self.pressed = False
+        self.where = ""  # the finalizer it landed in
         self._installed = False
         self._previous: Any = None
 
@@ -41,10 +46,12 @@ class StopsInFinalizers:
 
     def take(self, where: str) -> KeyboardInterrupt | None:
         """The stop noted since the last take, as the exception to raise ``where``."""
-        if not self.pressed:
+        if not self.pressed or threading.current_thread() is not threading.main_thread():
             return None
         self.pressed = False
-        return KeyboardInterrupt(f"{MESSAGE} and stopped the cell {where}")
+        return KeyboardInterrupt(
+            f"{MESSAGE.format(finalizer=self.where)} and stopped the cell {where}"
+        )
 
     def raise_if_pressed(self, where: str) -> None:
         stop = self.take(where)
@@ -54,5 +61,7 @@ class StopsInFinalizers:
     def _unraisable(self, unraisable: Any) -> None:
         if self._installed and isinstance(unraisable.exc_value, KeyboardInterrupt):
             self.pressed = True
+            finalizer = unraisable.object
+            self.where = getattr(finalizer, "__qualname__", type(finalizer).__name__)
             return
         (self._previous or sys.__unraisablehook__)(unraisable)

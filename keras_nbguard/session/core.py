@@ -261,8 +261,13 @@ class Session:
         had ended well (held_interrupt.py), or one a finalizer dropped (finalizer_stops.py)."""
         with HeldInterrupt() as stop:
             # a stop Python dropped in a finalizer stops the cell that ran on: kept as stopped
-            lost = run.finalizer_stops.take("as it ended") if error is None else None
-            error = error or lost
+            # (the hook goes first: whatever happens after, Python's own hook says it)
+            run.finalizer_stops.uninstall()
+            lost = run.finalizer_stops.take("as it ended")
+            if error is None:
+                error = lost
+            else:
+                lost = None  # the cell ended in an exception already
             try:
                 # which exception ended the run (not the object: it would keep its frames)
                 self._raised[run.label] = (id(error), type(error)) if error is not None else None
