@@ -133,3 +133,24 @@ def alive_at_each_load(monkeypatch, earlier) -> list[bool]:
 
     monkeypatch.setattr(back, "_load_model", watched)
     return seen
+
+
+# -- the loader's view of the machine (collectors/allocated.installed), at the OS's boundary -----
+def fake_library(path) -> None:
+    """A file the loader of this Python would take for a library: an ELF header of its kind."""
+    with open("/proc/self/exe", "rb") as exe:
+        path.write_bytes(exe.read(64))
+
+
+def loader_cache(path, libraries: dict[str, str]) -> None:
+    """``ldconfig``'s cache (glibc's format since 2.32) giving each soname's path."""
+    import struct
+
+    strings, offsets = b"", []
+    header = 48 + 24 * len(libraries)
+    for soname, library in libraries.items():
+        offsets.append((header + len(strings), header + len(strings) + len(soname) + 1))
+        strings += soname.encode() + b"\0" + library.encode() + b"\0"
+    table = b"".join(struct.pack("<iIIIQ", 0x0303, key, value, 0, 0) for key, value in offsets)
+    head = struct.pack("<20sII4xI12x", b"glibc-ld.so.cache1.1", len(libraries), len(strings), 0)
+    path.write_bytes(head + table + strings)

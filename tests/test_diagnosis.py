@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
+import sys
 
 import pytest
 from helpers import make_record, run
@@ -671,15 +672,20 @@ def test_a_native_rise_with_the_allocators_use_flat_is_their_slack_not_a_leak():
         assert _after_each(leak)[-1].findings[0].startswith("state_growth")
 
 
-def _loader_finds(monkeypatch, folder, sonames: bytes) -> None:
-    """The loader's cache holds ``sonames`` and nothing else finds a library (the OS's
-    boundary: ``/etc/ld.so.cache``, as ``ldconfig`` writes it)."""
+def _loader_finds(monkeypatch, folder, sonames: tuple[str, ...]) -> None:
+    """The loader's cache gives ``sonames`` (each a library of this Python's kind) and nothing
+    else finds a library (the OS's boundary: ``/etc/ld.so.cache``, as ``ldconfig`` writes it)."""
+    from helpers import fake_library, loader_cache
+
     from keras_nbguard.collectors import allocated
 
-    cache = folder / f"ld.so.cache.{len(sonames)}"
-    cache.write_bytes(b"glibc-ld.so.cache1.1\0libc.so.6\0" + sonames)
+    for soname in sonames:
+        fake_library(folder / soname)
+    cache = folder / f"ld.so.cache.{'.'.join(sonames)}"
+    loader_cache(cache, {soname: str(folder / soname) for soname in sonames})
     monkeypatch.setattr(allocated, "LOADER_CACHE", str(cache))
     monkeypatch.setattr(allocated, "LOADER_DIRS", ())
+    monkeypatch.setattr(sys, "base_prefix", str(folder / "no-python"))
     monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
 
 
@@ -693,13 +699,13 @@ def test_glibcs_slack_points_to_the_jemalloc_kernel_and_a_jemalloc_kernels_heap_
     runs, heap, blocks = _steady_rise_allocators_flat()
     n = len(runs)
     on_glibc = _with_allocators(runs, heap, blocks)
-    _loader_finds(monkeypatch, tmp_path, b"libjemalloc.so.2\0")
+    _loader_finds(monkeypatch, tmp_path, ("libjemalloc.so.2",))
     for malloc in (None, "glibc"):  # None: a record kept before `malloc` was
         note = _after_each([dataclasses.replace(r, malloc=malloc) for r in on_glibc])[-1]
         assert note.memory_note.endswith(f"--isolate keeps the kernel flat; {ON_JEMALLOC})")
         assert f'(the kernel "{JEMALLOC_KERNEL}")' in note.memory_note
     # where the loader would not find jemalloc, the kernel would run on glibc: say so first
-    _loader_finds(monkeypatch, tmp_path, b"libtcmalloc_minimal.so.4\0")
+    _loader_finds(monkeypatch, tmp_path, ("libtcmalloc_minimal.so.4",))
     note = _after_each(on_glibc)[-1].memory_note
     assert note.endswith(
         f'(the kernel "{JEMALLOC_KERNEL}", once jemalloc is installed: '

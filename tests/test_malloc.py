@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from helpers import fake_library, loader_cache
 
 from keras_nbguard.collectors import allocated
 from keras_nbguard.collectors.allocated import DEBIAN_PACKAGES, installed, malloc_name
@@ -67,19 +68,39 @@ def test_a_preloaded_malloc_is_named_read_and_gives_its_free_pages_back(malloc: 
 
 
 @pytest.mark.parametrize("malloc", sorted(SONAMES))
-def test_installed_agrees_with_ldconfig_and_reads_ld_library_path(
+def test_installed_agrees_with_ldconfig_and_reads_the_loaders_places(
     malloc: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
     library = {"jemalloc": "jemalloc", "tcmalloc": "tcmalloc_minimal"}[malloc]
-    assert installed(malloc) == (ctypes.util.find_library(library) is not None)
+    assert installed(malloc) == (ctypes.util.find_library(library) == SONAMES[malloc])
+    # nowhere: no cache, no folder, not in Python's lib
     monkeypatch.setattr(allocated, "LOADER_CACHE", str(tmp_path / "no-cache"))
     monkeypatch.setattr(allocated, "LOADER_DIRS", ())
+    monkeypatch.setattr(sys, "base_prefix", str(tmp_path / "python"))
     assert not installed(malloc)
+    # on LD_LIBRARY_PATH, or in Python's own lib (conda's), or as the cache says
     (tmp_path / "lib").mkdir()
-    (tmp_path / "lib" / SONAMES[malloc]).write_bytes(b"")  # as conda's lib/, on the path
+    fake_library(tmp_path / "lib" / SONAMES[malloc])
     monkeypatch.setenv("LD_LIBRARY_PATH", f"/nowhere:{tmp_path / 'lib'}")
     assert installed(malloc)
+    monkeypatch.delenv("LD_LIBRARY_PATH")
+    monkeypatch.setattr(sys, "base_prefix", str(tmp_path))
+    assert installed(malloc)
+    monkeypatch.setattr(sys, "base_prefix", str(tmp_path / "python"))
+    cache = tmp_path / "ld.so.cache"
+    loader_cache(cache, {"libc.so.6": "/nowhere/libc.so.6"})
+    monkeypatch.setattr(allocated, "LOADER_CACHE", str(cache))
+    assert not installed(malloc)
+    loader_cache(
+        cache, {"libc.so.6": "/x", SONAMES[malloc]: str(tmp_path / "lib" / SONAMES[malloc])}
+    )
+    assert installed(malloc)
+    # a library of another kind (a 32-bit one where Python is 64-bit) is not the loader's
+    other = bytearray((tmp_path / "lib" / SONAMES[malloc]).read_bytes())
+    other[4] = 3 - other[4]  # ELF class: 1 (32-bit) <-> 2 (64-bit)
+    (tmp_path / "lib" / SONAMES[malloc]).write_bytes(bytes(other))
+    assert not installed(malloc)
 
 
 def test_a_kernel_asking_for_jemalloc_that_runs_on_glibc_is_told_at_load(
@@ -119,10 +140,11 @@ def test_a_kernel_asking_for_jemalloc_that_runs_on_glibc_is_told_at_load(
         found = ctypes.util.find_library("jemalloc") is not None
         offered = 'glibc (the kernel "Python 3 (keras-nbguard, jemalloc)" '
         assert offered + ("runs on jemalloc" if found else "keeps its slack out once") in status
-        empty_cache = tmp_path / "ld.so.cache"
-        empty_cache.write_bytes(b"glibc-ld.so.cache1.1\0libc.so.6\0")
-        monkeypatch.setattr(allocated, "LOADER_CACHE", str(empty_cache))
+        without_it = tmp_path / "ld.so.cache"
+        loader_cache(without_it, {"libc.so.6": "/lib/libc.so.6"})
+        monkeypatch.setattr(allocated, "LOADER_CACHE", str(without_it))
         monkeypatch.setattr(allocated, "LOADER_DIRS", ())
+        monkeypatch.setattr(sys, "base_prefix", str(tmp_path / "python"))
         status = str(shell.run_line_magic("nbguard", "status"))
         assert offered + "keeps its slack out once jemalloc is installed: `apt-get install" in (
             status

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import re
+import struct
 import sys
 from collections.abc import Callable
 
@@ -16,7 +18,19 @@ GLIBC, JEMALLOC, TCMALLOC = "glibc", "jemalloc", "tcmalloc"
 DEBIAN_PACKAGES = {JEMALLOC: "libjemalloc2", TCMALLOC: "libtcmalloc-minimal4"}
 SONAMES = {JEMALLOC: "libjemalloc.so.2", TCMALLOC: "libtcmalloc_minimal.so.4"}  # as preloaded
 LOADER_CACHE = "/etc/ld.so.cache"  # where the loader looks a bare name up (``ldconfig`` writes it)
-LOADER_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64")  # and then, by default
+_MULTIARCH = getattr(sys.implementation, "_multiarch", None)  # Debian's x86_64-linux-gnu
+# then its own folders: Debian's multiarch ones, Fedora's lib64 (a library for another ABI
+# found there is not taken: _loads_here)
+LOADER_DIRS = (
+    *((f"/lib/{_MULTIARCH}", f"/usr/lib/{_MULTIARCH}") if _MULTIARCH else ()),
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+)
+CACHE_MAGIC = b"glibc-ld.so.cache1.1"
+CACHE_HEADER = struct.Struct("<20sII4xI12x")  # magic, entries, strings' length, extension
+CACHE_ENTRY = struct.Struct("<iIIIQ")  # flags, name, path (offsets in the file), -, hwcap
 
 
 class _MallInfo2(ctypes.Structure):
@@ -61,17 +75,72 @@ def malloc_name() -> str | None:
 
 def installed(malloc: str) -> bool:
     """Whether the loader finds ``malloc``'s library by the bare name the shipped kernel's
-    ``LD_PRELOAD`` gives: in ``LD_LIBRARY_PATH``, its cache, or its default folders (~0.1 ms;
-    ``ctypes.util.find_library`` runs ``ldconfig``, 5-60 ms)."""
+    ``LD_PRELOAD`` gives, for this process's kind of binary: in ``LD_LIBRARY_PATH``, Python's
+    own ``lib`` (conda's and pyenv's Pythons run with it on their library path), the loader's
+    cache or its default folders (~0.1 ms; ``ctypes.util.find_library`` runs ``ldconfig``,
+    5-60 ms, and takes any ``.so.N``)."""
     soname = SONAMES[malloc]
-    folders = [*os.environ.get("LD_LIBRARY_PATH", "").split(":"), *LOADER_DIRS]
-    if any(folder and os.path.exists(os.path.join(folder, soname)) for folder in folders):
-        return True
+    folders = [
+        *re.split("[:;]", os.environ.get("LD_LIBRARY_PATH", "")),
+        os.path.join(sys.base_prefix, "lib"),
+        *LOADER_DIRS,
+    ]
+    paths = [os.path.join(folder, soname) for folder in folders if folder]
+    return any(_loads_here(path) for path in [*paths, *_cached(soname)])
+
+
+def _cached(soname: str) -> list[str]:
+    """The paths ``ldconfig``'s cache (glibc's format since 2.32; an older one reads as
+    empty) gives for ``soname``."""
     try:
-        with open(LOADER_CACHE, "rb") as cache:
-            return soname.encode() + b"\0" in cache.read()
-    except OSError:  # no cache (musl, macOS): not found
-        return False
+        with open(LOADER_CACHE, "rb") as file:
+            cache = file.read()
+        magic, entries, _, _ = CACHE_HEADER.unpack_from(cache)
+        if magic != CACHE_MAGIC:
+            return []
+        # where the name is written whole (a name is kept as the tail of its path)
+        wanted = soname.encode() + b"\0"
+        at = {
+            m.start()
+            for m in re.finditer(re.escape(wanted), cache)
+            if cache[m.start() - 1] in b"/\0"
+        }
+        table = cache[CACHE_HEADER.size : CACHE_HEADER.size + entries * CACHE_ENTRY.size]
+        return [
+            os.fsdecode(_string_at(cache, path))
+            for _, name, path, _, _ in CACHE_ENTRY.iter_unpack(table)
+            if name in at
+        ]
+    except (OSError, struct.error, ValueError):  # no cache (musl, macOS), or one cut short
+        return []
+
+
+def _string_at(cache: bytes, offset: int) -> bytes:
+    return cache[offset : cache.index(b"\0", offset)]
+
+
+def _loads_here(path: str) -> bool:
+    """Whether ``path`` is a library the running interpreter's loader can take: an ELF file of
+    its class, byte order and machine (a 32-bit jemalloc in /usr/lib is skipped by a 64-bit
+    Python's loader)."""
+    kind = _elf_kind(path)
+    return kind is not None and kind == _own_elf_kind()
+
+
+@functools.cache
+def _own_elf_kind() -> bytes | None:
+    return _elf_kind("/proc/self/exe")
+
+
+def _elf_kind(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as file:
+            header = file.read(20)
+    except OSError:
+        return None
+    if len(header) < 20 or header[:4] != b"\x7fELF":
+        return None
+    return header[4:6] + header[18:20]  # class and byte order, machine
 
 
 def preload_missed() -> str | None:
