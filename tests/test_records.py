@@ -111,6 +111,15 @@ def test_a_fit_stopped_part_way_is_no_fit_time_to_compare_and_says_so():
     after = make_record(run_number=2, fit_seconds=0.2).compared_to(stopped)
     assert after.delta_fit_seconds is None
     assert "Δ fit n/a (#1's fit stopped part way)" in dict(after.summary_rows())["vs previous"]
+    # the dashboard's and %nbguard compare's table say so too (it said "fit 2.12 s | 2.80 s |
+    # +680 ms" beside the summary's n/a), each side's time still shown
+    from keras_nbguard.diagnosis.compare import Comparison
+
+    rows = {name: rest for name, *rest in Comparison(stopped, after).rows()}
+    assert rows["fit"] == ["800 ms", "200 ms", "n/a (#1's fit stopped part way)"]
+    assert rows["epoch (mean, after the first)"][2] == "n/a"  # (no second epoch in #1)
+    whole_runs = {name: rest for name, *rest in Comparison(make_record(), after).rows()}
+    assert whole_runs["fit"][2].startswith("+") or whole_runs["fit"][2].startswith("-")
     failing = make_record(
         run_number=2,
         status="error",

@@ -98,6 +98,8 @@ FIGURES: tuple[Figure, ...] = (
 
 # figures of the process a run ran in: an isolated run's are its child's
 PROCESS_FIGURES = frozenset({"rss before", "rss after", "rss peak", "gpu peak"})
+# figures of whole fits: a fit stopped or failed part way has only a part of them
+WHOLE_FIT_FIGURES = frozenset({"fit", "your callbacks"})
 
 
 @dataclass(frozen=True)
@@ -110,11 +112,14 @@ class Comparison:
         then "n/a" (the side says why)."""
         rows = [("status", self.first.status, self.second.status, "")]
         apart = self._one_isolated()
+        cut_short = self._fit_cut_short()
         for name, value, show, why in FIGURES:
             a, b = value(self.first), value(self.second)
             change = show(b - a, True) if a is not None and b is not None else NA
             if apart and name in PROCESS_FIGURES:
                 change = f"{NA} ({apart})"
+            if cut_short and name in WHOLE_FIT_FIGURES and a is not None and b is not None:
+                change = f"{NA} ({cut_short})"  # as the summary's Δ fit says
             rows.append(
                 (
                     name,
@@ -124,6 +129,13 @@ class Comparison:
                 )
             )
         return rows
+
+    def _fit_cut_short(self) -> str | None:
+        """Why two runs' fit times can't be compared: a fit of one of them did not end."""
+        for record in (self.first, self.second):
+            if reason := unknowns.fit_cut_short(record):
+                return f"#{record.run_number}'s {reason}"
+        return None
 
     def _one_isolated(self) -> str | None:
         """Why two runs' memory can't be compared: one ran isolated, the other in the kernel."""
