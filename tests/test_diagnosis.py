@@ -15,7 +15,7 @@ from helpers import make_record, run
 import keras_nbguard
 from keras_nbguard.diagnosis.compare import Comparison, find_run
 from keras_nbguard.diagnosis.diagnose import MIN_RUNS, Trend, diagnose
-from keras_nbguard.diagnosis.findings import trends_text
+from keras_nbguard.diagnosis.findings import rss_trend, trends_text
 from keras_nbguard.records.formatting import fmt_seconds
 from keras_nbguard.records.run import FitRecord, GpuReading, HeldModels
 
@@ -655,6 +655,16 @@ def test_a_native_rise_with_the_allocators_use_flat_is_their_slack_not_a_leak():
     assert "(glibc's heap +20.5 KiB a run but for +33.0 MiB kept by #7, Python's" in (
         last.memory_note
     )
+    # held one run and given back (a stopped fit's buffers, seen in JupyterLab): not "kept"
+    held = [h + (33 * MiB if i == 7 else 0) for i, h in enumerate(heap)]
+    assert "kept by" not in _after_each(_with_allocators(runs, held, blocks))[-1].memory_note
+    # the step taken across a run the series leaves out (#8 stopped): either may have kept it
+    stopped = [
+        dataclasses.replace(r, status="interrupted") if i == 7 else r for i, r in enumerate(runs)
+    ]
+    note = _after_each(_with_allocators(stopped, stepped, blocks))[-1].memory_note
+    assert "but for +33.0 MiB kept by #7–#8, Python's" in note
+    assert "left over runs 2–13 except #8," in note
     # memory kept through any of them raises its use: a leak, named
     for leak in (
         _with_allocators(runs, [h + i * MiB for i, h in enumerate(heap)], blocks),  # C's
@@ -852,3 +862,16 @@ def test_a_rise_in_one_step_is_said_as_a_step_not_as_a_rate():
     assert "what the allocators had in use between runs stayed flat" in note
     assert "#2 +16" not in note  # run 2 follows the warm-up (run 1), not in the line
     assert "in steps, not every run: #4 +20.0 MiB, #3 +6.0 MiB" in note
+
+
+def test_a_steep_line_no_steadier_than_its_runs_swing_says_so():
+    """JupyterLab, keras.io's text example re-run 11 times, #9 stopped: the runs after it sat
+    50-80 MiB higher for a while, and the dashboard read "RSS left +5.6 MiB per run over runs
+    2–11", no ⚠, "Findings: none": a steep rise to the eye, said as nothing."""
+    left = [870.4, 845.4, 864.6, 867.8, 856.8, 870.7, 851.3, 906.8, 918.2]
+    runs = runs_of([1.0] * 10, [int(m * MiB) for m in [850.0, *left]])
+    trend = rss_trend(runs)
+    assert trend.slope is not None and trend.slope > 2 * MiB and not trend.flagged
+    assert trend.text().endswith("(the runs swing by 24.6 MiB around the line: not a steady rise)")
+    steady = runs_of([1.0] * 10, [int((850 + 3 * i) * MiB) for i in range(10)])
+    assert "swing" not in (rss_trend(steady).unflagged_because() or "")

@@ -253,7 +253,13 @@ class RunTrend:
         if not self.runs:
             return "no runs"
         first, last = self.runs[0].run_number, self.runs[-1].run_number
-        return f"run {first}" if first == last else f"runs {first}–{last}"
+        if first == last:
+            return f"run {first}"
+        # runs between that the series leaves out (stopped or failed; no fit to time)
+        within = {r.run_number for r in self.runs}
+        left_out = [n for n in range(first + 1, last) if n not in within]
+        without = ", ".join(f"#{n}" for n in left_out[:3]) + ("…" if len(left_out) > 3 else "")
+        return f"runs {first}–{last}" + (f" except {without}" if left_out else "")
 
     def unflagged_because(self) -> str | None:
         """Why a line that looks it is no finding (None: flagged, or no reason to give)."""
@@ -368,9 +374,16 @@ def _why_not_rss(
     between = _grown_between(runs)
 
     def why(trend: Trend) -> str | None:
-        if not _grows(trend):
-            return None
         from keras_nbguard.records.formatting import fmt_bytes  # formatting imports records
+
+        if not _grows(trend):
+            if trend.slope < GROWTH_BYTES_PER_RUN:
+                return None
+            # steep, but no more than the runs' own swing (a run or two far off tilt it)
+            return (
+                f"the runs swing by {fmt_bytes(int(trend.spread))} around the line: "
+                f"not a steady rise"
+            )
 
         if reason := between(trend):
             return reason
@@ -587,11 +600,17 @@ def _kept_once(runs: Sequence[RunRecord]) -> str:
     from keras_nbguard.records.formatting import fmt_bytes  # formatting imports records
 
     heap = [float(r.heap_in_use or 0) for r in runs]
-    steps = [(b - a, run) for (a, b), run in zip(itertools.pairwise(heap), runs[:-1], strict=True)]
-    step, run = max(steps, key=lambda each: each[0], default=(0.0, None))
-    if run is None or step < GROWTH_BYTES_PER_RUN:
+    if len(heap) < 2:
         return ""
-    return f" but for {fmt_bytes(int(step), signed=True)} kept by #{run.run_number}"
+    i = max(range(len(heap) - 1), key=lambda j: heap[j + 1] - heap[j])
+    step = heap[i + 1] - heap[i]
+    # given back later (a stopped fit's buffers, held one run longer): not kept
+    if step < GROWTH_BYTES_PER_RUN or min(heap[i + 1 :]) - heap[i] < step / 2:
+        return ""
+    # the runs between two of the series' (a stopped one, left out of it) may have kept it
+    first, after = runs[i].run_number, runs[i + 1].run_number
+    by = f"#{first}" if after == first + 1 else f"#{first}–#{after - 1}"
+    return f" but for {fmt_bytes(int(step), signed=True)} kept by {by}"
 
 
 def _rises_every_run(values: Sequence[float]) -> float:
