@@ -112,6 +112,10 @@ def start_kernel(tmp: Path, db: Path):
         kernel_name="python3",
         kernel_id=kernel_id,
         connection_file=str(tmp / f"kernel-{kernel_id}.json"),
+        # sockets in files: a TCP port picked free can be taken before the kernel binds it
+        # (a parallel test's kernel did: "Address already in use", the kernel died at start)
+        transport="ipc",
+        ip=str(tmp / "kernel"),
     )
     manager.start_kernel(env=env, cwd=str(tmp))
     return manager

@@ -172,6 +172,10 @@ def start_kernel(tmp_path: Path, history_database: Path) -> Iterator[StartKernel
             kernel_name=kernel_name,
             kernel_id=kernel_id,
             connection_file=str(runtime / f"kernel-{kernel_id}.json"),
+            # sockets in files: a TCP port picked free can be taken before the kernel binds
+            # it, by a parallel test's kernel ("Address already in use": dead at start)
+            transport="ipc",
+            ip=str(runtime / kernel_id[:8]),
         )
         km.start_kernel(env=env)
         kc = km.client()
