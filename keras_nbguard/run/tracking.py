@@ -267,9 +267,11 @@ class Run:
 
     def stop(self, exc: BaseException | None) -> RunRecord:
         wall = time.perf_counter() - self._t0
+        # (each step under _attempt: one failing must not leave the run's patches installed)
         if self.options.clear:  # Keras imported in the run: its names are the run's
-            kept_state.adopt_names(self.label)
-        layer_names.run_ended()  # the layers made from now on are the notebook's own
+            self._attempt("adopting Keras' names", lambda: kept_state.adopt_names(self.label))
+        # the layers made from now on are the notebook's own
+        self._attempt("ending the run's layer names", layer_names.run_ended)
         if self.host_limit is not None:  # first: nothing of ours may be stopped by it
             passed = self._attempt("lifting --host-limit", self.host_limit.disarm)
             if passed:
