@@ -875,3 +875,20 @@ def test_a_steep_line_no_steadier_than_its_runs_swing_says_so():
     assert trend.text().endswith("(the runs swing by 24.6 MiB around the line: not a steady rise)")
     steady = runs_of([1.0] * 10, [int((850 + 3 * i) * MiB) for i in range(10)])
     assert "swing" not in (rss_trend(steady).unflagged_because() or "")
+
+
+def test_a_summary_says_a_swing_as_a_swing_not_as_memory_left_a_run():
+    """The same runs' summary row: "+5.6 MiB a run left", then "not a steady rise" in its
+    reasons, read as a leak rate it itself took back."""
+    left = [870.4, 845.4, 864.6, 867.8, 856.8, 870.7, 851.3, 906.8, 918.2]
+    runs = [
+        dataclasses.replace(r, heap_in_use=90 * MiB, python_blocks=400_000, malloc="glibc")
+        for r in runs_of([1.0] * 10, [int(m * MiB) for m in [850.0, *left]])
+    ]
+    note = _after_each(runs)[-1].memory_note
+    assert note is not None
+    assert note.startswith(
+        "what runs leave swings by 24.6 MiB around +5.6 MiB a run over runs 2–10: "
+        "not a steady rise, the framework's own memory ("
+    )
+    assert "a run left" not in note and note.count("not a steady rise") == 1

@@ -21,6 +21,7 @@ from keras_nbguard.diagnosis.findings import (
     rise_in_steps,
     rss_trend,
     span,
+    swings,
 )
 from keras_nbguard.records.formatting import fmt_bytes, fmt_growth, fmt_seconds
 from keras_nbguard.records.run import RunRecord
@@ -136,29 +137,34 @@ def memory_note(runs: list[RunRecord]) -> str | None:
         return None
     if not native_growth(trend.runs):  # a name or a model of yours: %nbguard leaks says which
         return None
+    rate = f"{fmt_bytes(int(line.slope), signed=True)} a run"
+    swing = swings(line)
+    if swing:  # then that slope is no rate at which runs leave memory: the swing comes first
+        head = (
+            f"what runs leave swings by {fmt_bytes(int(line.spread))} around {rate} over "
+            f"{trend.span}: not a steady rise"
+        )
+    else:
+        head = f"{rate} left over {trend.span}"
     if xla := xla_kept(trend.runs):
         return (
-            f"{fmt_bytes(int(line.slope), signed=True)} a run left over {trend.span}, the "
-            f"framework's own memory ({NOT_YOURS}; {xla}); %%kerasrun --isolate keeps the "
-            f"kernel flat, jit_compile=False compiles nothing to keep"
+            f"{head}, the framework's own memory ({NOT_YOURS}; {xla}); %%kerasrun --isolate "
+            f"keeps the kernel flat, jit_compile=False compiles nothing to keep"
         )
     why = [NOT_YOURS]
     # the allocators first (a rise under 2 MiB a run gets no shape from the trend), then the
-    # shape: a warm-up, steps (or what _why_not_rss says first)
+    # shape: a warm-up, steps (or what _why_not_rss says first); a swing has no shape
     pool = allocators_slack(trend.runs, line.rise)
-    shape = trend.unflagged_because()
+    shape = None if swing else trend.unflagged_because()
     # where the rise sat, when an allocator's reason came before the shape in unflagged_because
-    steps = None if shape and shape.startswith(SHAPES) else rise_in_steps(trend)
+    steps = None if swing or (shape and shape.startswith(SHAPES)) else rise_in_steps(trend)
     reasons = (pool, steps, shape)
     why += [reason for reason in reasons if reason and not reason.startswith(NOT_YOURS)]
     why = list(dict.fromkeys(why))
     way_out = "%%kerasrun --isolate keeps the kernel flat"
     if glibc_slack(trend.runs, line.rise):  # (a kernel the loader can run, or how to get one)
         way_out += f"; {ON_JEMALLOC}" + (")" if installed(JEMALLOC) else f", {JEMALLOC_FIRST})")
-    return (
-        f"{fmt_bytes(int(line.slope), signed=True)} a run left over {trend.span}, the "
-        f"framework's own memory ({'; '.join(why)}); {way_out}"
-    )
+    return f"{head}, the framework's own memory ({'; '.join(why)}); {way_out}"
 
 
 def _dataset_rebuilt(runs: list[RunRecord]) -> Finding | None:

@@ -294,6 +294,12 @@ def _grows(trend: Trend) -> bool:
     return trend.slope >= GROWTH_BYTES_PER_RUN and trend.rise >= NOISE_FACTOR * trend.spread
 
 
+def swings(trend: Trend) -> bool:
+    """A steep line no steadier than the runs' own swing (a run or two far off tilt it): its
+    slope is no rate at which the runs leave memory."""
+    return trend.slope >= GROWTH_BYTES_PER_RUN and not _grows(trend)
+
+
 def _grows_in_its_runs(runs: Sequence[RunRecord]) -> Callable[[Trend], bool]:
     """``_grows``, and the runs' own RSS change (after less before, the median) makes at least
     ``OWN_SHARE`` of the slope: the RSS left after a trivial label's runs rises with another
@@ -376,14 +382,13 @@ def _why_not_rss(
     def why(trend: Trend) -> str | None:
         from keras_nbguard.records.formatting import fmt_bytes  # formatting imports records
 
-        if not _grows(trend):
-            if trend.slope < GROWTH_BYTES_PER_RUN:
-                return None
-            # steep, but no more than the runs' own swing (a run or two far off tilt it)
+        if swings(trend):
             return (
                 f"the runs swing by {fmt_bytes(int(trend.spread))} around the line: "
                 f"not a steady rise"
             )
+        if not _grows(trend):
+            return None
 
         if reason := between(trend):
             return reason
