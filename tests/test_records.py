@@ -118,8 +118,11 @@ def test_a_fit_stopped_part_way_is_no_fit_time_to_compare_and_says_so():
     rows = {name: rest for name, *rest in Comparison(stopped, after).rows()}
     assert rows["fit"] == ["800 ms", "200 ms", "n/a (#1's fit stopped part way)"]
     assert rows["epoch (mean, after the first)"][2] == "n/a"  # (no second epoch in #1)
+    # and the cell's wall time: #1's is the time until the stop (it read "+1.2 s" beside it)
+    assert rows["wall"][2] == "n/a (#1 stopped part way)"
     whole_runs = {name: rest for name, *rest in Comparison(make_record(), after).rows()}
     assert whole_runs["fit"][2].startswith("+") or whole_runs["fit"][2].startswith("-")
+    assert whole_runs["wall"][2][0] in "+-"
     failing = make_record(
         run_number=2,
         status="error",

@@ -100,6 +100,8 @@ FIGURES: tuple[Figure, ...] = (
 PROCESS_FIGURES = frozenset({"rss before", "rss after", "rss peak", "gpu peak"})
 # figures of whole fits: a fit stopped or failed part way has only a part of them
 WHOLE_FIT_FIGURES = frozenset({"fit", "your callbacks"})
+# figures of whole cells: a cell stopped or failed part way ran only a part of its code
+WHOLE_CELL_FIGURES = frozenset({"wall"})
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ class Comparison:
         rows = [("status", self.first.status, self.second.status, "")]
         apart = self._one_isolated()
         cut_short = self._fit_cut_short()
+        cell_cut_short = self._cell_cut_short()
         for name, value, show, why in FIGURES:
             a, b = value(self.first), value(self.second)
             change = show(b - a, True) if a is not None and b is not None else NA
@@ -120,6 +123,8 @@ class Comparison:
                 change = f"{NA} ({apart})"
             if cut_short and name in WHOLE_FIT_FIGURES and a is not None and b is not None:
                 change = f"{NA} ({cut_short})"  # as the summary's Δ fit says
+            if cell_cut_short and name in WHOLE_CELL_FIGURES and a is not None and b is not None:
+                change = f"{NA} ({cell_cut_short})"
             rows.append(
                 (
                     name,
@@ -135,6 +140,13 @@ class Comparison:
         for record in (self.first, self.second):
             if reason := unknowns.fit_cut_short(record):
                 return f"#{record.run_number}'s {reason}"
+        return None
+
+    def _cell_cut_short(self) -> str | None:
+        """Why two runs' wall times can't be compared: a cell of them did not run to its end."""
+        for record in (self.first, self.second):
+            if record.status != "ok":
+                return f"#{record.run_number} {unknowns.stopped_or_failed(record)} part way"
         return None
 
     def _one_isolated(self) -> str | None:
