@@ -196,6 +196,29 @@ def test_a_list_growing_every_run_is_named_with_its_size(keras_shell):
     assert 18 <= rate <= 22
 
 
+def test_a_list_grown_in_a_run_is_named_though_the_run_before_ended_higher():
+    """memory_growth.ipynb under load, 1 in 5: the run before ended 30 MiB higher than the
+    next started (a prediction's temporaries, freed by the next run's collection), so the 32 MiB
+    the list kept read as no rise over that end; no name was named, the growth was judged as
+    native memory, and the article's `state_growth` became a note."""
+    import numpy as np
+    from helpers import make_record
+
+    from keras_nbguard.diagnosis.census import NamespaceCensus
+
+    census = NamespaceCensus(warn=lambda message: None)
+    kept = [np.ones(32 * MiB // 8)]
+    before = make_record(run_number=1, rss_before=900 * MiB, rss_after=1100 * MiB)
+    census.after_run(before, None, {"predictions": kept})
+    kept.append(np.ones(32 * MiB // 8))
+    this = make_record(run_number=2, rss_before=1070 * MiB, rss_after=1101 * MiB)
+    (grown,) = census.after_run(this, before, {"predictions": kept}).growth
+    assert (grown.name, grown.items, grown.bytes) == ("predictions", 1, 32 * MiB)
+    # a run that kept nothing over where it started still names nothing
+    flat = make_record(run_number=3, rss_before=1070 * MiB, rss_after=1071 * MiB)
+    assert census.after_run(flat, this, {"predictions": [*kept, 0]}).growth == ()
+
+
 def test_predict_called_batch_by_batch_is_named_with_what_to_call_instead():
     # keras.io's character-level text generation: 80 predicts of one sample, 58% of the run
     from helpers import make_record

@@ -48,11 +48,16 @@ class NamespaceCensus:
             if not name.startswith("_")
         }
         earlier, self._sizes = self._sizes, {k: v for k, v in sizes.items() if v is not None}
+        # over what the last run left: its RSS after, or this run's start where lower (its
+        # collection gave back what the last one's end still held: a prediction's temporaries
+        # there hid the 32 MiB a list of the user's kept here, and no name was named)
+        left = None if previous is None else previous.rss_after
+        if left is not None and record.rss_before is not None:
+            left = min(left, record.rss_before)
         grew = (
-            previous is not None
+            left is not None
             and record.rss_after is not None
-            and previous.rss_after is not None
-            and record.rss_after - previous.rss_after >= GROWTH_BYTES_PER_RUN
+            and record.rss_after - left >= GROWTH_BYTES_PER_RUN
         )
         if not grew or not earlier:
             return record
