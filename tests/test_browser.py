@@ -55,6 +55,16 @@ class Slow(keras.callbacks.Callback):
         time.sleep(0.4)
 make_model().fit(x, y, epochs=12, verbose=0, callbacks=[Slow()])
 """
+# a stop pressed at the second epoch's end, as the stop button raises it (at the first, the fit
+# has no epoch time yet: a fit that failed at once, with no time of its own)
+STOPPED_FIT = """import keras
+class Stop(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch:
+            raise KeyboardInterrupt
+get_ipython().run_cell('%%kerasrun --label mlp --quiet\\n'
+                       'make_model().fit(x, y, epochs=3, verbose=0, callbacks=[Stop()])')
+"""
 TOP = "() => document.querySelector('.widget-vbox .widget-html')?.innerText || ''"
 NOTEBOOK_WIDGET = "window.jupyterapp.shell.currentWidget"
 
@@ -106,6 +116,14 @@ def check_dashboard(page, server, app: str, screenshot: Path | None) -> str:
     if screenshot is not None:
         screenshot.parent.mkdir(exist_ok=True)
         page.locator(".widget-vbox").first.screenshot(path=str(screenshot))
+    # A fit stopped part way: chart.js draws its time as a red mark, not on the label's line
+    # beside the whole fits (where it read as a fast run)
+    kernel_eval(page, STOPPED_FIT, timeout=60)
+    page.wait_for_function(
+        f"() => ({TRACES})().some(t => t.meta === 'fit:not ok' && t.y.length === 1)",
+        timeout=30_000,
+    )
+    assert points(page, "fit:fit:mlp") == 3
     # Keep the last run's model under another name, then run again: `kept` is now stale
     # (from mlp #3 while mlp #4 is the latest run), the one model "Free flagged models" must free.
     kernel_eval(

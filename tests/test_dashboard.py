@@ -105,6 +105,25 @@ def test_failed_runs_are_marked_and_restarts_found():
     assert data["failed"] == 1 and [m["x"] for m in data["restarts"]] == [2.0]
 
 
+def test_a_fit_stopped_part_way_is_a_mark_not_a_point_of_its_labels_line():
+    """JupyterLab, keras.io's text example, #9 stopped mid-fit: its line dipped to the part of
+    a fit it ran, beside whole fits, as if that run had been fast."""
+    records = runs(4)
+    whole = records[2].fits[0]
+    records[2] = dataclasses.replace(
+        records[2],
+        status="interrupted",
+        fit_seconds=0.3,
+        fits=(dataclasses.replace(whole, seconds=0.3, completed=False),),
+    )
+    data = by_uid(figure_data(records))
+    assert data["fit:fit:mlp"]["x"] == [1, 2, 4]  # the line joins the whole fits
+    marks = data["fit:not ok"]
+    assert marks["x"] == [3] and marks["y"] == [0.3] and marks["symbol"] == ["diamond"]
+    assert data["rss:after:mlp"]["x"] == [1, 2, 3, 4]  # its memory is whole: on the line
+    assert [row["cut"] for row in run_rows(records)] == [False, False, True, False]
+
+
 def test_a_kernel_restart_breaks_each_labels_line_at_its_run_numbers():
     first = [dataclasses.replace(r, kernel_id="k", pid=1) for r in runs(3)]
     first += [dataclasses.replace(r, kernel_id="k", pid=1, run_number=1) for r in runs(1, "cnn")]

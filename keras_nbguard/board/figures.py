@@ -16,6 +16,7 @@ from typing import Any
 from keras_nbguard.diagnosis.findings import trends_text
 from keras_nbguard.records.formatting import fmt_bytes, fmt_gpu, fmt_params, fmt_seconds
 from keras_nbguard.records.run import RunRecord
+from keras_nbguard.records.unknowns import fit_cut_short
 
 MB = 2**20
 # label colours (red is for failed runs)
@@ -33,6 +34,7 @@ PALETTE = (
 # failed runs stand out by shape and size, whatever the label's colour
 SYMBOLS = {"ok": "circle", "error": "x", "oom": "star", "interrupted": "diamond"}
 MARKED = {"fit": "fit", "rss": "after", "gpu": "tf peak"}  # the series failed runs are marked on
+PARTIAL = frozenset({"fit"})  # row keys a fit stopped part way has only a part of
 
 # (panel, series, row key, value in plot units or None, line dash, legend shown); the row keys
 # are what the dashboard's front end (static/chart.js) reads
@@ -120,7 +122,8 @@ def run_rows(
     """One plain row per run, what every chart draws from: ``g`` its line (label, and a sweep's
     point), ``c`` the line's colour, ``n`` its run number (the x axis), ``s`` its status, ``k`` its
     kernel process (a line breaks where it changes), each series' value by its key (None:
-    unknown) and ``text``, the hover box.
+    unknown), ``cut`` (a fit of the run stopped or failed part way: its time is drawn as a failed
+    run's mark, not on its label's line beside whole fits) and ``text``, the hover box.
 
     ``memo`` (optional, kept by the caller between calls) keeps each record's own part of its row
     (the hover text is the costliest), so a dashboard adding its 500th run makes one row."""
@@ -135,6 +138,7 @@ def run_rows(
 
 def _base_row(r: RunRecord) -> dict[str, Any]:
     row: dict[str, Any] = {"g": group_of(r), "n": r.run_number, "s": r.status}
+    row["cut"] = fit_cut_short(r) is not None
     for _panel, _series, key, value, _dash, _legend in SERIES:
         row[key] = value(r)
     row["text"] = hover_text(r)
@@ -210,6 +214,8 @@ def figure_data(
                     text.append("")
                     if key == "fit":
                         restart_marks.append({"x": x[-1], "label": label, "color": row["c"]})
+                if key in PARTIAL and row["cut"]:
+                    continue  # a part of a fit: its mark says so, the line joins whole fits
                 x.append(row["n"])
                 y.append(row[key])
                 text.append(row["text"])

@@ -127,8 +127,9 @@ function figure(state, width) {
         const runs = byGroup.get(g), x = [], y = [], text = [];
         runs.forEach((r, i) => {
           if (i && r.k !== runs[i - 1].k) { x.push((r.n + runs[i - 1].n) / 2); y.push(null); text.push(""); }
-          x.push(r.n); y.push(r[key]); text.push(r.text);
           maxRun = Math.max(maxRun, r.n);
+          if (key === "fit" && r.cut) return;  // a part of a fit: its red mark, not the line
+          x.push(r.n); y.push(r[key]); text.push(r.text);
         });
         const main = key === series[0][0];
         traces.push({
