@@ -877,6 +877,17 @@ def test_a_steep_line_no_steadier_than_its_runs_swing_says_so():
     assert "swing" not in (rss_trend(steady).unflagged_because() or "")
 
 
+def test_a_trend_over_a_run_it_leaves_out_is_per_run_by_the_runs_numbers():
+    """JupyterLab, keras.io's text example, #3 stopped mid-fit: the dashboard read "fit time
+    -683 ms per run over runs 2–4 except #3", the whole change from #2 to #4 called one run's.
+    What #3 left in memory is in #4's figure too: two runs went by."""
+    runs = runs_of([2.8, 2.31, 0.9, 1.63], [int(m * MiB) for m in (900, 956, 945, 1093.7)])
+    runs[2] = dataclasses.replace(runs[2], status="interrupted")
+    text = trends_text("tc", runs)
+    assert "fit time -340 ms per run over runs 2–4 except #3" in text
+    assert "RSS left +68.9 MiB per run over runs 2–4 except #3" in text
+
+
 def test_a_summary_says_a_swing_as_a_swing_not_as_memory_left_a_run():
     """The same runs' summary row: "+5.6 MiB a run left", then "not a steady rise" in its
     reasons, read as a leak rate it itself took back."""

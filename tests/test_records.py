@@ -130,6 +130,12 @@ def test_a_fit_stopped_part_way_is_no_fit_time_to_compare_and_says_so():
         fit_seconds=None,
     )
     assert "failed before its first epoch ended" in dict(failing.summary_rows())["fit"]
+    # the compare table's side says it as the summary does (it read "n/a (not timed)"), and
+    # its epoch row does not call the fit "one epoch"
+    stopped_at_once = dataclasses.replace(failing, status="interrupted")
+    rows = {name: rest for name, *rest in Comparison(stopped_at_once, after).rows()}
+    assert rows["fit"][0] == "n/a (stopped before its first epoch ended)"
+    assert rows["epoch (mean, after the first)"][0] == "n/a (stopped before its first epoch ended)"
     assert failing.compared_to(make_record()).delta_fit_note == "this run's fit failed part way"
 
 

@@ -114,22 +114,23 @@ class Findings(list[Finding]):
 
 
 class Trend:
-    """A robust straight line through ``ys`` (at x = 0, 1, ...)."""
+    """A robust straight line through ``ys`` at ``xs`` (rising; default 0, 1, ...)."""
 
-    def __init__(self, ys: Sequence[float]) -> None:
+    def __init__(self, ys: Sequence[float], xs: Sequence[float] | None = None) -> None:
         import statistics  # ~10 ms, and no run needs it before its record: not at %load_ext
 
         n = len(ys)
+        xs = range(n) if xs is None else xs
         self._ys = ys
         self.slope = statistics.median(
-            [(ys[j] - ys[i]) / (j - i) for i in range(n) for j in range(i + 1, n)]
+            [(ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(n) for j in range(i + 1, n)]
         )
-        intercept = statistics.median([y - self.slope * x for x, y in enumerate(ys)])
+        intercept = statistics.median([y - self.slope * x for x, y in zip(xs, ys, strict=True)])
         self.spread = 1.4826 * statistics.median(
-            [abs(y - (intercept + self.slope * x)) for x, y in enumerate(ys)]
+            [abs(y - (intercept + self.slope * x)) for x, y in zip(xs, ys, strict=True)]
         )
         self.median = statistics.median(ys)
-        self.rise = self.slope * (n - 1)
+        self.rise = self.slope * (xs[-1] - xs[0])
         self.share = self.rise / self.median if self.median > 0 else 0.0
         self._p_value: float | None = None
 
@@ -223,9 +224,13 @@ class RunTrend:
 
     @property
     def trend(self) -> Trend | None:
-        """The robust line; None with fewer than 2 runs."""
+        """The robust line, per run by the runs' numbers (a run the series leaves out, stopped
+        or failed, still counts as a run: what it left is in the next one's figure); None with
+        fewer than 2 runs."""
         if self._trend is None and len(self._values) >= 2:
-            self._trend = Trend(self._values)
+            numbers = [r.run_number for r in self.runs]
+            rising = all(a < b for a, b in itertools.pairwise(numbers))  # (one kernel's: they do)
+            self._trend = Trend(self._values, numbers if rising else None)
         return self._trend
 
     @property

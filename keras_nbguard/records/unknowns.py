@@ -15,12 +15,17 @@ RSS_UNREADABLE = "RSS unreadable"
 def fit_unknown(record: RunRecord) -> str:
     if not record.fits:
         return record.fit_reason or "no fit"
+    if not any(fit.reached_training for fit in record.fits):  # as the run's summary says it
+        return f"{stopped_or_failed(record)} before its first epoch ended"
     return "not timed"
 
 
 def epoch_unknown(record: RunRecord) -> str:
-    """Why there is no mean epoch after the first (which traces): no fit, or fits of one epoch."""
-    return fit_unknown(record) if not record.fits else "one epoch"
+    """Why there is no mean epoch after the first (which traces): no fit, a fit that ended
+    before its first epoch did, or fits of one epoch."""
+    if not any(fit.reached_training for fit in record.fits):
+        return fit_unknown(record)
+    return "one epoch"
 
 
 def fit_cut_short(record: RunRecord) -> str | None:
