@@ -122,6 +122,18 @@ def test_a_fit_stopped_part_way_is_a_mark_not_a_point_of_its_labels_line():
     assert marks["x"] == [3] and marks["y"] == [0.3] and marks["symbol"] == ["diamond"]
     assert data["rss:after:mlp"]["x"] == [1, 2, 3, 4]  # its memory is whole: on the line
     assert [row["cut"] for row in run_rows(records)] == [False, False, True, False]
+    # stopped before its first epoch ended: no fit time, yet a mark at the time it ran
+    records[2] = dataclasses.replace(
+        records[2],
+        fit_seconds=None,
+        fits=(dataclasses.replace(whole, seconds=0.9, epoch_seconds=(), completed=False),),
+    )
+    data = by_uid(figure_data(records))
+    assert data["fit:fit:mlp"]["x"] == [1, 2, 4]
+    assert data["fit:not ok"]["x"] == [3] and data["fit:not ok"]["y"] == [0.9]
+    assert "fit n/a (stopped before its first epoch ended, 900 ms spent)" in (
+        data["fit:not ok"]["text"][0]
+    )
 
 
 def test_a_kernel_restart_breaks_each_labels_line_at_its_run_numbers():

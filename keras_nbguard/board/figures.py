@@ -16,7 +16,7 @@ from typing import Any
 from keras_nbguard.diagnosis.findings import trends_text
 from keras_nbguard.records.formatting import fmt_bytes, fmt_gpu, fmt_params, fmt_seconds
 from keras_nbguard.records.run import RunRecord
-from keras_nbguard.records.unknowns import fit_cut_short
+from keras_nbguard.records.unknowns import fit_cut_short, fit_unknown
 
 MB = 2**20
 # label colours (red is for failed runs)
@@ -75,13 +75,20 @@ def hover_text(r: RunRecord) -> str:
     point = html.escape(fmt_params(r.params))
     lines = [
         f"<b>{html.escape(r.label)} #{r.run_number}</b> {point} · {html.escape(r.status)} · {when}",
-        f"wall {fmt_seconds(r.wall_seconds)}, fit {fmt_seconds(r.fit_seconds)}",
+        f"wall {fmt_seconds(r.wall_seconds)}, fit {_fit_words(r)}",
         f"RSS {fmt_bytes(r.rss_before)} → {fmt_bytes(r.rss_after)} (peak {fmt_bytes(r.rss_peak)})",
         f"GPU {html.escape(fmt_gpu(r.gpu))}",
     ]
     if r.error:
         lines.append(html.escape(r.error[:120]))
     return "<br>".join(lines)
+
+
+def _fit_words(r: RunRecord) -> str:
+    if r.fit_seconds is not None or not r.fits:
+        return fmt_seconds(r.fit_seconds)
+    spent = fmt_seconds(sum(fit.seconds for fit in r.fits))
+    return f"n/a ({html.escape(fit_unknown(r))}, {spent} spent)"
 
 
 def _other_process(a: tuple[str, int | None], b: tuple[str, int | None]) -> bool:
@@ -141,6 +148,8 @@ def _base_row(r: RunRecord) -> dict[str, Any]:
     row["cut"] = fit_cut_short(r) is not None
     for _panel, _series, key, value, _dash, _legend in SERIES:
         row[key] = value(r)
+    if row["fit"] is None and row["cut"]:  # stopped before its first epoch ended: no fit time,
+        row["fit"] = sum(fit.seconds for fit in r.fits)  # but its mark, at the time it ran
     row["text"] = hover_text(r)
     return row
 
