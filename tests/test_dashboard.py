@@ -131,8 +131,9 @@ def test_a_fit_stopped_part_way_is_a_mark_not_a_point_of_its_labels_line():
     data = by_uid(figure_data(records))
     assert data["fit:fit:mlp"]["x"] == [1, 2, 4]
     assert data["fit:not ok"]["x"] == [3] and data["fit:not ok"]["y"] == [0.9]
-    assert "fit n/a (stopped before its first epoch ended, 900 ms spent)" in (
-        data["fit:not ok"]["text"][0]
+    assert (
+        "fit n/a (stopped before its first epoch ended, 900 ms spent)"
+        in (data["fit:not ok"]["text"][0])
     )
 
 
