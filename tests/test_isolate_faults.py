@@ -484,6 +484,10 @@ def ray_apart(tmp_path_factory):
     }  # else Ray turns 127.0.0.1 into outside
     env.pop("RAY_ADDRESS", None)
     ray = os.path.join(os.path.dirname(sys.executable), "ray")
+    # Ray >= 2.60 turns token authentication on and no longer makes the token at `ray start`
+    # ("no authentication token was found"): made first, as its message says (older Rays have no
+    # such command and make their own, or none)
+    subprocess.run([ray, "get-auth-token", "--generate"], env=env, capture_output=True, timeout=120)
     with one_ray_at_a_time():  # not beside another test's Ray (helpers.py)
         try:
             started = subprocess.run(
@@ -554,5 +558,7 @@ def test_a_ray_cluster_that_refuses_the_token_is_a_clear_error(ray_apart, tmp_pa
     if token is None:
         pytest.skip("this Ray cluster started without token authentication")
     done = _ray_kernel(tmp_path, address, "0" * len(token))
-    assert "refused this kernel's token" in done.stdout + done.stderr, done.stdout[-2000:]
+    said = done.stdout + done.stderr
+    # Ray <= 2.59 raised at once; 2.60 retries a refused token until our limit
+    assert "refused this kernel" in said and "token" in said, done.stdout[-2000:]
     assert "RUNS []" in done.stdout

@@ -5,16 +5,21 @@ back with its result and is shown in the cell. Ray is an optional extra.
 
 Connecting takes at most ``CONNECT_SECONDS``: an address nothing answers at, or a cluster that
 refuses this kernel's token (Ray >= 2.59 turns token authentication on: ``RAY_AUTH_TOKEN``,
-``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``, read by Ray itself from the environment we
-leave untouched), is a ``ValueError`` in words, not minutes of Ray's retries. A local Ray we
+``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``, read by Ray itself), is a ``ValueError`` in
+words, not minutes of Ray's retries. Ray 2.60's driver sends its token only under
+``RAY_AUTH_MODE=token``, though ``ray start`` asks for one by default: where the kernel has a
+token and no mode, that mode is set in its environment before Ray is imported
+(``_send_the_token``). A local Ray we
 start is started as Ray starts one. Tasks are submitted a few at a time (a million-point sweep is
 not a million pending tasks); the stop button cancels the running ones, recorded interrupted."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -38,8 +43,10 @@ def _ray() -> Any:
 
 
 def check() -> None:
-    """Before anything starts: Ray must be there (a UsageError in the magic otherwise)."""
-    _ray()
+    """Before anything starts: Ray must be there (a UsageError in the magic otherwise). Found,
+    not imported: ``connect`` may have to set Ray's auth mode before it is."""
+    if importlib.util.find_spec("ray") is None:
+        raise ValueError(INSTALL)
 
 
 def address_of(address: str) -> tuple[str, int] | None:
@@ -68,10 +75,12 @@ def reachable(host: str, port: int, timeout: float = CONNECT_SECONDS) -> str | N
 
 def connect() -> Any:
     """Ray, initialized: the cluster at ``RAY_ADDRESS``, else a local one on 127.0.0.1."""
+    address = os.environ.get("RAY_ADDRESS") or None
+    if address and "ray" not in sys.modules:  # (Ray reads its auth mode as it is imported)
+        _send_the_token()
     ray = _ray()
     if ray.is_initialized():
         return ray
-    address = os.environ.get("RAY_ADDRESS") or None
     where = address_of(address) if address else None
     if address and where is not None:
         problem = reachable(*where)
@@ -94,8 +103,21 @@ def connect() -> Any:
     if where is not None and where[0] in ("127.0.0.1", "localhost"):
         options["_node_ip_address"] = LOCAL_IP  # a cluster on this machine's loopback
         _keep_loopback(ray)
-    _init_within(ray, options, address)
+    # its port answered (reachable() above): what keeps the kernel out then is the cluster
+    _init_within(ray, options, address, answered=where is not None)
     return ray
+
+
+def _send_the_token() -> None:
+    """``RAY_AUTH_MODE=token`` where this kernel has a token and no mode is set, before Ray is
+    imported (it reads the mode then): Ray 2.60's driver sends no token without it
+    ("InvalidAuthToken: Authentication token is missing"), while a cluster started by ``ray
+    start`` asks for one by default. A mode the user set is kept."""
+    if os.environ.get("RAY_AUTH_MODE"):
+        return
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    if os.environ.get("RAY_AUTH_TOKEN") or os.path.isfile(path):
+        os.environ["RAY_AUTH_MODE"] = "token"
 
 
 def _keep_loopback(ray: Any) -> None:
@@ -107,8 +129,12 @@ def _keep_loopback(ray: Any) -> None:
         constants.ENABLE_RAY_CLUSTER = False
 
 
-def _init_within(ray: Any, options: dict[str, Any], address: str | None) -> None:
-    """``ray.init(**options)`` in at most CONNECT_SECONDS (a local start: a minute)."""
+def _init_within(
+    ray: Any, options: dict[str, Any], address: str | None, answered: bool = False
+) -> None:
+    """``ray.init(**options)`` in at most CONNECT_SECONDS (a local start: a minute).
+    ``answered``: the cluster's port answered, so a cluster that keeps the kernel waiting is
+    refusing it (Ray 2.60 retries a token it refuses instead of raising)."""
     outcome: list[BaseException | None] = []
 
     def init() -> None:
@@ -123,10 +149,18 @@ def _init_within(ray: Any, options: dict[str, Any], address: str | None) -> None
     thread.start()
     thread.join(limit)
     where = f"the Ray cluster at {address} (RAY_ADDRESS)" if address else "a local Ray"
+    if not outcome and answered:
+        raise ValueError(
+            f"--cluster ray: {where} answered but refused this kernel for {limit:.0f} s: its "
+            f"token, most likely. Give the kernel the cluster's token (RAY_AUTH_TOKEN, "
+            f"RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) and RAY_AUTH_MODE=token before Ray is "
+            f"imported (restart the kernel with them)"
+        )
     if not outcome:
         raise ValueError(
             f"--cluster ray: {where} did not answer within {limit:.0f} s; is it running, "
-            f"and does this kernel have its token (RAY_AUTH_TOKEN or ~/.ray/auth_token)?"
+            f"and does this kernel have its token (RAY_AUTH_TOKEN or ~/.ray/auth_token, and "
+            f"RAY_AUTH_MODE=token before Ray is imported: restart the kernel with it)?"
         )
     error = outcome[0]
     if error is None:
