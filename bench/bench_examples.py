@@ -295,8 +295,10 @@ def main() -> None:
                 "notes",
             ):
                 value = got[what]
+                # the summary's row whole: its way out (--isolate, the jemalloc kernel) is last
+                shown = None if what == "rss_trend" else 300
                 for line in [value] if isinstance(value, str) else value or []:
-                    print(f"    {mode} {what}: {line[:300]}")
+                    print(f"    {mode} {what}: {line[:shown]}")
         print(f"  verdict: {verdict(by_mode, every[name].expects)}")
     print(f"wall: {time.perf_counter() - t0:.0f} s")
 
