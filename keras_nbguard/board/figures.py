@@ -87,8 +87,12 @@ def hover_text(r: RunRecord) -> str:
 def _fit_words(r: RunRecord) -> str:
     if r.fit_seconds is not None or not r.fits:
         return fmt_seconds(r.fit_seconds)
-    spent = fmt_seconds(sum(fit.seconds for fit in r.fits))
-    return f"n/a ({html.escape(fit_unknown(r))}, {spent} spent)"
+    return f"n/a ({html.escape(fit_unknown(r))}, {fmt_seconds(_fits_ran(r))} spent)"
+
+
+def _fits_ran(r: RunRecord) -> float:
+    """How long the run's fits ran, ended or not (a fit stopped at once has no fit time)."""
+    return sum(fit.seconds for fit in r.fits)
 
 
 def _other_process(a: tuple[str, int | None], b: tuple[str, int | None]) -> bool:
@@ -149,7 +153,7 @@ def _base_row(r: RunRecord) -> dict[str, Any]:
     for _panel, _series, key, value, _dash, _legend in SERIES:
         row[key] = value(r)
     if row["fit"] is None and row["cut"]:  # stopped before its first epoch ended: no fit time,
-        row["fit"] = sum(fit.seconds for fit in r.fits)  # but its mark, at the time it ran
+        row["fit"] = _fits_ran(r)  # but its mark, at the time it ran
     row["text"] = hover_text(r)
     return row
 

@@ -9,9 +9,9 @@ refuses this kernel's token (Ray >= 2.59 turns token authentication on: ``RAY_AU
 words, not minutes of Ray's retries. Ray 2.60's driver sends its token only under
 ``RAY_AUTH_MODE=token``, though ``ray start`` asks for one by default: where the kernel has a
 token and no mode, that mode is set in its environment before Ray is imported
-(``_send_the_token``). A local Ray we
-start is started as Ray starts one. Tasks are submitted a few at a time (a million-point sweep is
-not a million pending tasks); the stop button cancels the running ones, recorded interrupted."""
+(``_send_the_token``). A local Ray we start is started as Ray starts one. Tasks are submitted a
+few at a time (a million-point sweep is not a million pending tasks); the stop button cancels the
+running ones, recorded interrupted."""
 
 from __future__ import annotations
 
