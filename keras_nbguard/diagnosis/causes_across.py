@@ -117,8 +117,10 @@ def state_growth(runs: list[RunRecord]) -> Finding | None:
 
 # The kernel jupyter-config/kernels/python3-keras-nbguard-jemalloc installs: glibc keeps pages
 # TensorFlow's threads freed partly used; of twelve of Keras' examples over 1 MiB a run under the
-# magic in some bench, seven were over on glibc and two on jemalloc side by side (the GAN +5.25
-# -> +0.41: bench_examples.py --modes kerasrun,kerasrun+jemalloc; docs/benchmarks.md)
+# magic in some bench, seven were over on glibc and two on jemalloc side by side, oneDNN off (the
+# GAN +5.25 -> +0.41: bench_examples.py --modes kerasrun,kerasrun+jemalloc; docs/benchmarks.md).
+# With oneDNN on it helped some and hurt others: the note points to it only with oneDNN off
+# (findings.glibc_slack).
 JEMALLOC_KERNEL = "Python 3 (keras-nbguard, jemalloc)"
 ON_JEMALLOC = f'a kernel on jemalloc keeps glibc\'s slack out (the kernel "{JEMALLOC_KERNEL}"'
 JEMALLOC_FIRST = f"once jemalloc is installed: `apt-get install {DEBIAN_PACKAGES[JEMALLOC]}`"
@@ -162,7 +164,7 @@ def memory_note(runs: list[RunRecord]) -> str | None:
     why += [reason for reason in reasons if reason and not reason.startswith(NOT_YOURS)]
     why = list(dict.fromkeys(why))
     way_out = "%%kerasrun --isolate keeps the kernel flat"
-    if glibc_slack(trend.runs, line.rise):  # (a kernel the loader can run, or how to get one)
+    if glibc_slack(trend.runs):  # (a kernel the loader can run, or how to get one)
         way_out += f"; {ON_JEMALLOC}" + (")" if installed(JEMALLOC) else f", {JEMALLOC_FIRST})")
     return f"{head}, the framework's own memory ({'; '.join(why)}); {way_out}"
 
