@@ -172,6 +172,27 @@ def test_sizes_are_counted(ip):
     assert leak.params is None and leak.weight_bytes is None and leak.optimizer_bytes == 0
 
 
+def test_optimizers_of_its_own_are_counted(ip):
+    # keras.io's GAN: `super().compile()` makes a default optimizer (12 B), the model trains with
+    # the `d_optimizer` and `g_optimizer` it keeps (10.8 MiB of Adam state there): all counted
+    run(
+        ip,
+        "m = tiny('own_optimizers')\nm.optimizer.build(m.trainable_variables)\n"
+        "m.d_optimizer = keras.optimizers.Adam()\nm.d_optimizer.build(m.trainable_variables)\n"
+        "m.more = {'g': keras.optimizers.SGD(momentum=0.9)}\n"
+        "m.more['g'].build(m.trainable_variables)",
+    )
+    model = ip.user_ns["m"]
+    leak = by_name(find_leaks(shell=ip), "own_optimizers")
+
+    def state(optimizer):
+        return sum(v.numpy().nbytes for v in optimizer.variables)
+
+    momentum = state(model.more["g"])
+    assert leak.optimizer_bytes == state(model.optimizer) + state(model.d_optimizer) + momentum
+    assert momentum > 4 * leak.params  # its slots counted, not only its counters
+
+
 def test_current_and_stale_by_run(ip):
     registry = ModelRegistry()
     run(ip, "old = tiny('old')")
