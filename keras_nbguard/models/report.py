@@ -137,7 +137,9 @@ def _shared_weights(pairs: list[tuple[Any, Leak]]) -> list[tuple[Any, Leak]]:
     """Each leak whose weights all belong to another live model says whose: keras.io's DeepDream
     listed its ``feature_extractor`` (34.2 MiB, a view into InceptionV3's layers) beside the
     InceptionV3 (83.2 MiB), and summed, the sizes said 117 MiB where 83 are. Of two models with
-    the very same weights, the later one listed says so."""
+    the very same weights, the stale one says so (keras.io's GAN: an earlier run's ``gan`` on the
+    setup cell's two models, as the current one is), else the later one listed. A model awaiting
+    collection is no holder of a reachable one's weights."""
     owned: list[frozenset[int]] = []
     for model, _ in pairs:
         try:
@@ -149,14 +151,35 @@ def _shared_weights(pairs: list[tuple[Any, Leak]]) -> list[tuple[Any, Leak]]:
         mine = owned[i]
         holder = next(
             (
-                other_leak.model_name
-                for j, (_, other_leak) in enumerate(pairs)
-                if j != i and mine and mine <= owned[j] and (mine < owned[j] or j < i)
+                other
+                for j, (_, other) in enumerate(pairs)
+                if j != i
+                and mine
+                and mine <= owned[j]
+                and (other.paths or not leak.paths)
+                and (mine < owned[j] or _defers(leak, other, j < i))
             ),
             None,
         )
-        out.append((model, dataclasses.replace(leak, weights_in=holder) if holder else leak))
+        if holder is not None:
+            leak = dataclasses.replace(leak, weights_in=_other_name(holder, leak))
+        out.append((model, leak))
     return out
+
+
+def _defers(leak: Leak, other: Leak, listed_before: bool) -> bool:
+    """Of two models with the very same weights, whether ``leak`` is the one to name the other."""
+    rank = (bool(leak.paths), not leak.stale), (bool(other.paths), not other.stale)
+    return rank[0] < rank[1] or (rank[0] == rank[1] and listed_before)
+
+
+def _other_name(holder: Leak, leak: Leak) -> str:
+    """``holder``'s name, told apart from ``leak``'s own where they are the same."""
+    if holder.model_name != leak.model_name:
+        return holder.model_name
+    if holder.run_number is not None:
+        return f"{holder.model_name} of #{holder.run_number}"
+    return f"another {holder.model_name!r}"
 
 
 def build_report(
