@@ -882,6 +882,19 @@ def test_a_steep_line_no_steadier_than_its_runs_swing_says_so():
     assert "swing" not in (rss_trend(steady).unflagged_because() or "")
 
 
+def test_a_fit_time_no_steadier_than_its_runs_swing_says_so():
+    """JupyterLab, keras.io's transfer learning re-run 5 times: fits 3.67, 3.04, 2.17, 3.16,
+    3.64 s, a V; the dashboard's line read "fit time +341 ms per run over runs 2–5" as a rise,
+    where the RSS part of the same line said its swing."""
+    runs = runs_of([3.67, 3.04, 2.17, 3.16, 3.64])
+    text = trends_text("transfer", runs)
+    assert "fit time +340 ms per run over runs 2–5 (the runs swing by 415 ms around the line: " in (
+        text
+    )
+    steady = runs_of([1.0, 1.1, 1.2, 1.3, 1.4])  # a rise every run: said as a rate alone
+    assert trends_text("steady", steady).endswith("fit time +100 ms per run over runs 2–5")
+
+
 def test_a_trend_over_a_run_it_leaves_out_is_per_run_by_the_runs_numbers():
     """JupyterLab, keras.io's text example, #3 stopped mid-fit: the dashboard read "fit time
     -683 ms per run over runs 2–4 except #3", the whole change from #2 to #4 called one run's.

@@ -712,8 +712,20 @@ def fit_trend(runs: Sequence[RunRecord]) -> RunTrend:
         timed,
         [r.fit_seconds or 0.0 for r in timed],
         lambda trend: trend.rises() and why_not(trend) is None,
-        unflagged_because=lambda trend: why_not(trend) if trend.rises() else None,
+        unflagged_because=lambda trend: why_not(trend) if trend.rises() else _fit_swings(trend),
     )
+
+
+def _fit_swings(trend: Trend) -> str | None:
+    """Why a fit time rising by ``RISE_SHARE`` of its median over the runs is no rate they slow
+    by: they swing around the line by more than a third of its rise (keras.io's transfer
+    learning in JupyterLab, fits 3.04, 2.17, 3.16, 3.64 s: "+341 ms per run", a V, not a rise),
+    as the RSS line says of its own swing (``swings``)."""
+    if trend.slope <= 0 or trend.share < RISE_SHARE or trend.rise >= NOISE_FACTOR * trend.spread:
+        return None
+    from keras_nbguard.records.formatting import fmt_seconds  # formatting imports records
+
+    return f"the runs swing by {fmt_seconds(trend.spread)} around the line: not a steady rise"
 
 
 def _nothing_piles_up(
