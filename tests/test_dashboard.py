@@ -350,6 +350,30 @@ def test_a_run_is_named_label_colon_number_and_the_old_hash_still_works():
         find_run(records, "rnn:1")
 
 
+def test_a_run_is_named_by_the_start_of_its_label_or_its_number_alone():
+    """JupyterLab, keras.io's GAN: its default label is its first line, cut, ending in "…";
+    `compare gan:1 gan:3` said "no run labelled 'gan'", `compare '#1' '#3'` "no run labelled ''",
+    and to compare at all the ellipsis had to be typed."""
+    from keras_nbguard.diagnosis.compare import find_run
+
+    gan = "gan = GAN(discriminator=discriminator, …"
+    records = [
+        make_record(label=label, run_number=n)
+        for label, n in ((gan, 1), ("generate", 1), (gan, 2), (gan, 3))
+    ]
+    assert find_run(records, "gan:1") is records[0]  # the start of one label
+    assert find_run(records, "gan = GAN(discriminator=discriminator, …:3") is records[3]
+    assert find_run(records, "gan = GAN") is records[3]  # its last run
+    for spec in ("2", "#2", ":2"):  # a number alone: the latest run's label
+        assert find_run(records, spec) is records[2]
+    with pytest.raises(ValueError, match=r"'g' starts 2 labels .*type more"):
+        find_run(records, "g:1")
+    with pytest.raises(ValueError, match="'3' for run 3 of the latest label"):
+        find_run(records, "rnn:1")
+    with pytest.raises(ValueError, match="has no run #7"):
+        find_run(records, "#7")
+
+
 def test_two_runs_picked_are_compared_side_by_side(keras_shell, board):
     cell = "%%kerasrun --quiet --label pick\nmodel = make_model()\nmodel.fit(x, y, verbose=0)\n"
     for _ in range(2):

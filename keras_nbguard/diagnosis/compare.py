@@ -16,19 +16,25 @@ from keras_nbguard.records.run import RunRecord
 SPEC = re.compile(r"^(?P<label>.*?)\s*[#:](?P<number>\d+)$")
 
 
+NUMBER = re.compile(r"^[#:]?(?P<number>\d+)$")  # "3", "#3": a run of the latest run's label
+ELLIPSIS = "…"  # where a default label (a cell's first line) was cut
+
+
 def find_run(records: Sequence[RunRecord], spec: str) -> RunRecord:
-    """The run ``spec`` names: ``label:n`` (or ``label#n``, ``label #n``), or a label's last run.
-    A label that is itself the whole spec ("cnn:3" used as a label) is taken as the label."""
+    """The run ``spec`` names: ``label:n`` (or ``label#n``, ``label #n``), or a label's last run;
+    ``n`` or ``#n`` alone: run n of the latest run's label. A label that is itself the whole spec
+    ("cnn:3" used as a label) is taken as the label; one that starts a single label stands for
+    it (``gan:3`` for the default label ``gan = GAN(discriminator=discriminator, …``)."""
     spec = spec.strip()
-    match = None if any(r.label == spec for r in records) else SPEC.match(spec)
-    label = match.group("label") if match else spec
+    labels = list(dict.fromkeys(r.label for r in records))
+    match = None if spec in labels else SPEC.match(spec) or NUMBER.match(spec)
+    label = spec if match is None else match.groupdict().get("label")
+    if not label:  # a number alone, "#3" too
+        if not records:
+            raise ValueError(f"no run yet to take run {spec!r} of")
+        label = records[-1].label
+    label = _whole_label(label, labels)
     runs = [r for r in records if r.label == label]
-    if not runs:
-        labels = ", ".join(sorted({repr(r.label) for r in records})) or "none yet"
-        raise ValueError(
-            f"no run labelled {label!r} (labels: {labels}); name a run as "
-            f"'label:3', or a label for its last run"
-        )
     if match is None:
         return runs[-1]
     number = int(match.group("number"))
@@ -37,6 +43,27 @@ def find_run(records: Sequence[RunRecord], spec: str) -> RunRecord:
             return record
     numbers = ", ".join(f"#{r.run_number}" for r in runs)
     raise ValueError(f"{label!r} has no run #{number} (it has {numbers})")
+
+
+def _whole_label(given: str, labels: list[str]) -> str:
+    """The label ``given`` names: itself, or the one label it starts (a default label ends in an
+    ellipsis nobody types); a clear error otherwise."""
+    if given in labels:
+        return given
+    typed = given.rstrip(ELLIPSIS).rstrip()
+    starting = [label for label in labels if typed and label.startswith(typed)]
+    if len(starting) == 1:
+        return starting[0]
+    known = ", ".join(sorted(repr(label) for label in labels)) or "none yet"
+    if starting:
+        raise ValueError(
+            f"{given!r} starts {len(starting)} labels ({', '.join(map(repr, starting))}): "
+            f"type more of the one you mean"
+        )
+    raise ValueError(
+        f"no run labelled {given!r} (labels: {known}); name a run as 'label:3' (the start of a "
+        f"label will do), '3' for run 3 of the latest label, or a label for its last run"
+    )
 
 
 def compare_runs(records: Sequence[RunRecord], specs: Sequence[str]) -> Comparison:

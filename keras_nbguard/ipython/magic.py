@@ -363,7 +363,8 @@ class KerasMagics(Magics):
                  stale ones flagged.
         diagnose why runs got slower or fatter, in words, with the numbers (``diagnose NAME``
                  or ``--label NAME``: one label's runs).
-        compare  two runs side by side: ``%nbguard compare mlp:3 mlp:7`` (a label: its last).
+        compare  two runs side by side: ``%nbguard compare mlp:3 mlp:7`` (a label: its last;
+                 its start will do; ``3 7``: runs of the latest run's label).
         free     drop references to stale models (``--all``: current ones too;
                  ``--containers``: also inside your lists/dicts/attributes), then clear.
         dashboard  the live dashboard widget (a static view without a widget frontend);
