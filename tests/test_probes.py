@@ -357,6 +357,20 @@ def test_a_line_shows_the_paths_you_can_type_first_and_three_at_most():
     assert line.endswith(": encoder, vae.encoder, Out[7].model.encoder and 3 more"), line
 
 
+def test_the_paths_you_can_type_come_first_at_the_source(ip):
+    # keras.io's GAN in the dashboard's list: its discriminator "held by" the GAN's
+    # `_compiled_trainable_state — a _DictWrapper … (no expression reaches it)` before
+    # `Out[7].model.discriminator`: the list shows the leak finder's order, not the text's
+    run(ip, "both = tiny('both')\nimport itertools\nrep = itertools.repeat(both)")
+    run(ip, "both")  # Out[n]: not your name, but typed as it is
+    paths = by_name(find_leaks(shell=ip), "both").paths
+    untypeable = [i for i, p in enumerate(paths) if p.endswith("(no expression reaches it)")]
+    typed_out = [i for i, p in enumerate(paths) if p.startswith("Out[")]
+    assert paths[0] == "both" and untypeable and typed_out
+    assert max(typed_out) < min(untypeable), paths
+    del ip.user_ns["both"], ip.user_ns["rep"]
+
+
 def test_importing_costs_no_keras_and_finds_nothing_without_it():
     code = (
         "import sys; import keras_nbguard.models as p, keras_nbguard.models.freeing\n"

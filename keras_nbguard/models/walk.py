@@ -278,8 +278,17 @@ class Probe:
             if c.root.kind in ("hidden", "displayhook") and c.text(mirror=True) in texts
         }
         unique = [pu for pu in dict.fromkeys(out) if pu[0] not in mirrors]
-        unique.sort(key=lambda pu: (not pu[1], awkwardness(pu[0]), len(pu[0]), pu[0]))
+        unique.sort(key=_path_order)
         return unique[: self.max_paths]
+
+
+def _path_order(path: tuple[str, bool]) -> tuple[bool, bool, int, int, str]:
+    """Paths you can type first (keras.io's GAN listed its ``discriminator`` as held by
+    ``gan._compiled_trainable_state — a _DictWrapper that holds it … (no expression reaches it)``
+    before ``Out[7].model.discriminator``), then those from your own names, the least awkward
+    first."""
+    text, user = path
+    return " — " in text, not user, awkwardness(text), len(text), text
 
 
 def _node_holders(
