@@ -371,6 +371,15 @@ def test_compare_names_runs_in_the_users_terms():
     assert rows["fit"] == ["1.10 s", "1.30 s", "+200 ms"]
     assert rows["tf.function traces"] == ["n/a (not counted)"] * 2 + ["n/a"]  # never 0
     assert rows["gpu peak"][:2] == ["n/a (no GPU: TensorFlow sees none)"] * 2
+    # our own time as the summary's `ours` row sums it (its parts before and after the cell),
+    # not a `prepare` figure the summary never shows
+    ours = Comparison(
+        dataclasses.replace(first, own_time=(("gc", 0.145), ("leak check", 0.083))),
+        dataclasses.replace(second, own_time=(("gc", 0.05),)),
+    ).rows()
+    assert {name: rest for name, *rest in ours}["ours"] == ["228 ms", "50 ms", "-178 ms"]
+    assert "prepare" not in rows
+    assert rows["ours"][0] == "n/a (every part under 0.5 ms, or not recorded)"
     one_epoch = dataclasses.replace(
         first.fits[0], epochs=1, epoch_seconds=(0.7,), callback_seconds=None
     )
