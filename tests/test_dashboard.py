@@ -383,8 +383,10 @@ def test_two_runs_picked_are_compared_side_by_side(keras_shell, board):
     assert (picker.first.value, picker.second.value) == ("pick #1", "pick #2")
     records = keras_nbguard.runs("pick")
     change = records[1].fit_seconds - records[0].fit_seconds
-    assert f"<td>fit</td><td>{fmt_seconds(records[0].fit_seconds)}</td>" in picker.result.value
-    assert f"<td>{html.escape(fmt_seconds(change, signed=True))}</td>" in picker.result.value
+    td = '<td style="padding: 0.2em 0.6em">'  # padded: the runs' names ran together
+    assert f"{td}fit</td>{td}{fmt_seconds(records[0].fit_seconds)}</td>" in picker.result.value
+    assert f"{td}{html.escape(fmt_seconds(change, signed=True))}</td>" in picker.result.value
+    assert picker.result.value.startswith('<div class="jp-RenderedHTMLCommon"><table>')
     picker.first.value = "pick #2"  # a pick, as a user makes it
     assert "pick another run" in picker.result.value
     run(keras_shell, cell)  # a new run keeps the user's picks

@@ -58,7 +58,9 @@ class ComparePicker:
         elif first is second:
             self.result.value = f"<i>{html.escape(_name(first))}: pick another run to compare</i>"
         else:
-            self.result.value = Comparison(first, second)._repr_html_()
+            # JupyterLab's styles for a cell's HTML output, so it reads as %nbguard compare does
+            table = Comparison(first, second)._repr_html_()
+            self.result.value = f'<div class="jp-RenderedHTMLCommon">{table}</div>'
 
 
 def _name(record: RunRecord) -> str:

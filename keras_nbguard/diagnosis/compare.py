@@ -134,6 +134,7 @@ PROCESS_FIGURES = frozenset({"rss before", "rss after", "rss peak", "gpu peak"})
 WHOLE_FIT_FIGURES = frozenset({"fit", "your callbacks"})
 # figures of whole cells: a cell stopped or failed part way ran only a part of its code
 WHOLE_CELL_FIGURES = frozenset({"wall"})
+PAD = ' style="padding: 0.2em 0.6em"'  # each cell of the HTML table
 
 
 @dataclass(frozen=True)
@@ -222,9 +223,11 @@ class Comparison:
 
     def _repr_html_(self) -> str:
         first, second = self._names()
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in ("", first, second, "change"))
+        # padded here: in the dashboard's picker (a widget, no notebook styles) the two runs'
+        # names ran together ("…False #4 base_model.trainable = False #5 change")
+        head = "".join(f"<th{PAD}>{html.escape(c)}</th>" for c in ("", first, second, "change"))
         body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+            "<tr>" + "".join(f"<td{PAD}>{html.escape(c)}</td>" for c in row) + "</tr>"
             for row in self.rows()
         )
         only_first, only_second = self.findings()
