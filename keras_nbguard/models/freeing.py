@@ -29,6 +29,7 @@ from keras_nbguard.models.caches import (
     pop_entry,
     reset_cache_name,
 )
+from keras_nbguard.models.records import WRAP_AT_SPACES
 from keras_nbguard.models.stale_nodes import (
     cut_stale,
     held_through_nodes,
@@ -102,7 +103,11 @@ class FreeReport:
     def _repr_html_(self) -> str:
         import html
 
-        return "<pre class='keras-nbguard-free'>" + html.escape("\n".join(self.lines())) + "</pre>"
+        return (
+            f"<pre class='keras-nbguard-free'{WRAP_AT_SPACES}>"
+            + html.escape("\n".join(self.lines()))
+            + "</pre>"
+        )
 
 
 def free(

@@ -8,6 +8,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 UNTYPEABLE = "(no expression reaches it)"  # ends a path only words can say (naming.py)
+# long lines wrap at spaces, a word broken only where it is longer than the line: JupyterLab's
+# output style breaks anywhere (a walkthrough read "sca / le_layer", "free / d")
+WRAP_AT_SPACES = ' style="white-space: pre-wrap; word-break: normal; overflow-wrap: break-word"'
 UNREACHABLE_HINT = (
     "alive, but nothing you can name holds it: its own reference cycles waiting for the garbage "
     "collector, or framework internals (e.g. a tf.function cache). keras_nbguard.free() runs gc "
@@ -135,7 +138,11 @@ class LeakReport:
     def _repr_html_(self) -> str:
         import html
 
-        return "<pre class='keras-nbguard-leaks'>" + html.escape("\n".join(self.lines())) + "</pre>"
+        return (
+            f"<pre class='keras-nbguard-leaks'{WRAP_AT_SPACES}>"
+            + html.escape("\n".join(self.lines()))
+            + "</pre>"
+        )
 
 
 PATHS_SHOWN = 3  # a model held by the user's names is also held through Keras' own state
