@@ -270,6 +270,8 @@ class RunTrend:
         """Why a line that looks it is no finding (None: flagged, or no reason to give)."""
         if self.trend is None or self.flagged:
             return None
+        if len(self.runs) < MIN_RUNS and self._may_pass(self._values) and self._test(self.trend):
+            return _needs_runs(len(self.runs))  # it would be: no ⚠ yet, and why
         return self._unflagged_because(self.trend)
 
     def text(self) -> str:
@@ -287,12 +289,18 @@ class RunTrend:
             if self.series == "RSS left"
             else fmt_seconds(slope, signed=True)
         )
+        if rate == fmt_bytes(GROWTH_BYTES_PER_RUN, signed=True) and slope < GROWTH_BYTES_PER_RUN:
+            rate = f"+{slope / 2**20:.2f} MiB"  # under the ⚠'s 2 MiB, not rounded up to it
         flagged = self.flagged
         why = self.unflagged_because()
         return (
             f"{'⚠ ' if flagged else ''}{self.series} {rate} per run over {self.span}"
             f"{f' ({why})' if why else ''}"
         )
+
+
+def _needs_runs(runs: int) -> str:
+    return f"a finding needs {MIN_RUNS} runs after the first; {runs} so far"
 
 
 def _grows(trend: Trend) -> bool:
@@ -397,8 +405,8 @@ def _why_not_rss(
 
         if reason := between(trend):
             return reason
-        if len(runs) < MIN_RUNS:  # too few runs to judge: nothing to explain yet
-            return None
+        if len(runs) < MIN_RUNS:  # a growing line the diagnosis does not judge yet
+            return _needs_runs(len(runs))
         if native and (slack := allocators_slack(runs, trend.rise)):
             return slack
         if native and (level := peaks_level(runs, trend.slope)):
