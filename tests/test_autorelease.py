@@ -47,11 +47,12 @@ def test_a_cell_ending_in_fit_keeps_only_the_latest_model(keras_shell):
     assert all(len(h.history["loss"]) == 1 and h.epoch == [0] and h.params for h in histories)
     assert [h.model is None for h in histories] == [True, True, True, False]
     assert histories[-1].model is keras_shell.user_ns["model"]
-    # after a run, the links to the run before's model are cut; the next run's one collection
-    # frees it and says so: run 4 released run 2's model (run 3's goes with run 5's collection)
+    # after a run, the links to the run before's model are cut, and the run says so: run 4
+    # released run 3's model (the next run's one collection frees it), as a run whose release
+    # took the heap walk says it; run 2's, said by run 3, is not said again
     released = last("io").released_models
-    assert released.count == 1 and released.runs == (2,)
-    assert released.paths == (f"Out[{sorted(out)[-3]}] (its History)",)
+    assert released.count == 1 and released.runs == (3,)
+    assert released.paths == (f"Out[{sorted(out)[-2]}] (its History)",)
     assert released.weight_bytes > 0 and last("io").stale_models is None
 
 
@@ -64,8 +65,8 @@ def test_histories_kept_in_a_list_keep_their_metrics_and_lose_only_the_model(ker
     assert alive(refs) == [False, False, True]
     assert [len(h.history["loss"]) for h in histories] == [1, 1, 1]
     assert [h.model is None for h in histories] == [True, True, False]
-    # run 3's collection freed run 1's model (run 2's goes with the next one)
-    assert last("kept").released_models.paths == ("histories[0] (its History)",)
+    # run 3 released run 2's model (run 1's was said by run 2)
+    assert last("kept").released_models.paths == ("histories[1] (its History)",)
 
 
 HOLDERS = {
@@ -104,6 +105,32 @@ def test_a_model_the_user_holds_is_never_released_but_flagged(keras_shell, holde
 
 
 @pytest.mark.slow
+def test_a_model_held_beyond_the_short_walk_gets_its_link_back_and_is_named(keras_shell):
+    """The short walk meets run 1's model only through its History in ``Out[n]``, but the user
+    holds it too, deeper than that walk looks (tentative.py): run 2 cuts the link and says so;
+    run 3's collection does not free it, so the link comes back and the full walk names the
+    holder on run 3's `stale` line. The model still works."""
+    run(keras_shell, "deep = []")
+    nest = "[" * 8 + "model" + "]" * 8  # eight lists down: past the short walk's depth
+    cell = (
+        f"%%kerasrun --label deep --quiet\nmodel = make_model()\n"
+        f"if not deep: deep.append({nest})\n{FIT}\n"
+    )
+    refs = rerun(keras_shell, cell, 3)
+    out = keras_shell.user_ns["Out"]
+    first_history = out[sorted(out)[-3]]
+    records = keras_nbguard.runs("deep")
+    assert records[1].released_models.runs == (1,)  # run 2 let it go: said as the cut was made
+    assert alive(refs) == [True, False, True]
+    assert first_history.model is refs[0]()  # its link back
+    stale = records[2].stale_models
+    assert stale is not None and stale.runs == (1,)
+    assert stale.paths[0].startswith("deep[0][0]"), stale.paths
+    assert records[2].released_models.runs == (2,)  # the run before's, as usual
+    assert refs[0]().predict(keras_shell.user_ns["x"][:2], verbose=0).shape == (2, 1)
+
+
+@pytest.mark.slow
 def test_keep_stale_keeps_everything_and_config_sets_it(keras_shell):
     refs = rerun(keras_shell, KERAS_IO.replace("--quiet", "--quiet --keep-stale"), 3)
     assert alive(refs) == [True, True, True] and last("io").released_models is None
@@ -115,8 +142,9 @@ def test_keep_stale_keeps_everything_and_config_sets_it(keras_shell):
     refs += rerun(keras_shell, KERAS_IO, 1)
     assert alive(refs) == [False, False, False, False, True]
     # three went with the run's collection; the fourth, the model your name bound as it began,
-    # lost its History's link after the run (alive() collected it; so would the next run)
-    assert last("io").released_models.count == 3
+    # lost its History's link after the run, and the run says so too (alive() collected it; so
+    # would the next run)
+    assert last("io").released_models.count == 4
 
 
 @pytest.mark.slow

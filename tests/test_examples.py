@@ -21,8 +21,9 @@ RUNS = 3  # Keras 3: a third run is the first whose label has two earlier runs
 # Two runs, the second releasing the first, for the examples whose third run checks nothing the
 # others' do not (a run of most of these is 4-10 s on CPU alone, TensorFlow tracing a new model's
 # steps; two or three times that beside the other test process). Three for those whose History
-# or estimator is the cell's value (the first run's, let go from its Out[n] after the second, is
-# counted in the third's record), whose models a layer or a model of the setup cell holds (text,
+# or estimator is the cell's value (each run says the model it lets go of from the run before's
+# Out[n]: the third's record counts the second's, and the first's, said by the second, not
+# again), whose models a layer or a model of the setup cell holds (text,
 # feature space, transfer, GAN, the regression tutorial's normalizer), and the timeseries
 # classification (run n fits what n-1 loaded).
 TWO_RUNS = (
@@ -105,7 +106,7 @@ def test_example_runs_under_kerasrun_on_keras3(shell, name):
     # setup cell's layers (text, feature space) or models (GAN, VAE), nor Keras' own records
     assert [r["earlier_alive"] for r in seen["runs"]] == [0] * runs
     if name in HISTORY_IS_THE_VALUE or name == "sklearn_wrapper":  # or the fitted estimator
-        assert seen["runs"][-1]["released"] == 1  # run 1's, from its Out[n] (its History)
+        assert seen["runs"][-1]["released"] == 1  # run 2's, from its Out[n] (its History)
     if name == "regression_normalizer":
         # the setup cell's layer sits in every run's Sequential: it keeps the last run's node
         # only, and with it no earlier run's Dense layers (bare: one node and three layers a run)

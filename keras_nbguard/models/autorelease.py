@@ -358,21 +358,28 @@ def _size(model: Any) -> int | None:
 
 
 def went(cuts: list[tentative.Cut], registry: ModelRegistry) -> HeldModels | None:
-    """After a collection: the models of ``cuts`` it freed, as a note (their weights counted once
-    freed). Those it did not free get their links back, and the heap walk from now on."""
+    """After a collection: the models of ``cuts`` it freed that no run has said yet, as a note
+    (their weights counted once freed). Those it did not free get their links back, and the heap
+    walk from now on (which names what holds them)."""
     gone = []
     for cut in cuts:
-        if cut.went():
-            gone.append(cut)
-        else:
+        if not cut.went():
             registry.mark_held_unseen(cut.model())
-    if not gone:
+        elif not cut.said:
+            gone.append(cut)
+    return cuts_note(gone)
+
+
+def cuts_note(cuts: list[tentative.Cut]) -> HeldModels | None:
+    """The models of ``cuts``, released, as a note (their weights: those nothing of yours holds,
+    and none alive once a full gc has run)."""
+    if not cuts:
         return None
-    holders = [h for c in gone for h in c.holders[:1]]
-    note = _note([(c.run, c.size) for c in gone], sorted(dict.fromkeys(holders), key=_path_order))
+    holders = [h for c in cuts for h in c.holders[:1]]
+    note = _note([(c.run, c.size) for c in cuts], sorted(dict.fromkeys(holders), key=_path_order))
     if note.weight_bytes is None:
         return note
-    freed = [w.freed_bytes() for w in {id(c.weights): c.weights for c in gone}.values()]
+    freed = [w.freed_bytes() for w in {id(c.weights): c.weights for c in cuts}.values()]
     return dataclasses.replace(
         note, weight_bytes=None if None in freed else sum(f for f in freed if f is not None)
     )

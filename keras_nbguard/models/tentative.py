@@ -61,6 +61,7 @@ class Cut:
     links: list[Link]
     holders: list[str]  # how you reached each callback, best first
     weights: FreedWeights  # of the models cut together: their variables freed, once collected
+    said: bool = False  # the run that cut it said so already: the collection only confirms
 
     def went(self) -> bool:
         """After a collection: whether the model is gone; if not, its links are put back."""

@@ -45,7 +45,7 @@ class LiveModels:
         After the run, not only before the next: a cell that rebinds ``model`` leaves the last
         model in ``Out[n]`` only now, and the summary should say what is really still alive.
         Their graphs go with the next run's clear and deep clean."""
-        from keras_nbguard.models.autorelease import merged
+        from keras_nbguard.models.autorelease import cuts_note, merged
 
         try:
             models = [
@@ -72,7 +72,14 @@ class LiveModels:
                 release=not run.options.keep_stale,
                 exclude=self.registry.latest.get(run.label),
             )
-            released = merged(run.released, settled.released_note())
+            # the models whose callbacks' links it cut are said now, as the walked ones are (a
+            # run reports what it let go of; a GAN's summary named a model two runs back): the
+            # next run's collection frees them, and one it does not free gets its links back
+            # and the walk, which names what holds it
+            cut = cuts_note(settled.cuts)
+            for each in settled.cuts:
+                each.said = True
+            released = merged(merged(run.released, settled.released_note()), cut)
             return record.replaced(released_models=released, stale_models=settled.stale_note())
         except Exception as exc:
             self._warn(f"earlier runs' models were not looked at: {type(exc).__name__}: {exc}")
