@@ -136,7 +136,10 @@ function figure(state, width) {
           type: "scatter", meta: panel + ":" + name.toLowerCase() + ":" + g, name: main ? g : g + " " + name,
           legendgroup: g, showlegend: panel === "fit", mode: "lines+markers", xaxis: xa, yaxis: ya,
           x, y, text: main ? text : undefined, connectgaps: false,
-          line: {color: runs[0].c, dash, width: 1.5}, marker: {size: main ? 6 : 4},
+          // the others' marks open and larger: a peak equal to the RSS after (the usual run)
+          // sat hidden under the main series' mark
+          line: {color: runs[0].c, dash, width: 1.5},
+          marker: main ? {size: 6} : {size: 8, symbol: dash === "dot" ? "circle-open" : "square-open"},
           hovertemplate: main ? "%{text}<extra></extra>" : "%{fullData.name}: %{y:.1f}<extra></extra>",
         });
       }
