@@ -14,8 +14,6 @@ from keras_nbguard.records.run import RunRecord
 
 # "mlp:5" (an editor colours "mlp#5" as a comment), "mlp#5" and "mlp #5" as summaries write it
 SPEC = re.compile(r"^(?P<label>.*?)\s*[#:](?P<number>\d+)$")
-
-
 NUMBER = re.compile(r"^[#:]?(?P<number>\d+)$")  # "3", "#3": a run of the latest run's label
 ELLIPSIS = "…"  # where a default label (a cell's first line) was cut
 
