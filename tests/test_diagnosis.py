@@ -389,6 +389,10 @@ def test_compare_names_runs_in_the_users_terms():
         for name, *rest in Comparison(dataclasses.replace(first, fits=(one_epoch,)), plain).rows()
     }  # every n/a says why: the first epoch traces, the other run fit nothing
     assert rows["epoch (mean, after the first)"] == ["n/a (one epoch)", "n/a (no fit)", "n/a"]
+    # keras.io's transfer learning: two fits of an epoch each, not "one epoch"
+    twice = dataclasses.replace(first, fits=(one_epoch, one_epoch))
+    rows = {name: rest for name, *rest in Comparison(twice, plain).rows()}
+    assert rows["epoch (mean, after the first)"][0] == "n/a (each of its 2 fits one epoch)"
     assert rows["your callbacks"][:2] == ["n/a (not timed)", "n/a (no fit)"]
     assert rows["fit"] == ["1.10 s", "n/a (no fit)", "n/a"]
     assert rows["tf.function traces"][1] == "n/a (no tf.function)"

@@ -25,7 +25,10 @@ def epoch_unknown(record: RunRecord) -> str:
     before its first epoch did, or fits of one epoch."""
     if not any(fit.reached_training for fit in record.fits):
         return fit_unknown(record)
-    return "one epoch"
+    # keras.io's transfer learning fits twice, an epoch each: "one epoch" read as a miscount
+    return (
+        "one epoch" if len(record.fits) == 1 else f"each of its {len(record.fits)} fits one epoch"
+    )
 
 
 def fit_cut_short(record: RunRecord) -> str | None:
