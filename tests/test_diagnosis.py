@@ -573,7 +573,7 @@ def test_the_summary_names_tensorflows_pool_when_its_peak_rose_with_the_runs():
         note
     )
     assert "in use between runs stayed" in note
-    assert "stayed 32.0 MiB–41.0 MiB" in note and note.endswith("keeps the kernel flat")
+    assert "stayed 32.0 MiB–41.0 MiB" in note and note.endswith("bench/bench_examples.py)")
     # a pool that stayed where it was, or was not read (oneDNN off): not named
     for flat in (int(130 * MiB), None):
         note = _after_each(_with_pool(runs, in_use, [flat] * n))[-1].memory_note
@@ -717,7 +717,7 @@ def test_glibcs_slack_points_to_the_jemalloc_kernel_and_a_jemalloc_kernels_heap_
 ):
     # The GAN's row under the magic (bench_examples.py): +3 MiB a run in glibc's arenas, its
     # heap in use flat; on jemalloc the same runs stay flat, so the note says where to go
-    from keras_nbguard.diagnosis.causes_across import JEMALLOC_KERNEL, ON_JEMALLOC
+    from keras_nbguard.diagnosis.causes_across import ISOLATED_FIGURE, JEMALLOC_KERNEL, ON_JEMALLOC
 
     runs, heap, blocks = _steady_rise_allocators_flat()
     n = len(runs)
@@ -725,7 +725,7 @@ def test_glibcs_slack_points_to_the_jemalloc_kernel_and_a_jemalloc_kernels_heap_
     _loader_finds(monkeypatch, tmp_path, ("libjemalloc.so.2",))
     for malloc in (None, "glibc"):  # None: a record kept before `malloc` was
         note = _after_each([dataclasses.replace(r, malloc=malloc) for r in on_glibc])[-1]
-        assert note.memory_note.endswith(f"--isolate keeps the kernel flat; {ON_JEMALLOC})")
+        assert note.memory_note.endswith(f"examples.py); {ON_JEMALLOC})")
         assert f'(the kernel "{JEMALLOC_KERNEL}")' in note.memory_note
     # where the loader would not find jemalloc, the kernel would run on glibc: say so first
     _loader_finds(monkeypatch, tmp_path, ("libtcmalloc_minimal.so.4",))
@@ -738,7 +738,7 @@ def test_glibcs_slack_points_to_the_jemalloc_kernel_and_a_jemalloc_kernels_heap_
     on_jemalloc = [dataclasses.replace(r, malloc="jemalloc") for r in on_glibc]
     note = _after_each(on_jemalloc)[-1].memory_note
     assert "stayed flat (jemalloc's heap +20.5 KiB a run" in note and "glibc" not in note
-    assert note.endswith("--isolate keeps the kernel flat")
+    assert note.endswith(f"--isolate keeps the kernel flat ({ISOLATED_FIGURE})")
     # the C heap not read (--no-clear): nothing says it was glibc's slack
     assert ON_JEMALLOC not in (_after_each(runs)[-1].memory_note or "")
     # TensorFlow's pool's peak rose by the whole rise: its pages, not glibc's

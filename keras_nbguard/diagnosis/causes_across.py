@@ -63,6 +63,8 @@ NATIVE_ADVICE = (
     "`%%kerasrun --isolate` runs each in a fresh process: the kernel stays flat "
     "(0.04 MiB a run in bench/bench_isolate.py)"
 )
+# what the kernel keeps a run with --isolate, Keras' 34 examples (README: bench_examples.py)
+ISOLATED_FIGURE = "+0.03 to +0.23 MiB a run on Keras' own examples, bench/bench_examples.py"
 # TensorFlow has no way to free the programs XLA compiled (clear_session, the deep clean and
 # its kernel cache's clear leave them): a Dense(64) MLP fit with jit_compile=True, +8 MiB a run
 XLA_KEPT = (
@@ -163,7 +165,7 @@ def memory_note(runs: list[RunRecord]) -> str | None:
     reasons = (pool, steps, shape)
     why += [reason for reason in reasons if reason and not reason.startswith(NOT_YOURS)]
     why = list(dict.fromkeys(why))
-    way_out = "%%kerasrun --isolate keeps the kernel flat"
+    way_out = f"%%kerasrun --isolate keeps the kernel flat ({ISOLATED_FIGURE})"
     if glibc_slack(trend.runs):  # (a kernel the loader can run, or how to get one)
         way_out += f"; {ON_JEMALLOC}" + (")" if installed(JEMALLOC) else f", {JEMALLOC_FIRST})")
     return f"{head}, the framework's own memory ({'; '.join(why)}); {way_out}"
