@@ -57,14 +57,14 @@ def _slowdown(runs: list[RunRecord]) -> Finding | None:
     )
 
 
+# what the kernel keeps a run with --isolate, Keras' 34 examples (README: bench_examples.py)
+ISOLATED_FIGURE = "+0.03 to +0.23 MiB a run on Keras' own examples, bench/bench_examples.py"
 # What stays after clear, deep clean and release is memory the framework's native code keeps
 # (bench/bench_examples.py: keras.io's convnet); a fresh process per run gives it back.
 NATIVE_ADVICE = (
     "`%%kerasrun --isolate` runs each in a fresh process: the kernel stays flat "
-    "(0.04 MiB a run in bench/bench_isolate.py)"
+    f"({ISOLATED_FIGURE})"
 )
-# what the kernel keeps a run with --isolate, Keras' 34 examples (README: bench_examples.py)
-ISOLATED_FIGURE = "+0.03 to +0.23 MiB a run on Keras' own examples, bench/bench_examples.py"
 # TensorFlow has no way to free the programs XLA compiled (clear_session, the deep clean and
 # its kernel cache's clear leave them): a Dense(64) MLP fit with jit_compile=True, +8 MiB a run
 XLA_KEPT = (
