@@ -325,7 +325,10 @@ def test_a_run_updates_the_plot_live_panels_and_models(keras_shell, board):
     # the leak finder's line: flag, size, run, and its paths, your names first
     assert f"mlp #1): model, Out[{n}].model" in bottom(board)
     # named as Keras names it (the clear keeps its name counters: sequential, sequential_1...)
-    assert re.search(r"current sequential(_\d+)? \(644 B weights, mlp #1\)", bottom(board))
+    # its size as %nbguard leaks says it, optimizer state included (the list left it out)
+    assert re.search(
+        r"current sequential(_\d+)? \(644 B weights \+ 1.3 KiB optimizer, mlp #1\)", bottom(board)
+    )
     assert board.chart.notes["gpu"].startswith("no GPU")  # the empty panel says why
     # a second run: only its row travels, not the history again
     messages.clear()
@@ -470,8 +473,9 @@ def test_free_button_frees_exactly_the_flagged_models(keras_shell, board):
         run(keras_shell, cell + "model.fit(x, y, epochs=1, verbose=0)\n")
     listed = bottom(board).split("Models still referenced")[1]
     assert listed.count("STALE ") == 2
-    assert re.search(r"STALE sequential(_\d+)? \(644 B weights, mlp #1\): keep\[0\]", listed)
-    assert re.search(r"current sequential(_\d+)? \(644 B weights, mlp #3\): model, keep\[2", listed)
+    size = r"644 B weights \+ 1.3 KiB optimizer"
+    assert re.search(rf"STALE sequential(_\d+)? \({size}, mlp #1\): keep\[0\]", listed)
+    assert re.search(rf"current sequential(_\d+)? \({size}, mlp #3\): model, keep\[2", listed)
     refs = [weakref.ref(m) for m in keras_shell.user_ns["keep"]]
     findings = bottom(board).split("Models still referenced")[0]
     assert "<b>stale_models</b>: 2 models from mlp #1, #2 still alive" in findings  # in words

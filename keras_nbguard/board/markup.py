@@ -10,7 +10,6 @@ from typing import Any
 from keras_nbguard.board.findings_view import findings_html, findings_text
 from keras_nbguard.board.svg_charts import static_charts
 from keras_nbguard.diagnosis.findings import Finding
-from keras_nbguard.records.formatting import fmt_size
 from keras_nbguard.records.run import RunRecord
 from keras_nbguard.records.tables import runs_table
 
@@ -22,10 +21,9 @@ def model_lines(report: Any) -> list[str]:
     for leak in report.leaks:
         run = leak.run_words(quoted=False)
         paths = ", ".join(leak.paths[:4]) + (" …" if len(leak.paths) > 4 else "")
-        shared = f", all in {leak.weights_in} too" if leak.weights_in else ""
         lines.append(
             f"{'STALE' if leak.stale else 'current'} {leak.model_name} "
-            f"({fmt_size(leak.weight_bytes)} weights{shared}, {run}): {paths}"
+            f"({leak.size_words()}, {run}): {paths}"
         )
     if report.unreachable:
         lines.append(

@@ -50,6 +50,15 @@ class Leak:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def size_words(self) -> str:
+        """``5.4 MiB weights + 10.8 MiB optimizer, all in gan too``, as every view says it (the
+        dashboard's list left the optimizer out where %nbguard leaks said it)."""
+        from keras_nbguard.records.formatting import fmt_size  # formatting imports records
+
+        opt = f" + {fmt_size(self.optimizer_bytes)} optimizer" if self.optimizer_bytes else ""
+        shared = f", all in {self.weights_in} too" if self.weights_in else ""
+        return f"{fmt_size(self.weight_bytes)} weights{opt}{shared}"
+
     def run_words(self, quoted: bool = True) -> str:
         """Which run made it, and the later one that used it where there is one: keras.io's
         timeseries classification trains, each run, the model the run before it loaded."""
@@ -101,7 +110,6 @@ class LeakReport:
 
     def lines(self) -> list[str]:
         """The text summary, shared by the pretty and HTML reprs."""
-        from keras_nbguard.records.formatting import fmt_size
 
         out = [
             f"{len(self.leaks)} live Keras model(s), {len(self.stale)} stale, "
@@ -109,10 +117,7 @@ class LeakReport:
         ]
 
         def sized(leak: Leak) -> str:
-            run = leak.run_words()
-            opt = f" + {fmt_size(leak.optimizer_bytes)} optimizer" if leak.optimizer_bytes else ""
-            shared = f", all in {leak.weights_in} too" if leak.weights_in else ""
-            return f"({leak.class_name}, {fmt_size(leak.weight_bytes)} weights{opt}{shared}, {run})"
+            return f"({leak.class_name}, {leak.size_words()}, {leak.run_words()})"
 
         for leak in self.leaks:
             words = f" ({leak.held_as})" if leak.held_as else ""
