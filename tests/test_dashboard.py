@@ -396,6 +396,20 @@ def test_two_runs_picked_are_compared_side_by_side(keras_shell, board):
     assert (picker.first.value, picker.second.value) == ("pick #2", "pick #2")
 
 
+def test_the_pickers_first_default_is_the_latest_labels_run_before():
+    """JupyterLab, the GAN beside another label's one run: the picker showed gan #3 against
+    gtest #1, most rows n/a. By default it is the latest run's label's run before it."""
+    from keras_nbguard.board.compare_picker import ComparePicker
+
+    picker = ComparePicker()
+    records = [make_record(label=label, run_number=n) for label, n in (("gan", 1), ("gan", 2))]
+    records += [make_record(label="other", run_number=1), make_record(label="gan", run_number=3)]
+    picker.update(records)
+    assert (picker.first.value, picker.second.value) == ("gan #2", "gan #3")
+    picker.update(records[:3])  # the latest label has no run before it: the run before
+    assert (picker.first.value, picker.second.value) == ("gan #2", "other #1")
+
+
 def test_compact_line_says_the_last_run_its_trend_and_stale_models(keras_shell):
     from keras_nbguard.board.compact import CompactLine
 

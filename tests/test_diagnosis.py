@@ -904,6 +904,8 @@ def test_a_fit_time_no_steadier_than_its_runs_swing_says_so():
     assert "fit time +340 ms per run over runs 2–5 (the runs swing by 415 ms around the line: " in (
         text
     )
+    falling = trends_text("transfer", runs_of([3.67, 3.64, 3.16, 2.17, 3.04]))  # the V turned
+    assert "(the runs swing by 415 ms around the line: not a steady fall)" in falling
     steady = runs_of([1.0, 1.1, 1.2, 1.3, 1.4])  # a rise every run: said as a rate alone
     assert trends_text("steady", steady).endswith("fit time +100 ms per run over runs 2–5")
 

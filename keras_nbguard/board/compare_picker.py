@@ -42,7 +42,9 @@ class ComparePicker:
             if list(self.first.options) != names:
                 self.first.options = self.second.options = names
             # by default the run before the latest, against the latest
-            self.first.value = kept[0] if kept[0] in self._runs else _default_first(names)
+            self.first.value = (
+                kept[0] if kept[0] in self._runs else _default_first(self._runs, names)
+            )
             self.second.value = kept[1] if kept[1] in self._runs else (names[0] if names else None)
         finally:
             self._updating = False
@@ -67,5 +69,11 @@ def _name(record: RunRecord) -> str:
     return f"{record.label} #{record.run_number}"
 
 
-def _default_first(names: list[str]) -> str | None:
-    return names[1] if len(names) > 1 else (names[0] if names else None)
+def _default_first(runs: dict[str, RunRecord], names: list[str]) -> str | None:
+    """The latest run's label's run before it (a walkthrough's picker showed the GAN's #3
+    against another label's #1, most rows n/a); the run before the latest where it has none."""
+    if not names:
+        return None
+    label = runs[names[0]].label
+    same = [name for name in names[1:] if runs[name].label == label]
+    return same[0] if same else names[1] if len(names) > 1 else names[0]

@@ -725,15 +725,17 @@ def fit_trend(runs: Sequence[RunRecord]) -> RunTrend:
 
 
 def _fit_swings(trend: Trend) -> str | None:
-    """Why a fit time rising by ``RISE_SHARE`` of its median over the runs is no rate they slow
-    by: they swing around the line by more than a third of its rise (keras.io's transfer
-    learning in JupyterLab, fits 3.04, 2.17, 3.16, 3.64 s: "+341 ms per run", a V, not a rise),
-    as the RSS line says of its own swing (``swings``)."""
-    if trend.slope <= 0 or trend.share < RISE_SHARE or trend.rise >= NOISE_FACTOR * trend.spread:
+    """Why a fit time rising (or falling) by ``RISE_SHARE`` of its median over the runs is no
+    rate they slow (or speed up) by: they swing around the line by more than a third of that
+    change (keras.io's transfer learning in JupyterLab, fits 3.04, 2.17, 3.16, 3.64 s: "+341 ms
+    per run", a V, not a rise), as the RSS line says of its own swing (``swings``)."""
+    change = abs(trend.rise)
+    if not trend.slope or abs(trend.share) < RISE_SHARE or change >= NOISE_FACTOR * trend.spread:
         return None
     from keras_nbguard.records.formatting import fmt_seconds  # formatting imports records
 
-    return f"the runs swing by {fmt_seconds(trend.spread)} around the line: not a steady rise"
+    steady = "rise" if trend.slope > 0 else "fall"
+    return f"the runs swing by {fmt_seconds(trend.spread)} around the line: not a steady {steady}"
 
 
 def _nothing_piles_up(
