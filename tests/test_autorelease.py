@@ -54,6 +54,9 @@ def test_a_cell_ending_in_fit_keeps_only_the_latest_model(keras_shell):
     assert released.count == 1 and released.runs == (3,)
     assert released.paths == (f"Out[{sorted(out)[-2]}] (its History)",)
     assert released.weight_bytes > 0 and last("io").stale_models is None
+    # its Adam's state went with it (two slots a weight): said beside the weights (a GAN's
+    # released row read "0 B weights" where its two Adams held 10.8 MiB)
+    assert released.optimizer_bytes >= 2 * released.weight_bytes
 
 
 @pytest.mark.slow

@@ -231,6 +231,10 @@ def test_a_release_that_gave_no_rss_back_says_so_not_minus_zero():
     assert fmt_released(small).endswith("136.0 KiB weights, the RSS the same")
     large = dataclasses.replace(held, rss_freed=8 * 2**20)
     assert fmt_released(large).endswith("RSS -8.0 MiB with its graphs")
+    # a GAN's earlier model: none of its weights freed (the setup cell's two models hold them),
+    # its own two Adams' state freed with it
+    gan = dataclasses.replace(held, weight_bytes=0, optimizer_bytes=int(10.8 * 2**20))
+    assert fmt_released(gan).endswith(": 0 B weights + 10.8 MiB optimizer")
 
 
 def test_stale_models_no_path_was_found_for_point_to_leaks_not_to_nothing():

@@ -76,7 +76,11 @@ class Settled:
             rss_freed=rss_freed,
         )
         if self.weights is not None and note.weight_bytes is not None:
-            note = dataclasses.replace(note, weight_bytes=self.weights.freed_bytes())
+            note = dataclasses.replace(
+                note,
+                weight_bytes=self.weights.freed_bytes(),
+                optimizer_bytes=self.weights.freed_optimizer_bytes(),
+            )
         return note
 
     def stale_note(self) -> HeldModels | None:
@@ -379,25 +383,31 @@ def cuts_note(cuts: list[tentative.Cut]) -> HeldModels | None:
     note = _note([(c.run, c.size) for c in cuts], sorted(dict.fromkeys(holders), key=_path_order))
     if note.weight_bytes is None:
         return note
-    freed = [w.freed_bytes() for w in {id(c.weights): c.weights for c in cuts}.values()]
+    counted = {id(c.weights): c.weights for c in cuts}.values()
     return dataclasses.replace(
-        note, weight_bytes=None if None in freed else sum(f for f in freed if f is not None)
+        note,
+        weight_bytes=_sum([w.freed_bytes() for w in counted]),
+        optimizer_bytes=_sum([w.freed_optimizer_bytes() for w in counted]),
     )
+
+
+def _sum(values: list[int | None]) -> int | None:
+    """The total; None where one of them is unknown."""
+    return None if None in values else sum(v for v in values if v is not None)
 
 
 def merged(before: HeldModels | None, after: HeldModels | None) -> HeldModels | None:
     """The models released before a run and after it, as one note."""
     if before is None or after is None:
         return before or after
-    sizes = (before.weight_bytes, after.weight_bytes)
-    freed = (before.rss_freed, after.rss_freed)
     return HeldModels(
         count=before.count + after.count,
         outside=before.outside + after.outside,
         runs=tuple(sorted({*before.runs, *after.runs})),
-        weight_bytes=None if None in sizes else sum(s for s in sizes if s is not None),
+        weight_bytes=_sum([before.weight_bytes, after.weight_bytes]),
         paths=tuple(dict.fromkeys((*before.paths, *after.paths))),
-        rss_freed=None if None in freed else sum(f for f in freed if f is not None),
+        rss_freed=_sum([before.rss_freed, after.rss_freed]),
+        optimizer_bytes=_sum([before.optimizer_bytes, after.optimizer_bytes]),
     )
 
 

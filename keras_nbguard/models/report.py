@@ -73,7 +73,7 @@ def optimizers(model: Any) -> list[Any]:
         found[id(main)] = main
     for value in list((instance_dict(model) or {}).values()):
         for item in _with_items(value):
-            if _is_optimizer(item):
+            if is_optimizer(item):
                 found.setdefault(id(item), item)
     return list(found.values())
 
@@ -87,7 +87,7 @@ def _with_items(value: Any, most: int = 64) -> list[Any]:
     return [value]
 
 
-def _is_optimizer(value: Any) -> bool:
+def is_optimizer(value: Any) -> bool:
     return any(
         c.__name__ in _OPTIMIZER_BASES and c.__module__.partition(".")[0] in _OPTIMIZER_PACKAGES
         for c in type(value).__mro__

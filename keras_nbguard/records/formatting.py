@@ -263,16 +263,18 @@ RSS_SHOWN = 2**20 // 20  # below it, fmt_bytes shows a change as "-0.0 MiB"
 
 
 def fmt_released(held: HeldModels) -> str:
-    """``1 model from #5 held by Out[12] (its History): 0.2 MiB weights, RSS -7.9 MiB``"""
+    """``1 model from #5 held by Out[12] (its History): 0.2 MiB weights + 0.4 MiB optimizer, RSS
+    -7.9 MiB`` (the optimizer state freed with them, where there was some)"""
     if held.rss_freed is None:
         rss = ""
     elif abs(held.rss_freed) < RSS_SHOWN:  # not "RSS -0.0 MiB" (a small model, on torch)
         rss = ", the RSS the same"
     else:
         rss = f", RSS {fmt_bytes(-held.rss_freed, signed=True)} with its graphs"
+    state = f" + {fmt_size(held.optimizer_bytes)} optimizer" if held.optimizer_bytes else ""
     return (
         f"{_models_from(held)} held by {_first_paths(held.paths)}: "
-        f"{fmt_size(held.weight_bytes)} weights{rss}"
+        f"{fmt_size(held.weight_bytes)} weights{state}{rss}"
     )
 
 

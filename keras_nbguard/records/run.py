@@ -99,6 +99,9 @@ class HeldModels:
     command: str | None = None  # stale: what frees them
     rss_freed: int | None = None  # released: RSS drop once gone, graphs included (None: unknown)
     outside: int = 0  # of ``count``, built by cells run without %%kerasrun (no run number)
+    # released: their optimizers' state freed with them (a GAN makes its Adams anew every run);
+    # None: not counted (a stale note, an older record)
+    optimizer_bytes: int | None = None
 
 
 @dataclass(frozen=True)
