@@ -110,7 +110,6 @@ class LeakReport:
 
     def lines(self) -> list[str]:
         """The text summary, shared by the pretty and HTML reprs."""
-
         out = [
             f"{len(self.leaks)} live Keras model(s), {len(self.stale)} stale, "
             f"{len(self.unreachable)} unreachable"
