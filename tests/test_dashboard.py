@@ -664,7 +664,8 @@ def test_model_lines_flag_stale_models_first_with_size_and_paths():
     assert lines == [
         "STALE sequential_1 (40.0 MiB weights, mlp #1): models[0], Out[3].model",
         "current sequential (40.0 MiB weights, mlp #2): model",
-        "1 more alive that nothing you can name holds (gone at the next clear)",
+        "1 more alive that nothing you can name holds (gone at the next clear): "
+        "sequential (40.0 MiB weights, mlp #2)",
     ]
 
 

@@ -13,6 +13,8 @@ from keras_nbguard.diagnosis.findings import Finding
 from keras_nbguard.records.run import RunRecord
 from keras_nbguard.records.tables import runs_table
 
+SHOWN_UNREACHABLE = 3
+
 
 def model_lines(report: Any) -> list[str]:
     """The leak finder's live models (a ``LeakReport``), one line each, stale ones first and
@@ -25,10 +27,15 @@ def model_lines(report: Any) -> list[str]:
             f"{'STALE' if leak.stale else 'current'} {leak.model_name} "
             f"({leak.size_words()}, {run}): {paths}"
         )
-    if report.unreachable:
+    if report.unreachable:  # named: "1 more alive" alone left the user asking which
+        named = "; ".join(
+            f"{leak.model_name} ({leak.size_words()}, {leak.run_words(quoted=False)})"
+            for leak in report.unreachable[:SHOWN_UNREACHABLE]
+        )
+        more = " …" if len(report.unreachable) > SHOWN_UNREACHABLE else ""
         lines.append(
             f"{len(report.unreachable)} more alive that nothing you can name holds "
-            f"(gone at the next clear)"
+            f"(gone at the next clear): {named}{more}"
         )
     return lines
 
