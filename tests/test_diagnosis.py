@@ -508,16 +508,21 @@ def test_a_summary_says_whose_the_memory_is_when_runs_leave_over_a_mib_with_no_f
 
 def test_diagnose_says_what_the_summarys_rss_trend_row_says():
     """Asking why after a summary showed `rss trend +1.x MiB a run left …` must not answer
-    "nothing stands out" alone: the note comes with it, in the notebook's text and HTML."""
+    "nothing stands out" alone: the note comes with it, in the notebook's text and HTML, and the
+    line above it says no finding *in your code* (not "nothing stands out", which the note
+    contradicts)."""
     from keras_nbguard.board.findings_view import findings_html, findings_text
 
     runs = _after_each(_text_example_steps())
     found = diagnose(runs)
     assert list(found) == [] and found.notes == (f"mlp #12: RSS {runs[-1].memory_note}",)
     text = _pretty(found)
-    assert text.startswith("no finding: nothing stands out\nnote: mlp #12: RSS +1.")
+    assert text.startswith("no finding in your code\nnote: mlp #12: RSS +1.")
     assert "the framework&#x27;s own memory" in found._repr_html_()
-    assert "%%kerasrun --isolate keeps the kernel flat" in findings_html(found, len(runs))
+    assert "no finding in your code." in found._repr_html_()
+    board = findings_html(found, len(runs))
+    assert "%%kerasrun --isolate keeps the kernel flat" in board
+    assert "<b>Findings</b>: none in your code<div>" in board
     assert findings_text(found) == [f"note: {found.notes[0]}"]
     flat = _after_each(runs_of([1.0] * 12, [800 * MiB + i * MiB // 4 for i in range(12)]))
     assert diagnose(flat).notes == () and _pretty(diagnose(flat)) == (

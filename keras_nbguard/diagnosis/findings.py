@@ -96,7 +96,7 @@ class Findings(list[Finding]):
         self.notes = tuple(notes)
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        lines = [f.text() for f in self] or ["no finding: nothing stands out"]
+        lines = [f.text() for f in self] or [f"no finding{self._none_words()}"]
         p.text("\n".join(lines + [f"note: {note}" for note in self.notes]))
 
     def _repr_html_(self) -> str:
@@ -104,13 +104,17 @@ class Findings(list[Finding]):
 
         notes = "".join(f"<p><i>note</i>: {html_code(note)}</p>" for note in self.notes)
         if not self:
-            return f"<p>keras_nbguard: no finding — nothing stands out.</p>{notes}"
+            return f"<p>keras_nbguard: no finding{self._none_words()}.</p>{notes}"
         items = "".join(
             f"<li><b>{html.escape(f.kind)}</b>: {html_code(f.message)}<br>"
             f"<i>{html_code(f.advice)}</i></li>"
             for f in self
         )
         return f"<ul>{items}</ul>{notes}"
+
+    def _none_words(self) -> str:
+        # "nothing stands out" above a note saying the RSS rises read as a contradiction
+        return " in your code" if self.notes else ": nothing stands out"
 
 
 class Trend:
