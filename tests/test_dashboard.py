@@ -375,6 +375,17 @@ def test_a_run_is_named_by_the_start_of_its_label_or_its_number_alone():
         find_run(records, "rnn:1")
     with pytest.raises(ValueError, match="has no run #7"):
         find_run(records, "#7")
+    # `compare 1 3` after another label ran once: that label has no #3, the GAN's has; say how
+    # to type the GAN's (by its first word, which starts no other label)
+    later = [*records, make_record(label="generate", run_number=2)]
+    with pytest.raises(ValueError) as said:
+        find_run(later, "3")
+    assert str(said.value) == (
+        "'generate' has no run #3 (it has #1, #2); a number alone is a run of the latest run's "
+        "label: for #3 of 'gan = GAN(discriminator=discriminator, …', type gan:3"
+    )
+    with pytest.raises(ValueError, match=r"\(it has #1, #2\)$"):  # named: nothing to add
+        find_run(later, "generate:3")
 
 
 def test_two_runs_picked_are_compared_side_by_side(keras_shell, board):

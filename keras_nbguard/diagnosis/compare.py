@@ -27,7 +27,8 @@ def find_run(records: Sequence[RunRecord], spec: str) -> RunRecord:
     labels = list(dict.fromkeys(r.label for r in records))
     match = None if spec in labels else SPEC.match(spec) or NUMBER.match(spec)
     label = spec if match is None else match.groupdict().get("label")
-    if not label:  # a number alone, "#3" too
+    implicit = not label
+    if implicit:  # a number alone, "#3" too
         if not records:
             raise ValueError(f"no run yet to take run {spec!r} of")
         label = records[-1].label
@@ -40,7 +41,29 @@ def find_run(records: Sequence[RunRecord], spec: str) -> RunRecord:
         if record.run_number == number:
             return record
     numbers = ", ".join(f"#{r.run_number}" for r in runs)
-    raise ValueError(f"{label!r} has no run #{number} (it has {numbers})")
+    others = [
+        other
+        for other in labels
+        if other != label and any(r.run_number == number for r in records if r.label == other)
+    ]
+    elsewhere = (  # "compare 1 3" meant another label's runs, most likely
+        f"; a number alone is a run of the latest run's label: for #{number} of "
+        f"{others[-1]!r}, type {_spec(others[-1], number, labels)}"
+        if implicit and others
+        else ""
+    )
+    raise ValueError(f"{label!r} has no run #{number} (it has {numbers}){elsewhere}")
+
+
+def _spec(label: str, number: int, labels: list[str]) -> str:
+    """How to type run ``number`` of ``label``: its first word where no other label starts so
+    (a default label is a cell's first line, cut), the whole label, quoted, where it has spaces."""
+    whole = label.rstrip(ELLIPSIS).rstrip()
+    word = re.match(r"[\w.]*", whole)
+    start = word.group() if word else ""
+    if start and sum(other.startswith(start) for other in labels) == 1:
+        return f"{start}:{number}"
+    return f"'{whole}:{number}'" if " " in whole else f"{whole}:{number}"
 
 
 def _whole_label(given: str, labels: list[str]) -> str:
