@@ -16,7 +16,8 @@ PACKAGE = Path(keras_nbguard.__file__).parent
 # that the user did not load), and only here, each for one measured or cleaned thing.
 PRIVATE_MODULE_READERS = {
     "collectors/gpu.py": "TF's eager context: whether TF has initialized the GPU yet",
-    "collectors/traces.py": "TF's tracing entry point: counting traces",
+    "collectors/traces.py": "TF's tracing entry point: counting traces (and Keras' traceback "
+    "filters, told to leave the counting hook's frame out)",
     "collectors/allocators.py": "JAX's backends: whether JAX has started (read its memory flags)",
     "collectors/input_clock.py": "Keras' PyDataset, Keras 2's Sequence adapters: timing input",
     "collectors/iterator_closing.py": "tf.data's iterator class: deleting iterators off the cell",

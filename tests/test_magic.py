@@ -632,3 +632,31 @@ def test_nbguard_leaks_and_free_through_the_magic(keras_shell):
     freed = keras_shell.run_line_magic("nbguard", "free")
     assert "old" not in keras_shell.user_ns and "model" in keras_shell.user_ns
     assert freed.rss_before is not None
+
+
+def test_a_fit_that_fails_inside_shows_none_of_our_frames(keras_shell):
+    """JupyterLab, keras.io's VAE given the wrong shape: the traceback went through
+    `keras_nbguard/collectors/traces.py … traced`, twice, and a user suspects the extension.
+    Every wrapper of ours between the user's code and the error hides its frame from IPython,
+    in a callback's error too (the callback clock's hook)."""
+    cells = {
+        "shape": "model = make_model()\nmodel.fit(x[:, :3], y, epochs=1, verbose=0)\n",
+        "callback": (
+            "class Boom(keras.callbacks.Callback):\n"
+            "    def on_epoch_end(self, epoch, logs=None):\n"
+            "        raise RuntimeError('boom in a callback')\n"
+            "model = make_model()\n"
+            "model.fit(x, y, epochs=1, verbose=0, callbacks=[Boom()])\n"
+        ),
+    }
+    for label, body in cells.items():
+        with capture_output() as cap:
+            result = run(keras_shell, f"%%kerasrun --quiet --label {label}\n{body}")
+        assert not result.success
+        text = plain(cap.stdout)
+        assert "Traceback" in text or "Error" in text, text[-500:]
+        assert "keras_nbguard" not in text.replace("%%kerasrun", ""), text
+        if label == "shape":  # as bare: Keras' innermost frame, where the error was raised
+            assert "keras/src/layers/input_spec.py" in text, text
+    filters = sys.modules["keras.src.utils.traceback_utils"]._EXCLUDED_PATHS
+    assert not [path for path in filters if "keras_nbguard" in path]  # restored after the run

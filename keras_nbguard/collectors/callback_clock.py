@@ -93,6 +93,7 @@ class CallbackClock:
 
         @functools.wraps(method)
         def hook(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True  # IPython leaves our frame out of the user's traceback
             before, start = written(), clock()
             try:
                 return method(*args, **kwargs)

@@ -52,6 +52,7 @@ class InputClock:
             original = adapter._get_iterator
 
             def _get_iterator(self: Any) -> Iterator[Any]:
+                __tracebackhide__ = True  # IPython leaves our frame out of the traceback
                 return timed(original(self))
 
             self._patch = AttributePatch(adapter, "_get_iterator", _get_iterator)
@@ -60,6 +61,7 @@ class InputClock:
             make_generator = sequences._handle_multiprocessing
 
             def _handle_multiprocessing(self: Any, *args: Any, **kwargs: Any) -> Any:
+                __tracebackhide__ = True  # IPython leaves our frame out of the traceback
                 each_epoch = make_generator(self, *args, **kwargs)
                 return lambda: timed(each_epoch())
 
@@ -74,6 +76,7 @@ class InputClock:
             self._patch = None
 
     def _timed(self, batches: Iterator[Any]) -> Iterator[Any]:
+        __tracebackhide__ = True  # a generator's error shows its own frame, not ours
         clock = self.clock
         while True:
             start = clock()

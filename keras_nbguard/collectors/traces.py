@@ -20,10 +20,13 @@ from typing import Any
 
 from keras_nbguard import backends
 from keras_nbguard.collectors.jax_compiles import JaxCompileCounter, NoTraces
-from keras_nbguard.collectors.patching import AttributePatch, PatchOnImport
+from keras_nbguard.collectors.patching import AttributePatch, PatchGroup, PatchOnImport
 
 TRACING_MODULE = "tensorflow.python.eager.polymorphic_function.tracing_compilation"
 TRACE_FUNCTION = "_create_concrete_function"
+# Keras' traceback filters: each keeps the frames outside Keras and TensorFlow (EXCLUDED_PATHS)
+KERAS_TRACEBACK_FILTERS = ("keras.src.utils.traceback_utils", "tf_keras.src.utils.traceback_utils")
+EXCLUDED_PATHS = "_EXCLUDED_PATHS"
 
 
 DATASET_PREFIX = "Dataset_"  # tf.data names the functions of a pipeline's map/filter/... so
@@ -76,12 +79,16 @@ class TraceCounter:
         self._signatures: tuple[tuple[str, int], ...] | None = None
         self._depth = 0
         self._scope = PatchOnImport(TRACING_MODULE)
+        self._unfiltered: PatchGroup | None = None  # our frame, out of Keras' tracebacks
 
     def install(self) -> None:
         self._scope.install(self._patch)
 
     def uninstall(self) -> None:
         self._scope.uninstall()
+        if self._unfiltered is not None:
+            self._unfiltered.restore()
+            self._unfiltered = None
         self._signatures = self._top()
         self._functions.clear()  # no trace cache outlives the run
 
@@ -109,9 +116,15 @@ class TraceCounter:
 
         @functools.wraps(original)
         def traced(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True  # IPython leaves our frame out of the user's traceback
             # nested tf.functions trace inside their caller's trace: count the outer one only
             users_dataset = False
             if counter._depth == 0:
+                if counter._unfiltered is None:  # Keras is imported by now: fit is tracing
+                    try:
+                        counter._unfiltered = out_of_kerases_tracebacks(traced)
+                    except Exception:  # a Keras that changed: its traceback shows our frame
+                        counter._unfiltered = PatchGroup([])
                 users_dataset = counter._count(
                     args[3] if len(args) > 3 else kwargs.get("tracing_options"),
                     args[0] if args else kwargs.get("function_type"),
@@ -176,3 +189,19 @@ def _built_for_a_models_call() -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def out_of_kerases_tracebacks(wrapper: Any) -> PatchGroup:
+    """Our trace hook's file added to what Keras' traceback filters leave out, until restored.
+    A fit given the wrong shape fails inside TensorFlow's tracing, under our hook: Keras' filter
+    drops its own frames and TensorFlow's and kept ours, the last one left, which IPython shows
+    whatever ``__tracebackhide__`` says (keras.io's VAE: `keras_nbguard/collectors/traces.py
+    … traced`, twice). Left out too, the traceback is the one a bare cell shows: Keras' own
+    innermost frame, where the error was raised."""
+    patches = []
+    ours = wrapper.__code__.co_filename
+    for name in KERAS_TRACEBACK_FILTERS:
+        excluded = getattr(sys.modules.get(name), EXCLUDED_PATHS, None)
+        if isinstance(excluded, tuple) and ours not in excluded:
+            patches.append(AttributePatch(sys.modules[name], EXCLUDED_PATHS, (*excluded, ours)))
+    return PatchGroup(patches)

@@ -52,6 +52,7 @@ def _patch(table: type, tf: Any) -> AttributePatch:
     original: Any = getattr(table, "__init__")  # noqa: B009 (mypy: a class, not an instance)
 
     def made(self: Any, *args: Any, **kwargs: Any) -> None:
+        __tracebackhide__ = True  # IPython leaves our frame out of the user's traceback
         original(self, *args, **kwargs)
         _destroy_when_gone(self, tf)
 
