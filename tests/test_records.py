@@ -340,3 +340,23 @@ def test_the_traces_row_says_whether_one_function_retraced_or_several_traced_onc
     )
     assert "step 4× (one function for 2 inputs)" in row((("step", 4),), (("step", 2),))
     assert row((("step", 2),), ()).endswith("most: step 2×")  # a record from before: as it was
+
+
+def test_a_rise_that_came_between_two_runs_is_said_so():
+    """JupyterLab, keras.io's VAE stopped mid-fit: the next run read `Δ RSS after +52.9 MiB`
+    with no word, though ~49 MiB of it came after the stopped run ended (IPython parsing
+    TensorFlow's sources to show its traceback): the row says how much came between the runs."""
+    from keras_nbguard.records.formatting import fmt_deltas
+
+    MiB = 2**20
+    stopped = make_record(run_number=12, status="interrupted", rss_after=913 * MiB)
+    after = make_record(run_number=13, rss_before=962 * MiB, rss_after=966 * MiB)
+    row = fmt_deltas(after.compared_to(stopped))
+    assert row.endswith(
+        "Δ RSS after +53.0 MiB (+49.0 MiB of it came after #12 ended, before this run began)"
+    )
+    # the run's own rise, or a small one, reads as before
+    own = make_record(run_number=13, rss_before=914 * MiB, rss_after=966 * MiB)
+    assert fmt_deltas(own.compared_to(stopped)).endswith("Δ RSS after +53.0 MiB")
+    small = make_record(run_number=13, rss_before=916 * MiB, rss_after=916 * MiB)
+    assert fmt_deltas(small.compared_to(stopped)).endswith("Δ RSS after +3.0 MiB")

@@ -323,8 +323,30 @@ def fmt_deltas(record: RunRecord) -> str:
     rss = fmt_bytes(record.delta_rss_after, signed=True)
     if record.delta_rss_after is None:
         rss += f" ({unknowns.delta_rss_unknown(record)})"
+    elif (between := _rss_between_runs(record)) is not None:
+        rss += (
+            f" ({fmt_bytes(between, signed=True)} of it came after #{record.previous_run} "
+            f"ended, before this run began)"
+        )
     where = " (in an earlier kernel: a restart between)" if record.previous_elsewhere else ""
     return f"#{record.previous_run}{where}: Δ fit {fit}, Δ RSS after {rss}"
+
+
+BETWEEN_RUNS_SHOWN = 4 * 2**20
+
+
+def _rss_between_runs(record: RunRecord) -> int | None:
+    """What RSS rose by from the previous run's end to this run's start (after its collection),
+    where that is most of a rise of 4 MiB at least: an interrupted run's traceback (IPython
+    parses the sources of TensorFlow's frames it shows, +49 MiB after keras.io's VAE was
+    stopped mid-fit), or other cells between the runs, is not this run's doing."""
+    delta, after, before = record.delta_rss_after, record.rss_after, record.rss_before
+    if delta is None or after is None or before is None or record.previous_elsewhere:
+        return None
+    between = before - (after - delta)
+    if delta < BETWEEN_RUNS_SHOWN or between < max(BETWEEN_RUNS_SHOWN, delta / 2):
+        return None
+    return between
 
 
 def fmt_growth(growth: Growth) -> str:
