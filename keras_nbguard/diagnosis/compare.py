@@ -26,13 +26,11 @@ def find_run(records: Sequence[RunRecord], spec: str) -> RunRecord:
     spec = spec.strip()
     labels = list(dict.fromkeys(r.label for r in records))
     match = None if spec in labels else SPEC.match(spec) or NUMBER.match(spec)
-    label = spec if match is None else match.groupdict().get("label")
-    implicit = not label
-    if implicit:  # a number alone, "#3" too
-        if not records:
-            raise ValueError(f"no run yet to take run {spec!r} of")
-        label = records[-1].label
-    label = _whole_label(label, labels)
+    typed = spec if match is None else match.groupdict().get("label")
+    implicit = not typed  # a number alone, "#3" too: the latest run's label
+    if implicit and not records:
+        raise ValueError(f"no run yet to take run {spec!r} of")
+    label = _whole_label(typed or records[-1].label, labels)
     runs = [r for r in records if r.label == label]
     if match is None:
         return runs[-1]
