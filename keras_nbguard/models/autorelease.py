@@ -58,6 +58,9 @@ class Settled:
 
     released: list[tuple[RunRef, int | None, list[str]]] = field(default_factory=list)
     stale: list[tuple[RunRef, int | None, list[str], bool]] = field(default_factory=list)
+    # what freeing the stale ones would free: their weights no other live model holds, and their
+    # optimizers' state (a Distiller kept by name shares the setup's teacher with the current one)
+    stale_weights: FreedWeights | None = None
     nodes: NodesCut | None = None
     weights: FreedWeights | None = None  # the released models' weights, to count those freed
     cuts: list[tentative.Cut] = field(default_factory=list)  # released if the next gc frees them
@@ -89,7 +92,15 @@ class Settled:
         paths = [p for _, _, ps, _ in self.stale for p in ps[:1]]  # each model's best path
         in_containers = any(nested for *_, nested in self.stale)
         command = "%nbguard free --containers" if in_containers else "%nbguard free"
-        return _note([(run, size) for run, size, _, _ in self.stale], paths, command=command)
+        note = _note([(run, size) for run, size, _, _ in self.stale], paths, command=command)
+        if self.stale_weights is None or note.weight_bytes is None:
+            return note
+        freed = self.stale_weights.freed_bytes()
+        return dataclasses.replace(
+            note,
+            weights_shared=None if freed is None else note.weight_bytes - freed,
+            optimizer_bytes=self.stale_weights.freed_optimizer_bytes(),
+        )
 
 
 def settle(
@@ -179,6 +190,9 @@ def _settle_walked(
         nodes, going = plan(registry, label, user_ns, held(probe), going, through, outside=extra)
     releases: dict[str, Release] = {}
     weights = FreedWeights(user_ns, going)
+    kept = [m for m, _, _ in plans if id(m) not in going and id(m) not in outside]
+    if kept:  # what freeing them would free: not what your other models hold
+        settled.stale_weights = FreedWeights(user_ns, going | {id(m) for m in kept})
     for model, every, found in plans:
         run = OUTSIDE if id(model) in outside else registry.last_run(model) or RunRef(label, 0)
         size = _size(model)
@@ -195,6 +209,8 @@ def _settle_walked(
             paths = [p for p, _ in probe.paths(model)]
             nested = any(len(c.edges) > 1 or c.via is not None for c in every if c.user)
             settled.stale.append((run, size, paths, nested))
+            if settled.stale_weights is not None:
+                settled.stale_weights.add(model)
     for action in releases.values():
         action()
     settled.nodes = cut_stale(nodes, user_ns)

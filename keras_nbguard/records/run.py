@@ -100,8 +100,11 @@ class HeldModels:
     rss_freed: int | None = None  # released: RSS drop once gone, graphs included (None: unknown)
     outside: int = 0  # of ``count``, built by cells run without %%kerasrun (no run number)
     # released: their optimizers' state freed with them (a GAN makes its Adams anew every run);
-    # None: not counted (a stale note, an older record)
+    # stale: what freeing them would free of it; None: not counted (an older record)
     optimizer_bytes: int | None = None
+    # stale: of ``weight_bytes``, what other live models hold too (freeing these frees none of
+    # it); None: not counted
+    weights_shared: int | None = None
 
 
 @dataclass(frozen=True)
