@@ -69,10 +69,14 @@ class FreeReport:
         return f"{self.counts()}; RSS {fmt_bytes(self.rss_before)} → {fmt_bytes(self.rss_after)}"
 
     def counts(self) -> str:
-        """How many were freed and kept, in words (the dashboard adds the RSS itself)."""
-        return f"freed {len(self.freed)} model(s)" + (
-            f", {len(self.kept)} still held" if self.kept else ""
-        )
+        """How many were freed and kept, in words (the dashboard adds the RSS itself). With
+        none freed, the RSS drop beside it is the collection's and the clear's, not a model's:
+        "freed 0 model(s) (RSS 934.2 MiB → 904.1 MiB)" read as if the button had freed them."""
+        kept = f", {len(self.kept)} still held" if self.kept else ""
+        if self.freed:
+            return f"freed {len(self.freed)} model(s){kept}"
+        none = "no model freed" + (kept or " (none flagged)")
+        return f"{none}; any RSS drop is memory the collection and the clear gave back"
 
     def lines(self) -> list[str]:
         from keras_nbguard.records.formatting import fmt_clean
