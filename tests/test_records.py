@@ -120,6 +120,10 @@ def test_a_fit_stopped_part_way_is_no_fit_time_to_compare_and_says_so():
     assert rows["epoch (mean, after the first)"][2] == "n/a"  # (no second epoch in #1)
     # and the cell's wall time: #1's is the time until the stop (it read "+1.2 s" beside it)
     assert rows["wall"][2] == "n/a (#1 stopped part way)"
+    # beside another label's #1, the run is named with its label ("#1" said neither which)
+    other = make_record(label="err2", run_number=1)
+    wall = {name: rest for name, *rest in Comparison(stopped, other).rows()}["wall"]
+    assert wall[2] == "n/a ('mlp' #1 stopped part way)"
     whole_runs = {name: rest for name, *rest in Comparison(make_record(), after).rows()}
     assert whole_runs["fit"][2].startswith("+") or whole_runs["fit"][2].startswith("-")
     assert whole_runs["wall"][2][0] in "+-"

@@ -191,14 +191,14 @@ class Comparison:
         """Why two runs' fit times can't be compared: a fit of one of them did not end."""
         for record in (self.first, self.second):
             if reason := unknowns.fit_cut_short(record):
-                return f"#{record.run_number}'s {reason}"
+                return f"{self._name(record)}'s {reason}"
         return None
 
     def _cell_cut_short(self) -> str | None:
         """Why two runs' wall times can't be compared: a cell of them did not run to its end."""
         for record in (self.first, self.second):
             if record.status != "ok":
-                return f"#{record.run_number} {unknowns.stopped_or_failed(record)} part way"
+                return f"{self._name(record)} {unknowns.stopped_or_failed(record)} part way"
         return None
 
     def _one_isolated(self) -> str | None:
@@ -206,7 +206,14 @@ class Comparison:
         if bool(self.first.isolated) == bool(self.second.isolated):
             return None
         isolated = self.first if self.first.isolated else self.second
-        return f"#{isolated.run_number} ran isolated: another process's"
+        return f"{self._name(isolated)} ran isolated: another process's"
+
+    def _name(self, record: RunRecord) -> str:
+        """``#3`` beside a run of the same label; ``'err2' #1`` beside another label's (comparing
+        `err #1` with `err2 #1`, "#1 failed part way" said neither which)."""
+        if self.first.label == self.second.label:
+            return f"#{record.run_number}"
+        return f"{record.label!r} #{record.run_number}"
 
     def findings(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The findings each run's summary had that the other's did not, by kind (the texts
