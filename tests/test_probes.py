@@ -338,7 +338,7 @@ def test_reports_render(holders_report):
     text = "\n".join(report.lines())
     assert "STALE" in text and "unreachable" in text
     (line,) = [li for li in report.lines() if li.startswith("  unreachable unreachable ")]
-    assert "(Sequential, " in line and "no tracked run): no path from your names" in line
+    assert "(Sequential, " in line and "made outside %%kerasrun): no path from your names" in line
     assert report._repr_html_().startswith("<pre")
     # JupyterLab's output style broke lines anywhere ("sca / le_layer"): at spaces here
     assert "word-break: normal; overflow-wrap: break-word" in report._repr_html_()

@@ -63,7 +63,7 @@ class Leak:
         """Which run made it, and the later one that used it where there is one: keras.io's
         timeseries classification trains, each run, the model the run before it loaded."""
         if not self.run_label:
-            return "no tracked run"
+            return "made outside %%kerasrun"
 
         def named(label: str) -> str:
             return repr(label) if quoted else label
