@@ -203,8 +203,12 @@ def write_notebook(path: Path, cells: tuple[str, ...]) -> None:
     path.write_text(json.dumps(notebook))
 
 
+LONG_PATH = "kept_by_a_holder_whose_name_runs_well_past_the_width_of_a_narrow_output_area"
 FIRST_PAINT_CELLS = (
     "%load_ext keras_nbguard\nimport keras_nbguard, time",
+    # a path with no space in it, longer than the area is wide: the lists' box kept the width
+    # of the longest such line, and every line of it ran off the edge (JupyterLab at 900 px)
+    f"import keras\n{LONG_PATH} = [keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])]",
     "%%kerasrun --label mlp --quiet\nx = sum(range(10**6))",
     "%%kerasrun --label mlp --quiet\nx = sum(range(10**6))",
     "shown_at = time.time()\nkeras_nbguard.dashboard()",
@@ -220,7 +224,10 @@ CUT = """() => {
     for (const b of out.querySelectorAll('button'))
         if (b.scrollWidth > b.clientWidth + 1) cut.push('button ' + b.innerText);
     for (const h of out.querySelectorAll('.widget-html-content'))
-        if (h.scrollWidth > h.clientWidth + 1) cut.push('text ' + h.innerText.slice(0, 40));
+        if (h.scrollWidth > h.clientWidth + 1 || h.getBoundingClientRect().right > area.right + 1)
+            cut.push('text ' + h.innerText.slice(0, 40));
+    for (const s of out.querySelectorAll('select'))
+        if (s.getBoundingClientRect().right > area.right + 1) cut.push('select ' + s.value);
     const svg = out.querySelector('.js-plotly-plot .main-svg').getBoundingClientRect();
     if (svg.right > area.right + 1) cut.push('plot ' + svg.width + ' > ' + area.width);
     for (const t of out.querySelectorAll('.js-plotly-plot .annotation-text')) {
@@ -242,11 +249,11 @@ def test_figure_in_a_fresh_kernel_the_next_cell_at_once_nothing_cut_at_540_px(tm
         page.wait_for_selector(".jp-Notebook", timeout=90_000)
         wait_idle(page, 120)
         page.evaluate("window.jupyterapp.commands.execute('application:toggle-left-area')")
-        for index in range(3):
+        for index in range(4):
             page.evaluate(f"{NOTEBOOK_WIDGET}.content.activeCellIndex = {index}")
             page.evaluate("window.jupyterapp.commands.execute('notebook:run-cell')")
         wait_idle(page, 120)
-        page.evaluate(f"{NOTEBOOK_WIDGET}.content.activeCellIndex = 3")
+        page.evaluate(f"{NOTEBOOK_WIDGET}.content.activeCellIndex = 4")
         start = time.perf_counter()
         page.evaluate(
             "() => { const run = c => window.jupyterapp.commands.execute(c); "
@@ -281,6 +288,7 @@ def test_figure_in_a_fresh_kernel_the_next_cell_at_once_nothing_cut_at_540_px(tm
         )
         print(f"output area {seen['width']:.0f} px; cut: {seen['cut']}")
         assert 480 <= seen["width"] <= 600 and seen["cut"] == []
+        assert f"{LONG_PATH}[0]" in page.inner_text(".nbguard-models")  # the long line is there
         page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")  # as autosave does
         page.reload()
         page.wait_for_function(drawn, timeout=60_000)

@@ -22,12 +22,16 @@ class ComparePicker:
         self._runs: dict[str, RunRecord] = {}
         self._updating = False
         self._picked = False  # the user chose a run: keep it
-        self.first = w.Dropdown(description="compare", layout=w.Layout(width="auto"))
-        self.second = w.Dropdown(description="with", layout=w.Layout(width="auto"))
+        # a long label (a cell's first line) made "with" run off a 1,000 px window's edge: the
+        # second goes under the first where both don't fit, and neither is wider than the area
+        narrow = {"width": "auto", "max_width": "100%"}
+        self.first = w.Dropdown(description="compare", layout=w.Layout(**narrow))
+        self.second = w.Dropdown(description="with", layout=w.Layout(**narrow))
         self.result = w.HTML()
         for dropdown in (self.first, self.second):
             dropdown.observe(self._show, names="value")
-        self.widget = w.VBox([w.HBox([self.first, self.second]), self.result])
+        pair = w.HBox([self.first, self.second], layout=w.Layout(flex_flow="row wrap"))
+        self.widget = w.VBox([pair, self.result])
 
     def update(self, records: Sequence[RunRecord]) -> None:
         """New choices after a run or a reset: the latest two until the user picks; then the

@@ -27,7 +27,11 @@ CHART_CLASS = "keras-nbguard-chart"
 BOARD_CLASS = "keras-nbguard-board"
 CHART_STYLE = (
     f"<style>.{CHART_CLASS} {{min-width: 0; width: 100%; flex: 1 1 auto}}"
-    f".{BOARD_CLASS} .widget-html-content {{line-height: 1.45}}"
+    # a long unbreakable path (`sys.last_value.__context__.__traceback__…`) kept the lists'
+    # box as wide as the first draw's: shrunk to 900 px, every line of it ran off the edge
+    f".{BOARD_CLASS} .widget-html-content {{line-height: 1.45; overflow-wrap: anywhere;"
+    " min-width: 0}"
+    f".{BOARD_CLASS} .widget-html {{min-width: 0}}"
     ".jupyter-widgets-disconnected .nbguard-restart"
     " {display: block !important; padding: .4em .6em; margin: .2em 0;"
     " background: #fff3e0; border: 1px solid #ef6c00; color: #bf360c}</style>"
