@@ -885,6 +885,8 @@ def test_a_rise_in_one_step_is_said_as_a_step_not_as_a_rate():
     assert "what the allocators had in use between runs stayed flat" in note
     assert "#2 +16" not in note  # run 2 follows the warm-up (run 1), not in the line
     assert "in steps, not every run: #4 +20.0 MiB, #3 +6.0 MiB" in note
+    # which figure those steps are of: not the table's "Δ RSS after" (a walkthrough looked there)
+    assert "(what each run left: its RSS after, or the next run's start where lower)" in note
 
 
 def test_a_steep_line_no_steadier_than_its_runs_swing_says_so():
