@@ -58,7 +58,10 @@ def test_names_go_in_and_come_back_with_the_value_and_prints(iso_shell):
     assert ns["model"].predict(ns["x"][:2], verbose=0).shape == (2, 1)  # a model that predicts
     (record,) = keras_nbguard.runs("iso")
     assert record.status == "ok" and record.cleared and record.isolated
-    assert "fresh process" in record.isolated and "keras (a module" in record.isolated
+    assert "fresh process" in record.isolated and "not sent back" not in record.isolated
+    # the cell's `import keras` comes back as the notebook's own module (it said "keras (a
+    # module: import it in the notebook)", and a later cell using it failed)
+    assert ns["keras"] is sys.modules["keras"]
     (fit,) = record.fits  # the child's own measurements
     assert fit.epochs == 2 and record.inference[0].kind == "evaluate"
     assert record.pid == os.getpid()  # the kernel's run: its history, its numbering
@@ -992,3 +995,17 @@ def test_the_kernels_rss_stays_flat_over_isolated_runs(tmp_path):
         (i - mean_x) ** 2 for i in range(n)
     )
     assert slope <= 0.3, rss  # MiB a run; in-process runs grow ~0.8 (bench/bench_isolate.py)
+
+
+def test_a_module_comes_back_as_the_notebooks_own_where_it_has_it():
+    """An isolated cell's `import random` was not sent back ("a module: import it in the
+    notebook"): by name, it is the notebook's own module; one the notebook has not imported is
+    not imported for it (TensorFlow would load into the kernel what isolation keeps out)."""
+    import pickle
+
+    from keras_nbguard.isolation.names import ModuleByName
+
+    assert pickle.loads(pickle.dumps(ModuleByName("random"))) is sys.modules["random"]
+    with pytest.raises(ImportError, match="the notebook has not imported: import no_such_mod"):
+        pickle.loads(pickle.dumps(ModuleByName("no_such_mod")))
+    assert "no_such_mod" not in sys.modules

@@ -235,7 +235,7 @@ def _collect(
     the kernel, ``best_model is models[0]`` as it was in the cell. A model that is a layer of
     another one sent back says where (``nested_models``)."""
     from keras_nbguard.isolation.kinds import is_dataset
-    from keras_nbguard.isolation.names import describe
+    from keras_nbguard.isolation.names import ModuleByName, describe
     from keras_nbguard.isolation.nested_models import links
 
     models = _model_classes()
@@ -257,8 +257,8 @@ def _collect(
         value: Any = namespace[name]
         if name in outputs or name in not_sent:
             continue
-        if isinstance(value, types.ModuleType):
-            not_sent[name] = describe(value)
+        if isinstance(value, types.ModuleType):  # the notebook's own, where it has it
+            outputs[name] = ("value", _pickled(ModuleByName(value.__name__)))
             continue
         if _symbolic(value):
             not_sent[name] = "a symbolic tensor of the cell's Keras graph: it stays there"

@@ -308,6 +308,28 @@ def is_builtin(name: str, namespace: Mapping[str, Any]) -> bool:
     )
 
 
+class ModuleByName:
+    """A module the isolated cell bound (``import random``), sent back by name: pickled, it
+    unpickles as the notebook's own module of that name (``module_here``)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return module_here, (self.name,)
+
+
+def module_here(name: str) -> types.ModuleType:
+    """The notebook's module ``name``, where it is imported already: importing one anew here
+    (TensorFlow) would load into the kernel what the isolated run keeps out of it."""
+    import sys
+
+    module = sys.modules.get(name)
+    if module is None:
+        raise ImportError(f"a module the notebook has not imported: import {name} there")
+    return module
+
+
 def describe(value: Any) -> str:
     """What a value is, for "not sent back" lines."""
     if isinstance(value, types.ModuleType):
