@@ -49,6 +49,9 @@ TWO_RUNS = (
     "timeseries_transformer",
     "anomaly_detection",
     "bidirectional_lstm",
+    "oxford_pets_segmentation",
+    "denoising_autoencoder",
+    "addition_rnn",
 )
 RUNS_TF_KERAS = 2  # in a process of its own (TensorFlow imported again): kept short
 EXAMPLES = examples()

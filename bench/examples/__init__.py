@@ -48,6 +48,9 @@ MODULES = (
     "anomaly_detection",
     "bidirectional_lstm",
     "regression_normalizer",
+    "oxford_pets_segmentation",
+    "denoising_autoencoder",
+    "addition_rnn",
 )
 
 
