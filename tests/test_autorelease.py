@@ -409,3 +409,20 @@ def test_an_estimator_the_user_keeps_keeps_its_model_and_says_where(keras_shell)
     stale = last("est").stale_models
     assert stale is not None and stale.runs == (1,) and "ests[0].model_" in stale.paths
     assert keras_shell.user_ns["ests"][0].predict(keras_shell.user_ns["x"][:2]).shape == (2,)
+
+
+@pytest.mark.slow
+def test_a_model_made_outside_a_run_and_fit_by_runs_is_not_the_first_runs(keras_shell):
+    """keras.io's knowledge distillation: `student_scratch` is made in the setup cell, then
+    compiled and fit by each run; the dashboard and %nbguard leaks said `'distiller = …' #1,
+    used by #5`, as if run #1 had made it."""
+    run(keras_shell, "scratch = make_model()")
+    cell = (
+        f"%%kerasrun --label kd --quiet\nmodel = make_model()\n{FIT}\n"
+        "scratch.fit(x, y, verbose=0)\n"
+    )
+    rerun(keras_shell, cell, 2)
+    words = {leak.model_name: leak.run_words() for leak in keras_nbguard.leaks()}
+    scratch, model = keras_shell.user_ns["scratch"].name, keras_shell.user_ns["model"].name
+    assert words[scratch] == "made outside %%kerasrun, used by 'kd' #2"
+    assert words[model] == "'kd' #2"  # one the run built is the run's

@@ -62,13 +62,15 @@ class Leak:
     def run_words(self, quoted: bool = True) -> str:
         """Which run made it, and the later one that used it where there is one: keras.io's
         timeseries classification trains, each run, the model the run before it loaded."""
-        if not self.run_label:
-            return "made outside %%kerasrun"
 
         def named(label: str) -> str:
             return repr(label) if quoted else label
 
-        made = f"{named(self.run_label)} #{self.run_number}"
+        made = (
+            f"{named(self.run_label)} #{self.run_number}"
+            if self.run_label
+            else "made outside %%kerasrun"
+        )
         if self.used_by is None:
             return made
         label, number = self.used_by

@@ -42,6 +42,13 @@ class _NodeRef(weakref.ref):  # type: ignore[type-arg]
     run: RunRef
 
 
+MADE_OUTSIDE = RunRef("", 0, "outside")  # made by a cell run without the magic
+
+
+def _deref(item: Any) -> Any:
+    return item() if isinstance(item, weakref.ref) else item
+
+
 class ModelRegistry:
     """Which run made each model, by weak reference only: a model dies whenever the user lets go.
 
@@ -66,12 +73,17 @@ class ModelRegistry:
         run_id: str | None = None,
         nodes: Iterable[Any] = (),
         names: Mapping[int, str] | None = None,
+        built: Iterable[Any] | None = None,
     ) -> int:
         """Record the end of a run; ``models`` are models or weak references to them, ``nodes``
         the Keras nodes it made (or weak references); ``names``: id(model) -> the name you bound
-        it to. Returns how many of the models this run created (seen for the first time)."""
+        it to; ``built``: those of ``models`` the run constructed (None: all it hands over), so
+        that one a cell without the magic made and the run only fit is made outside a run
+        (keras.io's knowledge distillation: the setup's ``student_scratch`` read "made by #1").
+        Returns how many of the models this run created (seen for the first time)."""
         self._noted += 1
         run = RunRef(label, run_number, run_id or f"noted-{self._noted}")
+        made_here = None if built is None else {id(_deref(item)) for item in built}
         self.latest[label] = run
         created = 0
         into: dict[int, str] = {}  # id(node) -> the model whose graph it is in
@@ -86,9 +98,11 @@ class ModelRegistry:
             ref = self._ref(model)
             if ref is None:
                 ref = _Ref(model, self._forget)
-                ref.key, ref.created, ref.held_unseen = id(model), run, False
+                outside = made_here is not None and id(model) not in made_here
+                ref.key, ref.held_unseen = id(model), False
+                ref.created = MADE_OUTSIDE if outside else run
                 self._refs[ref.key] = ref
-                created += 1
+                created += not outside
             ref.last = run
             for part in _reused_parts(model):  # an earlier run's layer it is made of: used now
                 part_ref = self._ref(part)
@@ -198,6 +212,7 @@ class CreationWatch:
     def __init__(self) -> None:
         self.models: list[weakref.ref[Any]] = []
         self.nodes: list[weakref.ref[Any]] = []
+        self.watched = False  # a Keras' Model.__new__ was patched: ``models`` is every one built
         self._scope = PatchEveryKeras()
 
     def install(self) -> None:
@@ -222,6 +237,7 @@ class CreationWatch:
             return obj
 
         patch = AttributePatch(cls, "__new__", staticmethod(__new__))
+        self.watched = True
         node_patch = self._patch_nodes(package)
         return patch if node_patch is None else PatchGroup([patch, node_patch])
 

@@ -256,8 +256,8 @@ def _leak(
         params=params,
         weight_bytes=weight_bytes,
         optimizer_bytes=optimizer_bytes,
-        run_label=origin.label if origin else None,
-        run_number=origin.run_number if origin else None,
+        run_label=origin.label or None if origin else None,  # "": made outside a run
+        run_number=origin.run_number or None if origin else None,
         stale=old or not user or through_nodes_only,
         reason=reason,
         holder=holder,

@@ -62,7 +62,11 @@ class LiveModels:
                 for k, v in list(self._user_ns().items())
                 if id(v) in ids and not k.startswith("_")
             }
-            self.registry.note_run(run.label, run.run_number, models, run.id, nodes, names)
+            watch = getattr(run, "creations", None)  # (None: every model it fit, it made)
+            built = None if watch is None or not getattr(watch, "watched", False) else watch.models
+            self.registry.note_run(
+                run.label, run.run_number, models, run.id, nodes, names, built=built
+            )
             del models
         except Exception as exc:
             self._warn(f"models of the run were not attributed: {exc}")
