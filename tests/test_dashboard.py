@@ -820,3 +820,13 @@ def test_the_figure_sends_only_new_samples_and_keeps_its_state_whole(board):
     state = chart.get_state()
     assert state["live"]["t"] == [0.0, 0.2] and state["live"]["epochs"] == [0.4]
     assert all(m["type"] in ("live", "rows") for m in messages)
+
+
+def test_the_header_says_what_its_trends_are_of():
+    """`RSS left +2.6 MiB per run over runs 2–5` beside RSS afters whose least squares read
+    +2.1: a walkthrough could not tell where the figure came from. The key says it."""
+    from keras_nbguard.board.markup import header_html
+
+    shown = header_html({"failed": 0, "trends": ["mlp: RSS left +2.6 MiB per run"]}, 5, "")
+    assert "trends: a robust line (Theil–Sen) through the runs after the first" in shown
+    assert "RSS left: a run's RSS after, or the next run's RSS before where lower" in shown

@@ -46,9 +46,13 @@ RESTARTED = (
     "<code>%load_ext keras_nbguard</code>, then <code>%nbguard dashboard</code> for the "
     "new one (a side panel comes back by itself).</div>"
 )
+# "RSS left +2.6 MiB per run" could not be had from the RSS after shown (a walkthrough's least
+# squares read +2.1): the key says what the trends are of, and what line
 KEY = (
     "<div style='color:#777;font-size:85%'>x: each label's run number · marks: ✕ error "
-    "★ out of memory ◆ interrupted · ┆ a kernel restart breaks the line</div>"
+    "★ out of memory ◆ interrupted · ┆ a kernel restart breaks the line · trends: a robust "
+    "line (Theil–Sen) through the runs after the first; RSS left: a run's RSS after, or the "
+    "next run's RSS before where lower</div>"
 )
 
 
