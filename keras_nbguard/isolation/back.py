@@ -12,6 +12,7 @@ import pickle
 import sys
 import tempfile
 import time
+import types
 import weakref
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
@@ -90,9 +91,10 @@ def received(
             continue
         if key == LAST:  # the cell's value, not a name
             back.value = True
-        else:
+            back.nbytes += len(sent[1])
+        elif not isinstance(value, types.ModuleType):  # a module is the notebook's own: no data
             back.names += 1
-        back.nbytes += len(sent[1])
+            back.nbytes += len(sent[1])
         if len(sent) > 2 and sent[2] in models:
             _attach(value, models[sent[2]])
         bound[key] = value
