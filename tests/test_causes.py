@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -242,6 +243,11 @@ def test_predict_called_batch_by_batch_is_named_with_what_to_call_instead():
         "80 predict calls of one batch each took 4.67 s in gen #1 (58 ms a call, 58% of the run)"
     )
     assert "`model.predict_on_batch(x)`" in finding.advice
+    # isolated, the kernel's wait adds the process's start-up: the share is of the cell's time
+    isolated = dataclasses.replace(with_calls("predict", 20, 1.16, wall=8.9), cell_seconds=4.3)
+    (loop,) = diagnose([isolated])
+    assert "(58 ms a call, 27% of the cell)" in loop.message
+    assert not diagnose([with_calls("predict", 20, 1.16, wall=8.9)])  # 13% of the run
     evaluate = diagnose([with_calls("evaluate", 20, 2.0)])
     assert [f.kind for f in evaluate] == ["inference_loop"]
     assert "`model.test_on_batch(x, y)`" in evaluate[0].advice

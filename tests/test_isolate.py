@@ -62,6 +62,8 @@ def test_names_go_in_and_come_back_with_the_value_and_prints(iso_shell):
     # the cell's `import keras` comes back as the notebook's own module (it said "keras (a
     # module: import it in the notebook)", and a later cell using it failed)
     assert ns["keras"] is sys.modules["keras"]
+    # the cell's own time, apart from the kernel's wait (its loops' shares are of it)
+    assert 0 < record.cell_seconds < record.wall_seconds
     (fit,) = record.fits  # the child's own measurements
     assert fit.epochs == 2 and record.inference[0].kind == "evaluate"
     assert record.pid == os.getpid()  # the kernel's run: its history, its numbering

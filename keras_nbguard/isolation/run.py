@@ -109,6 +109,7 @@ class IsolatedRun(Run):
             kernel_id=key.kernel_id if key else None,
             pid=key.pid if key else None,
             isolated=self._note(child, record),
+            cell_seconds=record.wall_seconds if (child.result or {}).get("record") else None,
             params=self.params,
             findings=(),
             deep_clean=None,

@@ -204,6 +204,9 @@ class RunRecord:
     trace_kind: str = "tf.function"  # what ``traces`` counts ("XLA compilations" on JAX)
     trace_reason: str | None = None  # why ``traces`` is None
     isolated: str | None = None  # run in a fresh process (--isolate): how it went, in words
+    # an isolated run's cell alone, in its process (``wall_seconds`` is the kernel's wait, the
+    # process's start-up and the names both ways included); None: not isolated, or unknown
+    cell_seconds: float | None = None
     params: dict[str, Any] | None = None  # the --sweep point this run is
     # per tf.function, the distinct inputs (shapes, Python values) it was traced for in the run:
     # (name, how many), most first; one function traced for many is retracing (diagnosis)
