@@ -224,9 +224,14 @@ def test_a_stale_models_size_says_what_freeing_it_frees(keras_shell):
     assert stale.optimizer_bytes > 2 * stale.weight_bytes  # Adam's two moments, kept's own
     row = dict(last("kd").summary_rows())["stale"]
     assert row.startswith(
-        "1 model from #1 still alive (10.0 KiB weights, 9.0 KiB of them in other live models too + "
+        "1 model from #1 still alive (10.0 KiB weights (9.0 KiB of them in other live models "
+        "too) + "
     ), row
     assert " optimizer, graphs not counted): kept — %nbguard free" in row
+    # the dashboard's findings say it as the summary does (they said "10.0 KiB weights, graphs
+    # not counted" beside it)
+    (finding,) = [f for f in keras_nbguard.diagnose("kd") if f.kind == "stale_models"]
+    assert row.split(" still alive ")[1].split(": kept")[0] in finding.message
 
 
 STOP_AT_BATCH_3 = """

@@ -383,6 +383,23 @@ def test_importing_costs_no_keras_and_finds_nothing_without_it():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
+def test_the_holder_of_a_models_weights_is_named_as_you_named_it(ip):
+    """keras.io's knowledge distillation: `teacher … all in distiller too`, where Keras'
+    `distiller` was the kept old Distiller and yours, `distiller`, Keras' `distiller_1`."""
+    run(
+        ip,
+        "holder_you_named = tiny('distiller_1')\n"
+        "part = keras.Model(holder_you_named.inputs, holder_you_named.layers[0].output, "
+        "name='part')",
+    )
+    try:
+        report = find_leaks(shell=ip)
+        assert by_name(report, "part").weights_in == "holder_you_named"
+        assert "weights (all in holder_you_named too)" in "\n".join(report.lines())
+    finally:
+        del ip.user_ns["holder_you_named"], ip.user_ns["part"]
+
+
 def test_a_model_made_of_another_ones_layers_says_its_weights_are_that_ones(ip):
     """keras.io's DeepDream: a feature extractor on InceptionV3's layers listed 34.2 MiB beside
     the InceptionV3's 83.2, as if they added up; it says where its weights are."""
@@ -394,7 +411,7 @@ def test_a_model_made_of_another_ones_layers_says_its_weights_are_that_ones(ip):
     report = find_leaks(shell=ip)
     extractor, base = by_name(report, "extractor"), by_name(report, "base")
     assert extractor.weights_in == "base" and base.weights_in is None
-    assert "weights, all in base too" in "\n".join(report.lines())
+    assert "weights (all in base too)" in "\n".join(report.lines())
     run(ip, "twin = keras.Model(base.inputs, base.outputs, name='twin')")  # the very same ones
     report = find_leaks(shell=ip)
     assert [by_name(report, n).weights_in for n in ("base", "twin")].count(None) == 1

@@ -25,7 +25,7 @@ from keras_nbguard.diagnosis.findings import (
     name_of,
 )
 from keras_nbguard.records.calls import CallbackTime, FitRecord
-from keras_nbguard.records.formatting import fmt_bytes, fmt_seconds, fmt_size
+from keras_nbguard.records.formatting import fmt_bytes, fmt_seconds, fmt_stale_size
 from keras_nbguard.records.run import HeldModels, RunRecord, error_names_a_gpu
 
 
@@ -53,8 +53,7 @@ def stale_finding(run: RunRecord, held: HeldModels | None) -> Finding | None:
     more = f" and {len(held.paths) - 3} more" if len(held.paths) > 3 else ""
     return Finding(
         "stale_models",
-        f"{models} still alive after {name_of(run)} ({fmt_size(held.weight_bytes)} weights, "
-        f"graphs not counted){where}{more}",
+        f"{models} still alive after {name_of(run)} ({fmt_stale_size(held)}){where}{more}",
         held.command or "%nbguard free --containers, or del the names",
         (("models", str(held.count)), ("weights", fmt_bytes(held.weight_bytes))),
         (name_of(run),),

@@ -174,12 +174,21 @@ def _defers(leak: Leak, other: Leak, listed_before: bool) -> bool:
 
 
 def _other_name(holder: Leak, leak: Leak) -> str:
-    """``holder``'s name, told apart from ``leak``'s own where they are the same."""
-    if holder.model_name != leak.model_name:
+    """What to call ``holder``: the name you bound it to where there is a short one (Keras'
+    name misled: `teacher … all in distiller too`, where Keras' `distiller` was the kept old one
+    and yours, `distiller`, Keras' `distiller_1`), else its model name, told apart from
+    ``leak``'s own where they are the same."""
+    path = holder.path
+    if path and path not in (leak.path, leak.model_name) and " " not in path:
+        if len(path) <= NAMED_HOLDER_CHARS:  # (`gan`, an earlier `gan`'s holder: as below)
+            return path
         return holder.model_name
     if holder.run_number is not None:
         return f"{holder.model_name} of #{holder.run_number}"
     return f"another {holder.model_name!r}"
+
+
+NAMED_HOLDER_CHARS = 40  # a longer path reads worse than the model's name
 
 
 def build_report(

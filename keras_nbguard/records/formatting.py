@@ -253,20 +253,20 @@ def fmt_stale(held: HeldModels, with_command: bool = True) -> str:
     command = f" — {held.command}" if held.command and with_command else ""
     # no path found (the walk's time ran out): not an empty holder
     where = _first_paths(held.paths) if held.paths else "%nbguard leaks says where"
-    return f"{_models_from(held)} still alive ({_stale_size(held)}): {where}{command}"
+    return f"{_models_from(held)} still alive ({fmt_stale_size(held)}): {where}{command}"
 
 
-def _stale_size(held: HeldModels) -> str:
-    """``5.5 MiB weights, all in other live models too, + 11.1 MiB optimizer, graphs not
+def fmt_stale_size(held: HeldModels) -> str:
+    """``5.5 MiB weights (all in other live models too) + 11.1 MiB optimizer, graphs not
     counted``: what freeing them frees, as the dashboard's list says it (the summary said
     ``5.5 MiB weights`` where those were the setup's teacher, which the current model holds)."""
     weights, shared = held.weight_bytes, held.weights_shared
     if not weights or not shared:
         others = ""
     elif shared >= weights:
-        others = ", all in other live models too"
+        others = " (all in other live models too)"
     else:
-        others = f", {fmt_size(shared)} of them in other live models too"
+        others = f" ({fmt_size(shared)} of them in other live models too)"
     state = f" + {fmt_size(held.optimizer_bytes)} optimizer" if held.optimizer_bytes else ""
     return f"{fmt_size(weights)} weights{others}{state}, graphs not counted"
 
