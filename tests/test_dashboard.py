@@ -830,3 +830,4 @@ def test_the_header_says_what_its_trends_are_of():
     shown = header_html({"failed": 0, "trends": ["mlp: RSS left +2.6 MiB per run"]}, 5, "")
     assert "trends: a robust line (Theil–Sen) through the runs after the first" in shown
     assert "RSS left: a run's RSS after, or the next run's RSS before where lower" in shown
+    assert "(the latest run's: its RSS after, less what the collections after" in shown

@@ -173,5 +173,5 @@ def test_the_status_row_points_to_no_jemalloc_kernel_where_tensorflows_pool_was_
     assert not _pool_read(session(pid=os.getpid(), host_pool_peak=None))  # oneDNN off
     assert not _pool_read(session(pid=os.getpid() + 1, host_pool_peak=2**20))  # another kernel's
     row = malloc_status(pool_read=True)
-    assert row.startswith("glibc (oneDNN is on here") and "kept more on 3 of 12" in row
+    assert row.startswith("glibc: stay on it here (oneDNN is on") and "3 of 12" in row
     assert "keeps its slack out" not in row and "keeps its slack out" in malloc_status()

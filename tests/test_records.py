@@ -364,3 +364,12 @@ def test_a_rise_that_came_between_two_runs_is_said_so():
     assert fmt_deltas(own.compared_to(stopped)).endswith("Δ RSS after +53.0 MiB")
     small = make_record(run_number=13, rss_before=916 * MiB, rss_after=916 * MiB)
     assert fmt_deltas(small.compared_to(stopped)).endswith("Δ RSS after +3.0 MiB")
+
+
+def test_an_isolated_runs_rss_row_says_whose_it_is():
+    """JupyterLab: an isolated run's `rss 51.2 MiB → 51.3 MiB` beside a kernel of ~960 MiB did
+    not say it was the child's."""
+    MiB = 2**20
+    isolated = make_record(rss_before=51 * MiB, rss_after=52 * MiB, isolated="fresh process")
+    assert dict(isolated.summary_rows())["rss"].endswith(", the isolated process's)")
+    assert "isolated" not in dict(make_record().summary_rows())["rss"]

@@ -52,7 +52,8 @@ KEY = (
     "<div style='color:#777;font-size:85%'>x: each label's run number · marks: ✕ error "
     "★ out of memory ◆ interrupted · ┆ a kernel restart breaks the line · trends: a robust "
     "line (Theil–Sen) through the runs after the first; RSS left: a run's RSS after, or the "
-    "next run's RSS before where lower</div>"
+    "next run's RSS before where lower (the latest run's: its RSS after, less what the "
+    "collections after the runs before it gave back)</div>"
 )
 
 

@@ -80,9 +80,9 @@ def malloc_status(pool_read: bool = False) -> str:
         )
     if pool_read:
         return (
-            "glibc (oneDNN is on here: TensorFlow's CPU pool takes its regions with malloc, "
-            f'glibc gives them back; the kernel "{JEMALLOC_KERNEL}" would keep them, and '
-            "kept more on 3 of 12 of Keras' examples side by side)"
+            "glibc: stay on it here (oneDNN is on: TensorFlow's CPU pool takes its regions with "
+            f'malloc and glibc gives them back; on jemalloc, the kernel "{JEMALLOC_KERNEL}", '
+            "3 of 12 of Keras' examples grew more)"
         )
     if not installed(JEMALLOC):
         return (
