@@ -678,6 +678,15 @@ def test_model_lines_flag_stale_models_first_with_size_and_paths():
         "1 more alive that nothing you can name holds (gone at the next clear): "
         "sequential (40.0 MiB weights, mlp #2)",
     ]
+    # a path only words can say is left out where one you can type is there (it took a typeable
+    # one's place in a line of four)
+    from keras_nbguard.models.records import UNTYPEABLE
+
+    words = f"kept._compiled_trainable_state — a _DictWrapper … {UNTYPEABLE}"
+    held = dataclasses.replace(current, paths=("model", words, "a", "b", "c"))
+    assert model_lines(LeakReport((held,)))[0].endswith(": model, a, b, c")
+    only = dataclasses.replace(current, paths=(words,))
+    assert model_lines(LeakReport((only,)))[0].endswith(f": {words}")
 
 
 @pytest.mark.kernel
