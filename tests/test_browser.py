@@ -217,7 +217,7 @@ FIRST_PAINT_CELLS = (
 PLOTLY = "() => !!document.querySelector('.jp-OutputArea-output .js-plotly-plot .main-svg')"
 # what would be cut at a narrow width: text wider than its box, a plot wider than the area,
 # a panel title past the plot's right edge
-CUT = """() => {
+CUT = r"""() => {
     const out = document.querySelector('.jp-OutputArea-output .widget-vbox');
     const area = out.getBoundingClientRect();
     const cut = [];
@@ -228,6 +228,13 @@ CUT = """() => {
             cut.push('text ' + h.innerText.slice(0, 40));
     for (const s of out.querySelectorAll('select'))
         if (s.getBoundingClientRect().right > area.right + 1) cut.push('select ' + s.value);
+    // a word broken mid-way ("ch an ge" at 900 px): a cell of one word on more than one line
+    for (const c of out.querySelectorAll('td, th')) {
+        const text = c.innerText.trim(), range = document.createRange();
+        range.selectNodeContents(c);
+        const lines = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+        if (text && !/\s/.test(text) && lines.size > 1) cut.push('broken ' + text);
+    }
     const svg = out.querySelector('.js-plotly-plot .main-svg').getBoundingClientRect();
     if (svg.right > area.right + 1) cut.push('plot ' + svg.width + ' > ' + area.width);
     for (const t of out.querySelectorAll('.js-plotly-plot .annotation-text')) {

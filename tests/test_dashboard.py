@@ -393,14 +393,18 @@ def test_two_runs_picked_are_compared_side_by_side(keras_shell, board):
     for _ in range(2):
         run(keras_shell, cell)
     picker = board.picker
-    assert list(picker.first.options) == ["pick #2", "pick #1"]  # newest first
+    # newest first, each shown number first (a long label cut: the number stays in sight)
+    assert list(picker.first.options) == [("#2 pick", "pick #2"), ("#1 pick", "pick #1")]
     assert (picker.first.value, picker.second.value) == ("pick #1", "pick #2")
     records = keras_nbguard.runs("pick")
     change = records[1].fit_seconds - records[0].fit_seconds
     td = '<td style="padding: 0.2em 0.6em">'  # padded: the runs' names ran together
     assert f"{td}fit</td>{td}{fmt_seconds(records[0].fit_seconds)}</td>" in picker.result.value
     assert f"{td}{html.escape(fmt_seconds(change, signed=True))}</td>" in picker.result.value
-    assert picker.result.value.startswith('<div class="jp-RenderedHTMLCommon"><table>')
+    # a narrow window scrolls it sideways rather than break its words mid-way ("ch an ge")
+    assert picker.result.value.startswith(
+        '<div class="jp-RenderedHTMLCommon" style="overflow-x: auto; overflow-wrap: normal;'
+    )
     picker.first.value = "pick #2"  # a pick, as a user makes it
     assert "pick another run" in picker.result.value
     run(keras_shell, cell)  # a new run keeps the user's picks
@@ -417,6 +421,9 @@ def test_the_pickers_first_default_is_the_latest_labels_run_before():
     records += [make_record(label="other", run_number=1), make_record(label="gan", run_number=3)]
     picker.update(records)
     assert (picker.first.value, picker.second.value) == ("gan #2", "gan #3")
+    long = make_record(label="input = layers.Input(shape=(28, 28, 1))", run_number=5)
+    picker.update([*records, long])
+    assert picker.first.options[0] == ("#5 input = layers.Input(shape=(28,…", long.label + " #5")
     picker.update(records[:3])  # the latest label has no run before it: the run before
     assert (picker.first.value, picker.second.value) == ("gan #2", "other #1")
 

@@ -370,6 +370,10 @@ def test_an_isolated_runs_rss_row_says_whose_it_is():
     """JupyterLab: an isolated run's `rss 51.2 MiB → 51.3 MiB` beside a kernel of ~960 MiB did
     not say it was the child's."""
     MiB = 2**20
-    isolated = make_record(rss_before=51 * MiB, rss_after=52 * MiB, isolated="fresh process")
-    assert dict(isolated.summary_rows())["rss"].endswith(", the isolated process's)")
+    isolated = make_record(
+        rss_before=51 * MiB, rss_after=52 * MiB, rss_peak=52 * MiB, isolated="fresh process"
+    )
+    assert dict(isolated.summary_rows())["rss"] == (
+        "the isolated process's: 51.0 MiB → 52.0 MiB (peak 52.0 MiB)"
+    )
     assert "isolated" not in dict(make_record().summary_rows())["rss"]

@@ -13,6 +13,10 @@ from keras_nbguard.records.run import RunRecord
 CHOICES = 40  # runs offered (newest first); the others: %nbguard compare mlp:3 mlp:7
 
 
+SHOWN_LABEL = 32  # characters of a label in a dropdown
+TABLE_SCROLLS = "overflow-x: auto; overflow-wrap: normal; word-break: normal"
+
+
 class ComparePicker:
     """Two dropdowns of the runs (newest first) and their comparison under them."""
 
@@ -43,8 +47,9 @@ class ComparePicker:
         names += [k for k in dict.fromkeys(kept) if k in self._runs and k not in names]
         self._updating = True  # no comparison drawn for the in-between states
         try:
-            if list(self.first.options) != names:
-                self.first.options = self.second.options = names
+            shown = [(_shown(self._runs[name]), name) for name in names]
+            if list(self.first.options) != shown:
+                self.first.options = self.second.options = shown
             # by default the run before the latest, against the latest
             self.first.value = (
                 kept[0] if kept[0] in self._runs else _default_first(self._runs, names)
@@ -66,11 +71,24 @@ class ComparePicker:
         else:
             # JupyterLab's styles for a cell's HTML output, so it reads as %nbguard compare does
             table = Comparison(first, second)._repr_html_()
-            self.result.value = f'<div class="jp-RenderedHTMLCommon">{table}</div>'
+            # a narrow window scrolls the table sideways rather than break its words mid-way
+            self.result.value = (
+                f'<div class="jp-RenderedHTMLCommon" style="{TABLE_SCROLLS}">{table}</div>'
+            )
 
 
 def _name(record: RunRecord) -> str:
     return f"{record.label} #{record.run_number}"
+
+
+def _shown(record: RunRecord) -> str:
+    """A run as its dropdown shows it: the number first, the label cut (a default label is the
+    cell's first line: `input = layers.Input(shape=(28, 28, 1)) #` was all a 900 px window
+    showed of two runs)."""
+    label = record.label
+    if len(label) > SHOWN_LABEL:
+        label = label[: SHOWN_LABEL - 1].rstrip() + "…"
+    return f"#{record.run_number} {label}"
 
 
 def _default_first(runs: dict[str, RunRecord], names: list[str]) -> str | None:

@@ -329,11 +329,11 @@ class RunRecord:
         if self.rss_before is None and self.rss_after is None and self.rss_peak is None:
             return f"{NA} ({unknowns.RSS_UNREADABLE})"
         # an isolated run's is its own process's (51 MiB beside a kernel of 960 read as the
-        # kernel's): said so
-        whose = ", the isolated process's" if self.isolated else ""
+        # kernel's): said first, so it covers all three figures
+        whose = "the isolated process's: " if self.isolated else ""
         return (
-            f"{fmt_bytes(self.rss_before)} → {fmt_bytes(self.rss_after)} "
-            f"(peak {fmt_bytes(self.rss_peak)}{whose})"
+            f"{whose}{fmt_bytes(self.rss_before)} → {fmt_bytes(self.rss_after)} "
+            f"(peak {fmt_bytes(self.rss_peak)})"
         )
 
     def summary_rows(self) -> list[tuple[str, str]]:
