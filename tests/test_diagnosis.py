@@ -943,3 +943,15 @@ def test_a_summary_says_a_swing_as_a_swing_not_as_memory_left_a_run():
         "not a steady rise, the framework's own memory ("
     )
     assert "a run left" not in note and note.count("not a steady rise") == 1
+
+
+def test_a_step_is_named_only_where_it_is_one():
+    """JupyterLab, keras.io's denoising autoencoder: `in steps, not every run: #4 +6.5 MiB, #6
+    +0.1 MiB` named a flat run as the second step."""
+    from keras_nbguard.diagnosis.findings import _in_steps
+
+    runs = [make_record(run_number=n) for n in range(1, 8)]
+    left = [v * MiB for v in (900, 900.2, 900.3, 906.8, 906.9, 907.0, 907.0)]
+    assert _in_steps(runs, left).startswith("in steps, not every run: #4 +6.5 MiB; the median")
+    left[5] = 909.0 * MiB  # a second step of +2.1 MiB, a third of the first: named
+    assert _in_steps(runs, left).startswith("in steps, not every run: #4 +6.5 MiB, #6 +2.1 MiB")

@@ -479,7 +479,9 @@ def _in_steps(runs: Sequence[RunRecord], values: Sequence[float]) -> str:
         ),
         reverse=True,
     )
-    biggest = ", ".join(f"#{n} {fmt_bytes(int(step), signed=True)}" for step, n in steps[:2])
+    # the second only where it is a step too (`#4 +6.5 MiB, #6 +0.1 MiB` named a flat run)
+    shown = steps[:1] + [s for s in steps[1:2] if s[0] >= max(2**20, steps[0][0] / 4)]
+    biggest = ", ".join(f"#{n} {fmt_bytes(int(step), signed=True)}" for step, n in shown)
     # the steps are of what each run left, not of "Δ RSS after": a walkthrough could not find
     # `#4 +7.3 MiB` in the table (the rise showed in #5's RSS before)
     return (
