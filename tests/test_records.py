@@ -377,3 +377,20 @@ def test_an_isolated_runs_rss_row_says_whose_it_is():
         "the isolated process's: 51.0 MiB → 52.0 MiB (peak 52.0 MiB)"
     )
     assert "isolated" not in dict(make_record().summary_rows())["rss"]
+
+
+def test_the_runs_table_marks_a_change_against_a_run_before_a_restart():
+    """JupyterLab: `%nbguard runs` showed run #2's `Δ fit -551 ms` against run #1 of the kernel
+    before a restart, with no mark (the summary said `in an earlier kernel: a restart between`)."""
+    first = make_record(kernel_id="k1", pid=1)
+    second = make_record(run_number=2, kernel_id="k1", pid=2, fit_seconds=0.6).compared_to(first)
+    (row,) = runs_table([second]).rows
+    columns = dict(zip(runs_table([second]).header, row, strict=True))
+    assert columns["Δ fit"] == "-600 ms¹" and columns["Δ RSS"].endswith("MiB¹")
+    assert runs_table([second]).notes[0] == (
+        "¹ against the label's run before, in the kernel before a restart"
+    )
+    same = make_record(run_number=2, kernel_id="k1", pid=1).compared_to(first)
+    table = runs_table([same])
+    columns = dict(zip(table.header, table.rows[0], strict=True))
+    assert (columns["Δ fit"], columns["Δ RSS"]) == ("+0 ms", "+0.0 MiB")  # no mark

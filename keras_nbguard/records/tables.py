@@ -25,6 +25,9 @@ COLUMNS = (
 )
 
 
+ELSEWHERE = "against the label's run before, in the kernel before a restart"
+
+
 class Footnotes:
     """Numbered reasons for a table's "n/a" cells: a reason per cell would not fit a column, so
     each cell reads "n/a¹" and the table ends with what ¹ means (each reason once)."""
@@ -33,15 +36,25 @@ class Footnotes:
 
     def __init__(self) -> None:
         self.reasons: list[str] = []
+        self._unknown: set[str] = set()  # the reasons of "n/a" cells (the others mark figures)
 
     def na(self, reason: str) -> str:
+        self._unknown.add(reason)
+        return NA + self.marked(reason)
+
+    def marked(self, reason: str) -> str:
+        """The mark of ``reason``: after "n/a", or after a figure that needs a word (a change
+        against a run in the kernel before a restart)."""
         if reason not in self.reasons:
             self.reasons.append(reason)
-        return NA + self._mark(self.reasons.index(reason))
+        return self._mark(self.reasons.index(reason))
 
     def lines(self) -> list[str]:
         """A line per reason ("n/a¹ no fit"), in the order the cells first used them."""
-        return [f"{NA}{self._mark(i)} {reason}" for i, reason in enumerate(self.reasons)]
+        return [
+            f"{NA if reason in self._unknown else ''}{self._mark(i)} {reason}"
+            for i, reason in enumerate(self.reasons)
+        ]
 
     def _mark(self, number: int) -> str:
         return self.MARKS[number] if number < len(self.MARKS) else f"[{number + 1}]"
@@ -51,15 +64,22 @@ def run_row(r: RunRecord, notes: Footnotes) -> tuple[str, ...]:
     def known(text: str, why: str) -> str:
         return notes.na(why) if text == NA else text
 
+    def change(text: str, why: str) -> str:
+        """A change against the run before: marked where that run was in an earlier kernel
+        (`%nbguard runs` showed `-551 ms` against a run before a restart, with no word)."""
+        if text != NA and r.previous_elsewhere:
+            return text + notes.marked(ELSEWHERE)
+        return known(text, why)
+
     return (
         r.label,
         str(r.run_number),
         r.status,
         fmt_seconds(r.wall_seconds),
         known(fmt_seconds(r.fit_seconds), unknowns.fit_unknown(r)),
-        known(fmt_seconds(r.delta_fit_seconds, signed=True), unknowns.delta_fit_unknown(r)),
+        change(fmt_seconds(r.delta_fit_seconds, signed=True), unknowns.delta_fit_unknown(r)),
         known(fmt_bytes(r.rss_after), unknowns.RSS_UNREADABLE),
-        known(fmt_bytes(r.delta_rss_after, signed=True), unknowns.delta_rss_unknown(r)),
+        change(fmt_bytes(r.delta_rss_after, signed=True), unknowns.delta_rss_unknown(r)),
         known(fmt_bytes(r.rss_peak), unknowns.RSS_UNREADABLE),
         known(fmt_bytes(r.gpu.tf_peak), unknowns.gpu_unknown(r)),
         notes.na(unknowns.traces_unknown(r)) if r.traces is None else str(r.traces),
