@@ -52,13 +52,11 @@ class Leak:
 
     def size_words(self) -> str:
         """``5.4 MiB weights (all in gan too) + 10.8 MiB optimizer``, as every view says it (the
-        dashboard's list left the optimizer out where %nbguard leaks said it; the sharing said
-        after the optimizer read as if the optimizer were shared too)."""
-        from keras_nbguard.records.formatting import fmt_size  # formatting imports records
+        dashboard's list left the optimizer out where %nbguard leaks said it)."""
+        from keras_nbguard.records.formatting import fmt_weights  # formatting imports records
 
-        opt = f" + {fmt_size(self.optimizer_bytes)} optimizer" if self.optimizer_bytes else ""
-        shared = f" (all in {self.weights_in} too)" if self.weights_in else ""
-        return f"{fmt_size(self.weight_bytes)} weights{shared}{opt}"
+        shared = f"all in {self.weights_in} too" if self.weights_in else ""
+        return fmt_weights(self.weight_bytes, self.optimizer_bytes, shared)
 
     def run_words(self, quoted: bool = True) -> str:
         """Which run made it, and the later one that used it where there is one: keras.io's

@@ -264,11 +264,19 @@ def fmt_stale_size(held: HeldModels) -> str:
     if not weights or not shared:
         others = ""
     elif shared >= weights:
-        others = " (all in other live models too)"
+        others = "all in other live models too"
     else:
-        others = f" ({fmt_size(shared)} of them in other live models too)"
-    state = f" + {fmt_size(held.optimizer_bytes)} optimizer" if held.optimizer_bytes else ""
-    return f"{fmt_size(weights)} weights{others}{state}, graphs not counted"
+        others = f"{fmt_size(shared)} of them in other live models too"
+    return f"{fmt_weights(weights, held.optimizer_bytes, others)}, graphs not counted"
+
+
+def fmt_weights(weight_bytes: int | None, optimizer_bytes: int | None, shared: str = "") -> str:
+    """``5.4 MiB weights (all in gan too) + 10.8 MiB optimizer``: models' sizes as every view
+    says them, what other models hold of the weights beside them (after the optimizer it read
+    as if the optimizer were shared too), the optimizer only where there is some state."""
+    others = f" ({shared})" if shared else ""
+    state = f" + {fmt_size(optimizer_bytes)} optimizer" if optimizer_bytes else ""
+    return f"{fmt_size(weight_bytes)} weights{others}{state}"
 
 
 RSS_SHOWN = 2**20 // 20  # below it, fmt_bytes shows a change as "-0.0 MiB"
@@ -283,10 +291,9 @@ def fmt_released(held: HeldModels) -> str:
         rss = ", the RSS the same"
     else:
         rss = f", RSS {fmt_bytes(-held.rss_freed, signed=True)} with its graphs"
-    state = f" + {fmt_size(held.optimizer_bytes)} optimizer" if held.optimizer_bytes else ""
     return (
         f"{_models_from(held)} held by {_first_paths(held.paths)}: "
-        f"{fmt_size(held.weight_bytes)} weights{state}{rss}"
+        f"{fmt_weights(held.weight_bytes, held.optimizer_bytes)}{rss}"
     )
 
 
