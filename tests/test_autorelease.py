@@ -261,6 +261,23 @@ def test_a_fit_stopped_midway_is_released_as_the_last_traceback_not_its_callback
 
 
 @pytest.mark.slow
+def test_a_stopped_runs_model_that_your_name_still_binds_is_not_said_released(keras_shell):
+    """A run stopped mid-fit, then run again: as the re-run began, ``model`` still named the
+    stopped run's model (the cell rebinds it only as it runs). The walk's chain cap filled with
+    the traceback's frames first, ``model`` went unseen, and the run said ``released 1 model
+    from #2 held by the last traceback: 0 B weights`` of a model your name held."""
+    run(keras_shell, STOP_AT_BATCH_3)
+    cell = KERAS_IO.replace("--label io", "--label stop").replace(FIT, "{fit}")
+    rerun(keras_shell, cell.format(fit=FIT), 1)
+    stopped = run(keras_shell, cell.format(fit=FIT.replace(")", ", callbacks=[StopAt()])")))
+    assert isinstance(stopped.error_in_exec, KeyboardInterrupt)
+    held = weakref.ref(keras_shell.user_ns["model"])
+    later = rerun(keras_shell, cell.format(fit=FIT), 1)
+    assert last("stop").released_models is None, last("stop").released_models
+    assert alive([held, *later]) == [False, True]  # the re-run's name let it go, and the clear
+
+
+@pytest.mark.slow
 def test_a_reset_and_a_new_kernel_never_make_the_latest_model_stale(keras_shell, tmp_path):
     session = keras_nbguard.get_session()
     rerun(keras_shell, KERAS_IO, 3)

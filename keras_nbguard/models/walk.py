@@ -11,6 +11,7 @@ layer holding it is followed, so a layer of another cell that keeps a run's mode
 
 from __future__ import annotations
 
+import collections
 import gc
 import itertools
 import sys
@@ -207,7 +208,9 @@ class Probe:
         model_ids: set[int],
         blockers: dict[int, list[str]],
     ) -> None:
-        """Turn the holder graph into named chains, model by model."""
+        """Turn the holder graph into named chains, model by model: nearest root first, so that
+        a name of yours is found before the chain cap fills with a traceback's frames."""
+        hops = _hops_to_a_root(parents, roots)
         for mid in model_ids:
             chains: list[Chain] = []
             stack: list[list[int]] = [[mid]]
@@ -232,7 +235,8 @@ class Probe:
                         )
                     continue
                 if len(ids) <= self.max_depth + 1:
-                    stack.extend([*ids, p] for p in reversed(parents.get(top, ())) if p not in ids)
+                    ups = sorted(reversed(parents.get(top, ())), key=lambda p: -hops.get(p, _FAR))
+                    stack.extend([*ids, p] for p in ups if p not in ids)  # the nearest pops first
             self.chains[mid] = chains
             if not chains:
                 if any(p in model_ids for p in _above(mid, parents)):
@@ -280,6 +284,26 @@ class Probe:
         unique = [pu for pu in dict.fromkeys(out) if pu[0] not in mirrors]
         unique.sort(key=_path_order)
         return unique[: self.max_paths]
+
+
+_FAR = 1 << 30
+
+
+def _hops_to_a_root(parents: dict[int, dict[int, None]], roots: Roots) -> dict[int, int]:
+    """How many holders up from each object of the holder graph the nearest root is."""
+    below: dict[int, list[int]] = {}
+    for child, ups in parents.items():
+        for up in ups:
+            below.setdefault(up, []).append(child)
+    hops = {rid: 0 for rid in roots if rid in below}
+    todo = collections.deque(hops)
+    while todo:
+        up = todo.popleft()
+        for child in below.get(up, ()):
+            if child not in hops:
+                hops[child] = hops[up] + 1
+                todo.append(child)
+    return hops
 
 
 def _path_order(path: tuple[str, bool]) -> tuple[bool, bool, int, int, str]:
