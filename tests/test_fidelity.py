@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 
 import keras_nbguard
 from keras_nbguard.collectors.process import RssSampler, default_rss_reader
@@ -98,3 +99,42 @@ def test_statm_reader_agrees_with_psutil():
 
     ours, theirs = default_rss_reader()(), psutil.Process().memory_info().rss
     assert abs(ours - theirs) < 8 * MB
+
+
+WRAP_FIT = """
+import {keras} as wrapped_keras
+_keras_fit = wrapped_keras.Model.fit
+def fit(self, *args, **kwargs):  # a tool's wrapper, without functools.wraps
+    return _keras_fit(self, *args, **kwargs)
+wrapped_keras.Model.fit = fit
+"""
+
+
+@pytest.mark.parametrize("keras", ["keras", "tf_keras"])
+def test_a_fit_wrapped_without_functools_wraps_is_still_read_or_says_why(keras_shell, keras):
+    """A tool that puts ``def fit(self, *args, **kwargs)`` on ``Model``: bound by its own
+    signature the call had no ``callbacks`` to add ours to, and the summary read ``epochs
+    [n/a], batch set by your input`` for ``fit(x, y, batch_size=16, epochs=2)``, with no
+    reason. Keras 3's own ``fit`` is still on a base class: the call is read by its names; on
+    Keras 2 the wrapper replaced the only one: the summary says why it can't be read."""
+    pytest.importorskip(keras)
+    assert keras_shell.run_cell(WRAP_FIT.format(keras=keras)).success
+    cell = f"""%%kerasrun --label wrapped --quiet
+import {keras} as k
+model = k.Sequential([k.Input((8,)), k.layers.Dense(4), k.layers.Dense(1)])
+model.compile("adam", "mse")
+model.fit(x, y, epochs=2, batch_size=16, verbose=0)
+"""
+    try:
+        result = keras_shell.run_cell(cell)
+    finally:
+        keras_shell.run_cell("wrapped_keras.Model.fit = _keras_fit")
+    assert result.success, result.error_in_exec
+    record = keras_nbguard.runs("wrapped")[-1]
+    (fit,) = record.fits
+    row = dict(record.summary_rows())["fit"]
+    if keras == "keras":
+        assert (len(fit.epoch_seconds), fit.batch_size) == (2, 16), row
+    else:
+        assert fit.epoch_seconds == () and fit.completed
+        assert "epochs and batch n/a (tf_keras.Model.fit is fit() of __main__, a wrapper " in row

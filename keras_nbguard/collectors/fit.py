@@ -158,12 +158,22 @@ class FitTimer:
                 self.reasons.append(f"{package.__name__}.Model has no {name}(): not timed")
                 continue
             patches.append(
-                AttributePatch(model_class, name, self._wrapper(name, original, callback_base))
+                AttributePatch(
+                    model_class, name, self._wrapper(name, original, callback_base, model_class)
+                )
             )
         return PatchGroup(patches)
 
-    def _wrapper(self, name: str, original: Callable[..., Any], base: type) -> Callable[..., Any]:
-        signature = _signature(original)
+    def _wrapper(
+        self, name: str, original: Callable[..., Any], base: type, model_class: type
+    ) -> Callable[..., Any]:
+        signature = _call_signature(model_class, name, original)
+        if "callbacks" not in signature.parameters:
+            self.reasons.append(
+                f"{package_name(model_class)}.Model.{name} is "
+                f"{getattr(original, '__qualname__', name)}() of {original.__module__}, a wrapper "
+                "without functools.wraps: its epochs and batch size can't be read"
+            )
         timer = self
 
         @functools.wraps(original)
@@ -350,6 +360,34 @@ def _is_jax_array(variable: Any, jax: Any) -> bool:
 @functools.lru_cache(maxsize=8)
 def _signature(function: Callable[..., Any]) -> inspect.Signature:
     return inspect.signature(function)  # ~0.2 ms: once per Keras, not once per run
+
+
+def _call_signature(
+    model_class: type, name: str, original: Callable[..., Any]
+) -> inspect.Signature:
+    """How a call of ``name`` is bound: ``original``'s signature, or where it names no
+    ``callbacks`` (a tool's ``def fit(self, *args, **kwargs)`` put on ``Model`` without
+    ``functools.wraps``), Keras' own method's from the class's bases: the call goes on to the
+    wrapper by Keras' names, which it passes to Keras."""
+    signature = _signature(original)
+    if "callbacks" in signature.parameters:
+        return signature
+    for klass in model_class.__mro__:
+        own = klass.__dict__.get(name)
+        if own is original or not inspect.isfunction(own) or package_name(own) not in KERASES:
+            continue
+        keras_own = _signature(own)
+        if "callbacks" in keras_own.parameters:
+            return keras_own
+    return signature
+
+
+KERASES = ("keras", "tf_keras")
+
+
+def package_name(obj: Any) -> str:
+    """The top package ``obj`` (a class or function) was defined in."""
+    return str(getattr(obj, "__module__", "") or "").partition(".")[0]
 
 
 def _batch_size(arguments: dict[str, Any]) -> int | None:

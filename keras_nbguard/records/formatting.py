@@ -71,6 +71,9 @@ def fmt_fit(record: RunRecord) -> str:
                 f"{prefix}{how} before its first epoch ended ({fmt_seconds(fit.seconds)} spent)"
             )
             continue
+        if not fit.epoch_seconds and record.fit_reason:  # the fit ran, unseen by our callback
+            parts.append(f"{prefix}epochs and batch {NA} ({record.fit_reason})")
+            continue
         bs = "set by your input" if fit.batch_size is None else str(fit.batch_size)
         cb = fmt_seconds(fit.callback_seconds)
         parts.append(
