@@ -486,9 +486,11 @@ def test_a_summary_says_whose_the_memory_is_when_runs_leave_over_a_mib_with_no_f
     last = runs[-1]
     assert last.findings == ()
     assert last.memory_note.startswith("+1.")
-    assert "a run left over runs 2–12, the framework's own memory (no name or model of yours" in (
+    assert "a run left over runs 2–12, none of it held by your code (no name or model of yours" in (
         last.memory_note
     )
+    # whose it is, why, the way out: a sentence each, not brackets in brackets
+    assert "grew). In steps, not every run: " in last.memory_note
     assert "--isolate" in last.memory_note
     assert ("rss trend", last.memory_note) in last.summary_rows()
     assert runs[3].memory_note is None  # too few runs to say
@@ -518,7 +520,7 @@ def test_diagnose_says_what_the_summarys_rss_trend_row_says():
     assert list(found) == [] and found.notes == (f"mlp #12: RSS {runs[-1].memory_note}",)
     text = _pretty(found)
     assert text.startswith("no finding in your code\nnote: mlp #12: RSS +1.")
-    assert "the framework&#x27;s own memory" in found._repr_html_()
+    assert "none of it held by your code" in found._repr_html_()
     assert "no finding in your code." in found._repr_html_()
     board = findings_html(found, len(runs))
     assert "%%kerasrun --isolate keeps the kernel flat" in board
@@ -578,7 +580,7 @@ def test_the_summary_names_tensorflows_pool_when_its_peak_rose_with_the_runs():
         note
     )
     assert "in use between runs stayed" in note
-    assert "stayed 32.0 MiB–41.0 MiB" in note and note.endswith("bench/bench_examples.py)")
+    assert "stayed 32.0 MiB–41.0 MiB" in note and note.endswith("MiB a run on Keras' own examples)")
     # a pool that stayed where it was, or was not read (oneDNN off): not named
     for flat in (int(130 * MiB), None):
         note = _after_each(_with_pool(runs, in_use, [flat] * n))[-1].memory_note
@@ -654,7 +656,7 @@ def test_a_native_rise_with_the_allocators_use_flat_is_their_slack_not_a_leak():
     runs, heap, blocks = _steady_rise_allocators_flat()
     last = _after_each(_with_allocators(runs, heap, blocks))[-1]
     assert last.findings == ()
-    assert "what the allocators had in use between runs stayed flat (glibc's heap +20.5 KiB" in (
+    assert ". What the allocators had in use between runs stayed flat (glibc's heap +20.5 KiB" in (
         last.memory_note
     )
     assert "Python's objects +300 blocks a run" in last.memory_note
@@ -730,7 +732,7 @@ def test_glibcs_slack_points_to_the_jemalloc_kernel_and_a_jemalloc_kernels_heap_
     _loader_finds(monkeypatch, tmp_path, ("libjemalloc.so.2",))
     for malloc in (None, "glibc"):  # None: a record kept before `malloc` was
         note = _after_each([dataclasses.replace(r, malloc=malloc) for r in on_glibc])[-1]
-        assert note.memory_note.endswith(f"examples.py); {ON_JEMALLOC})")
+        assert note.memory_note.endswith(f"{ISOLATED_FIGURE}); {ON_JEMALLOC})")
         assert f'(the kernel "{JEMALLOC_KERNEL}")' in note.memory_note
     # where the loader would not find jemalloc, the kernel would run on glibc: say so first
     _loader_finds(monkeypatch, tmp_path, ("libtcmalloc_minimal.so.4",))
@@ -754,7 +756,7 @@ def test_glibcs_slack_points_to_the_jemalloc_kernel_and_a_jemalloc_kernels_heap_
     # that glibc unmaps (the text example +1.2 -> +3.1 MiB a run side by side): no pointer
     flat = [int(100 * MiB)] * n
     note = _after_each(_with_pool(on_glibc, [int(40 * MiB)] * n, flat))[-1].memory_note
-    assert "the framework's own memory" in note and ON_JEMALLOC not in note
+    assert "none of it held by your code" in note and ON_JEMALLOC not in note
 
 
 def test_the_jemalloc_kernelspec_is_the_one_the_note_names():
@@ -819,7 +821,7 @@ def test_a_native_rise_whose_runs_peaks_stay_level_is_no_leak():
     each = _after_each(runs_with(0.0))
     assert all(r.findings == () for r in each), [r.findings for r in each]
     note = each[-1].memory_note
-    assert note is not None and "each run's peak rose only +0.5 MiB a run" in note, note
+    assert note is not None and ". Each run's peak rose only +0.5 MiB a run" in note, note
     # memory kept raises the floor and the peak alike: the same runs with 3 MiB kept a run
     leaking = _after_each(runs_with(3.0))[-1]
     assert leaking.findings and leaking.findings[0].startswith("state_growth"), leaking.findings
@@ -882,9 +884,9 @@ def test_a_rise_in_one_step_is_said_as_a_step_not_as_a_rate():
     ]
     note = _after_each(runs)[-1].memory_note
     assert note is not None
-    assert "what the allocators had in use between runs stayed flat" in note
+    assert ". What the allocators had in use between runs stayed flat" in note
     assert "#2 +16" not in note  # run 2 follows the warm-up (run 1), not in the line
-    assert "in steps, not every run: #4 +20.0 MiB, #3 +6.0 MiB" in note
+    assert ". In steps, not every run: #4 +20.0 MiB, #3 +6.0 MiB" in note
     # which figure those steps are of: not the table's "Δ RSS after" (a walkthrough looked there)
     assert "(what each run left: its RSS after, or the next run's start where lower)" in note
 
@@ -940,7 +942,7 @@ def test_a_summary_says_a_swing_as_a_swing_not_as_memory_left_a_run():
     assert note is not None
     assert note.startswith(
         "what runs leave swings by 24.6 MiB around +5.6 MiB a run over runs 2–10: "
-        "not a steady rise, the framework's own memory ("
+        "not a steady rise, none of it held by your code ("
     )
     assert "a run left" not in note and note.count("not a steady rise") == 1
 

@@ -58,7 +58,7 @@ def _slowdown(runs: list[RunRecord]) -> Finding | None:
 
 
 # what the kernel keeps a run with --isolate, Keras' 34 examples (README: bench_examples.py)
-ISOLATED_FIGURE = "+0.03 to +0.23 MiB a run on Keras' own examples, bench/bench_examples.py"
+ISOLATED_FIGURE = "+0.03 to +0.23 MiB a run on Keras' own examples"
 # What stays after clear, deep clean and release is memory the framework's native code keeps
 # (bench/bench_examples.py: keras.io's convnet); a fresh process per run gives it back.
 NATIVE_ADVICE = (
@@ -150,12 +150,15 @@ def memory_note(runs: list[RunRecord]) -> str | None:
         )
     else:
         head = f"{rate} left over {trend.span}"
+    # whose it is, why it is no leak, the way out: a sentence each (in one nest of brackets
+    # "the framework's own memory" sat beside "not memory kept")
+    head = f"{head}, none of it held by your code ({NOT_YOURS})"
     if xla := xla_kept(trend.runs):
         return (
-            f"{head}, the framework's own memory ({NOT_YOURS}; {xla}); %%kerasrun --isolate "
-            f"keeps the kernel flat, jit_compile=False compiles nothing to keep"
+            f"{head}. {_sentence(xla)}. %%kerasrun --isolate keeps the kernel flat, "
+            "jit_compile=False compiles nothing to keep"
         )
-    why = [NOT_YOURS]
+    why: list[str] = []
     # the allocators first (a rise under 2 MiB a run gets no shape from the trend), then the
     # shape: a warm-up, steps (or what _why_not_rss says first); a swing has no shape
     pool = allocators_slack(trend.runs, line.rise)
@@ -168,7 +171,11 @@ def memory_note(runs: list[RunRecord]) -> str | None:
     way_out = f"%%kerasrun --isolate keeps the kernel flat ({ISOLATED_FIGURE})"
     if glibc_slack(trend.runs):  # (a kernel the loader can run, or how to get one)
         way_out += f"; {ON_JEMALLOC}" + (")" if installed(JEMALLOC) else f", {JEMALLOC_FIRST})")
-    return f"{head}, the framework's own memory ({'; '.join(why)}); {way_out}"
+    return ". ".join([head, *(_sentence(reason) for reason in why), way_out])
+
+
+def _sentence(words: str) -> str:
+    return words[:1].upper() + words[1:]
 
 
 def _dataset_rebuilt(runs: list[RunRecord]) -> Finding | None:
