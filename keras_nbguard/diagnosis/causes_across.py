@@ -15,6 +15,7 @@ from keras_nbguard.diagnosis.findings import (
     allocators_slack,
     fit_trend,
     glibc_slack,
+    grown_enough,
     name_of,
     names,
     native_growth,
@@ -85,15 +86,15 @@ def state_growth(runs: list[RunRecord]) -> Finding | None:
     if not trend.flagged or trend.trend is None:
         return None
     measured, line = trend.runs, trend.trend
-    grown = measured[-1].growth
+    grown = grown_enough(measured[-1])
     native = native_growth(measured)  # (named only once it is clear: findings.rss_trend)
     if grown:
         what = f": {fmt_growth(grown[0])} in the last run"
     elif native and (xla := xla_kept(measured)):
-        what = f": not in your names, and no earlier run's model is alive: {xla}"
-    elif native:  # no name of yours grew, no model outlived its run: TensorFlow's own memory
+        what = f": not in your names, and {_models_alive(measured[-1])}: {xla}"
+    elif native:  # no name of yours grew, no model piled up: TensorFlow's own memory
         what = (
-            ": not in your names, and no earlier run's model is alive (native memory kept "
+            f": not in your names, and {_models_alive(measured[-1])} (native memory kept "
             "by the framework)"
         )
     else:
@@ -115,6 +116,17 @@ def state_growth(runs: list[RunRecord]) -> Finding | None:
         names(measured),
         line.share,
     )
+
+
+def _models_alive(run: RunRecord) -> str:
+    """Which earlier runs' models are alive, for a rise they don't explain: none, or one run's
+    (a model you kept), which is no more each run."""
+    stale = run.stale_models
+    if stale is None or not stale.count:
+        return "no earlier run's model is alive"
+    if not stale.runs:  # made outside %%kerasrun: they are no run's
+        return "no earlier run's model is alive (only models made outside %%kerasrun)"
+    return f"of earlier runs' models only #{stale.runs[0]}'s are alive, not more each run"
 
 
 # The kernel jupyter-config/kernels/python3-keras-nbguard-jemalloc installs: glibc keeps pages
