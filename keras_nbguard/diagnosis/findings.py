@@ -605,8 +605,9 @@ def allocators_keep(runs: Sequence[RunRecord], pool_named: bool = False) -> str 
     from keras_nbguard.records.formatting import fmt_size  # formatting imports records
 
     sign = "+" if heap_step >= 0 else "-"
+    once = _kept_once(runs)
     parts = [
-        f"{heap_of(runs)} {sign}{fmt_size(int(abs(heap_step)))} a run{_kept_once(runs)}",
+        f"{heap_of(runs)} {sign}{fmt_size(int(abs(heap_step)))} a run{once}",
         f"Python's objects {blocks_step:+,.0f} blocks a run",
     ]
     pool = [r.host_pool_in_use for r in runs]
@@ -618,9 +619,11 @@ def allocators_keep(runs: Sequence[RunRecord], pool_named: bool = False) -> str 
             low, high = fmt_size(min(used)), fmt_size(max(used))
             held = "held nothing" if max(used) == 0 else low if low == high else f"{low}–{high}"
             parts.append(f"TensorFlow's CPU pool {held}")
+    # a step kept once is memory kept: the rest of the rise is what the words say
+    rest = "besides that step, the rise" if once else "the rise"
     return (
-        f"what the allocators had in use between runs stayed flat ({', '.join(parts)}): the "
-        f"rise is freed memory they keep resident and reuse, not memory kept"
+        f"what the allocators had in use between runs stayed flat ({', '.join(parts)}): "
+        f"{rest} is freed memory they keep resident and reuse, not memory kept"
     )
 
 
