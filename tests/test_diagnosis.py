@@ -975,3 +975,7 @@ def test_a_step_is_named_only_where_it_is_one():
     assert _in_steps(runs, left).startswith("in steps, not every run: #4 +6.5 MiB; the median")
     left[5] = 909.0 * MiB  # a second step of +2.1 MiB, a third of the first: named
     assert _in_steps(runs, left).startswith("in steps, not every run: #4 +6.5 MiB, #6 +2.1 MiB")
+    # a run stopped between two of the series (not in it) may have left the step: JupyterLab,
+    # keras.io's custom train_step, `#9 +34.1 MiB` of a run that added 4 after a stopped #8
+    around_a_stop = [make_record(run_number=n) for n in (1, 2, 3, 5, 6, 7, 8)]
+    assert _in_steps(around_a_stop, left).startswith("in steps, not every run: #4–#5 +6.5 MiB")
