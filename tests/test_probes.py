@@ -42,6 +42,13 @@ def make_cb(m):
         return m
     return cb
 cb = make_cb(tiny("closure"))
+import tensorflow as tf
+def make_step(m):
+    @tf.function  # a custom loop's step made by a factory: TF's Function holds the closure
+    def step(x):
+        return m(x)
+    return step
+step = make_step(tiny("tf_function"))
 def f(a, m=tiny("default_arg"), *, k=tiny("kw_default")):
     pass
 s = {tiny("in_set")}
@@ -72,6 +79,7 @@ EXPECTED = {
     "cached_property": "trainer.cached",
     "instance_dict": "h.m",
     "closure": "cb.__closure__[0].cell_contents",
+    "tf_function": "step.python_function.__closure__[0].cell_contents",
     "default_arg": "f.__defaults__[0]",
     "kw_default": 'f.__kwdefaults__["k"]',
     "in_set": "s{…}",

@@ -42,7 +42,9 @@ CONTAINERS = (dict, list, tuple, set, frozenset)
 NODE_LISTS = frozenset(
     {"_inbound_nodes", "_outbound_nodes", "_inbound_nodes_value", "_outbound_nodes_value"}
 )  # Keras 3 / Keras 2 (nodes.py)
-_FOLLOWED = frozenset({"ExecutionResult"})  # framework objects that hold user results
+# framework objects that hold the user's results, or code: TensorFlow's tf.function wrapping a
+# closure of yours over a model (``train_step = tf.function(make_step(model))``)
+_FOLLOWED = frozenset({"ExecutionResult", "Function"})
 
 
 def model_classes() -> tuple[type, ...]:
