@@ -682,9 +682,16 @@ def test_model_lines_flag_stale_models_first_with_size_and_paths():
     assert lines == [
         "STALE sequential_1 (40.0 MiB weights, mlp #1): models[0], Out[3].model",
         "current sequential (40.0 MiB weights, mlp #2): model",
-        "1 more alive that nothing you can name holds (gone at the next clear): "
+        "1 more alive that nothing you can name holds (garbage the next clear collects, or "
+        "held by the framework's own objects: %nbguard leaks collects first and says which): "
         "sequential (40.0 MiB weights, mlp #2)",
     ]
+    # after a collection, none of them is garbage (a walkthrough's `f = model.train_function`
+    # kept one through a dozen clears under "gone at the next clear")
+    collected = model_lines(LeakReport((stale, current), (current,), collected=True))
+    assert collected[-1].startswith(
+        "1 more alive that nothing you can name holds (the framework's own objects hold them): "
+    )
     # a path only words can say is left out where one you can type is there (it took a typeable
     # one's place in a line of four)
     from keras_nbguard.models.records import UNTYPEABLE

@@ -37,9 +37,17 @@ def model_lines(report: Any) -> list[str]:
             for leak in report.unreachable[:SHOWN_UNREACHABLE]
         )
         more = " …" if len(report.unreachable) > SHOWN_UNREACHABLE else ""
+        # not collected first: garbage awaiting a collection, or held by what the walk does
+        # not follow (`f = model.train_function`): "gone at the next clear" was a promise
+        why = (
+            "the framework's own objects hold them"
+            if report.collected
+            else "garbage the next clear collects, or held by the framework's own objects: "
+            "%nbguard leaks collects first and says which"
+        )
         lines.append(
             f"{len(report.unreachable)} more alive that nothing you can name holds "
-            f"(gone at the next clear): {named}{more}"
+            f"({why}): {named}{more}"
         )
     return lines
 
