@@ -107,6 +107,10 @@ def test_user_containers_are_reported_not_changed_unless_asked(ip):
     assert ip.user_ns["t"].best is None and ip.user_ns["bag"] == set()
     assert ip.user_ns["cb"]() is None and ip.user_ns["f"].__defaults__ == (None,)
     assert "models[0] = None" in report.released
+    # under the dashboard's button: what it unbound or replaced, not "freed 6 model(s)" alone
+    # (a walkthrough found `kept` gone by its NameError)
+    assert report.briefly().startswith(f"freed {len(names)} model(s) (")
+    assert report.briefly().endswith(" …)") and report.released[0] in report.briefly()
 
 
 @pytest.mark.slow

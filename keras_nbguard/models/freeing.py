@@ -40,6 +40,8 @@ from keras_nbguard.models.stale_nodes import (
 from keras_nbguard.prepare.before_run import clear_every_keras
 from keras_nbguard.records.run import CleanReport
 
+SAID_RELEASED = 3  # what was unbound or replaced, named in one line
+
 
 @dataclass(frozen=True)
 class FreeReport:
@@ -77,6 +79,14 @@ class FreeReport:
             return f"freed {len(self.freed)} model(s){kept}"
         none = "no model freed" + (kept or " (none flagged)")
         return f"{none}; any RSS drop is memory the collection and the clear gave back"
+
+    def briefly(self) -> str:
+        """``counts()`` and what was unbound or replaced, for one line under a button: "freed 1
+        model(s)" left the user to find `kept` gone by its NameError."""
+        if not self.freed or not self.released:
+            return self.counts()
+        more = " …" if len(self.released) > SAID_RELEASED else ""
+        return f"{self.counts()} ({', '.join(self.released[:SAID_RELEASED])}{more})"
 
     def lines(self) -> list[str]:
         from keras_nbguard.records.formatting import fmt_clean

@@ -92,7 +92,7 @@ class Session:
             "undo_reset": self.past.undo_reset,
             # the dashboard's "Free flagged models": exactly the stale ones its list flags,
             # those in your containers too (their slots become None)
-            "free": lambda: self.free(containers=True).counts(),
+            "free": lambda: self.free(containers=True).briefly(),
         }
         self.live = LiveModels(shell, self.warn_once)
         self.census = NamespaceCensus(self.warn_once)
