@@ -515,7 +515,7 @@ def test_free_button_frees_exactly_the_flagged_models(keras_shell, board):
     gc.collect()
     assert [r() is None for r in refs] == [True, True, False]  # the two flagged ones, no more
     assert keras_shell.user_ns["keep"][:2] == [None, None]
-    assert "free: freed 2 model(s) (RSS " in bottom(board)
+    assert "free: freed 2 model(s) (keep[0] = None, keep[1] = None, " in bottom(board)
     assert "STALE" not in bottom(board).split("Models still referenced")[1]
     assert "stale_models" not in bottom(board)  # the finding is the present's too
 

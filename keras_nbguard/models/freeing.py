@@ -43,6 +43,12 @@ from keras_nbguard.records.run import CleanReport
 SAID_RELEASED = 3  # what was unbound or replaced, named in one line
 
 
+def _of_ipython(words: str) -> bool:
+    """Whether a release's words (``del kept``, ``___ = ''``) are of IPython's caches."""
+    target = words.removeprefix("del ").lstrip()
+    return target.startswith(("_", "Out[", "sys.", "the last", "get_ipython()"))
+
+
 @dataclass(frozen=True)
 class FreeReport:
     """What ``free()`` did. Pure data: no references to models."""
@@ -85,8 +91,10 @@ class FreeReport:
         model(s)" left the user to find `kept` gone by its NameError."""
         if not self.freed or not self.released:
             return self.counts()
-        more = " …" if len(self.released) > SAID_RELEASED else ""
-        return f"{self.counts()} ({', '.join(self.released[:SAID_RELEASED])}{more})"
+        # your names and slots before IPython's caches ("keep[0] = None, ___ = '', del _2")
+        said = sorted(self.released, key=_of_ipython)
+        more = " …" if len(said) > SAID_RELEASED else ""
+        return f"{self.counts()} ({', '.join(said[:SAID_RELEASED])}{more})"
 
     def lines(self) -> list[str]:
         from keras_nbguard.records.formatting import fmt_clean
