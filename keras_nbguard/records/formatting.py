@@ -210,7 +210,11 @@ def fmt_clean(clean: CleanReport) -> str:
         f"({_count(clean.entries, 'gradient entry', 'gradient entries')}, {functions})"
     )
     if clean.kept:  # entries piling up for live models never hide behind a purge
-        text += f"; {_count(clean.kept, 'entry', 'entries')} kept for runs whose models are alive"
+        # (the last run's model is alive as a run begins: "models are alive" read as stale ones)
+        text += (
+            f"; {_count(clean.kept, 'entry', 'entries')} kept for runs whose models were alive as "
+            "this run began (the last run's too)"
+        )
     return text
 
 
