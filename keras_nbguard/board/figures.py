@@ -258,7 +258,7 @@ def figure_data(
                     "panel": panel,
                     "series": "not ok",
                     "label": "not ok",
-                    "name": "not ok",
+                    "name": "failed or stopped",  # (its legend mark: the first one's)
                     "color": "#d62728",
                     "dash": "solid",
                     "showlegend": legend,

@@ -147,7 +147,8 @@ function figure(state, width) {
     // failed runs: big marks over the panel's main series, whatever the label's colour
     const bad = rows.filter((r) => r.s !== "ok" && r[series[0][0]] !== null);
     traces.push({
-      type: "scatter", meta: panel + ":not ok", name: "not ok", showlegend: panel === "fit" && bad.length > 0,
+      // named for all three: its legend mark is the first bad run's ("◆ not ok" beside a key of ✕ ★ ◆)
+      type: "scatter", meta: panel + ":not ok", name: "failed or stopped", showlegend: panel === "fit" && bad.length > 0,
       mode: "markers", xaxis: xa, yaxis: ya, x: bad.map((r) => r.n), y: bad.map((r) => r[series[0][0]]),
       text: bad.map((r) => r.text), hovertemplate: "%{text}<extra></extra>",
       marker: {size: 13, color: "#d62728", symbol: bad.map((r) => SYMBOLS[r.s] || "x")},
