@@ -15,7 +15,7 @@ from helpers import make_record, run
 import keras_nbguard
 from keras_nbguard.diagnosis.compare import Comparison, find_run
 from keras_nbguard.diagnosis.diagnose import MIN_RUNS, Trend, diagnose
-from keras_nbguard.diagnosis.findings import rss_trend, trends_text
+from keras_nbguard.diagnosis.findings import label_trends, rss_trend, trends_text
 from keras_nbguard.records.formatting import fmt_seconds
 from keras_nbguard.records.run import FitRecord, GpuReading, Growth, HeldModels
 
@@ -98,6 +98,20 @@ def test_a_slowdown_with_nothing_piling_up_is_the_machines_pace_not_a_finding():
     # a pipeline the cell builds anew each run, as many each run: no more than before
     rebuilt = [dataclasses.replace(r, dataset_traces=2) for r in runs]
     assert "run_slowdown" not in kinds(diagnose(rebuilt))
+
+
+def test_the_fit_time_trend_is_of_runs_that_ran_the_latest_runs_epochs():
+    """A walkthrough's dashboard read `fit time -33 ms per run` over runs of 3 epochs and one
+    of 300 (27.7 s): the line was of different work, not of a pace."""
+    rng = random.Random(2)
+    times = [1.0 + rng.uniform(-0.02, 0.02) for _ in range(10)]
+    runs = runs_of(times)
+    fit = runs[0].fits[0]
+    long = dataclasses.replace(fit, seconds=100.0, epochs=300, epoch_seconds=(0.33,) * 300)
+    runs[4] = dataclasses.replace(runs[4], fit_seconds=100.0, fits=(long,))
+    trend = label_trends(runs)[1]
+    assert runs[4] not in trend.runs and len(trend.runs) == 8  # after the first, less the 300
+    assert abs(trend.trend.slope) < 0.05, trends_text("mlp", runs)
 
 
 def test_a_slowdown_with_the_fits_cpu_time_flat_is_a_busier_machine_not_the_runs():

@@ -746,6 +746,9 @@ def fit_trend(runs: Sequence[RunRecord]) -> RunTrend:
     (``Trend.rises``) over ``MIN_RUNS`` runs at least, where the fits keep a core busy their
     CPU time rises with it, and something of the runs piles up with it (``run_slowdown``)."""
     timed = [r for r in after_warmup(runs) if r.status == "ok" and r.fit_seconds is not None]
+    # only runs that did the latest's work: a 300-epoch run beside 3-epoch ones is no slowdown
+    # (a walkthrough's line `fit time -33 ms per run` over runs of 3 and 300 epochs)
+    timed = [r for r in timed if _fit_work(r) == _fit_work(timed[-1])]
     busier = _busier_machine(timed)
 
     def why_not(trend: Trend) -> str | None:
@@ -758,6 +761,12 @@ def fit_trend(runs: Sequence[RunRecord]) -> RunTrend:
         lambda trend: trend.rises() and why_not(trend) is None,
         unflagged_because=lambda trend: why_not(trend) if trend.rises() else _fit_swings(trend),
     )
+
+
+def _fit_work(run: RunRecord) -> tuple[int, ...]:
+    """The epochs a run's fits ended, fit by fit (more steps each run is a cause the trend
+    names: data piling up, ``_nothing_piles_up``)."""
+    return tuple(len(f.epoch_seconds) for f in run.fits)
 
 
 def _fit_swings(trend: Trend) -> str | None:
