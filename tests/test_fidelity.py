@@ -103,9 +103,10 @@ def test_statm_reader_agrees_with_psutil():
 
 WRAP_FIT = """
 import {keras} as wrapped_keras
-_keras_fit = wrapped_keras.Model.fit
+_keras_fit = wrapped_keras.Model.__dict__.get("fit")  # Keras 3's is inherited: none of its own
+_base_fit = wrapped_keras.Model.fit
 def fit(self, *args, **kwargs):  # a tool's wrapper, without functools.wraps
-    return _keras_fit(self, *args, **kwargs)
+    return _base_fit(self, *args, **kwargs)
 wrapped_keras.Model.fit = fit
 """
 
@@ -128,7 +129,12 @@ model.fit(x, y, epochs=2, batch_size=16, verbose=0)
     try:
         result = keras_shell.run_cell(cell)
     finally:
-        keras_shell.run_cell("wrapped_keras.Model.fit = _keras_fit")
+        restore = (
+            "wrapped_keras.Model.fit = _keras_fit"
+            if keras == "tf_keras"
+            else "del wrapped_keras.Model.fit"
+        )
+        assert keras_shell.run_cell(restore).success  # as it was: no fit of Model's own
     assert result.success, result.error_in_exec
     record = keras_nbguard.runs("wrapped")[-1]
     (fit,) = record.fits
