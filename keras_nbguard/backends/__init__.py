@@ -27,6 +27,13 @@ BACKEND_NAMES = {
 DEFAULT_POLICY = "float32"
 
 
+def package_of(obj: Any) -> str:
+    """The top-level package ``obj`` (a class, a function) was defined in ("" when it does not
+    say): ``keras`` for Keras 3's, ``tf_keras`` for Keras 2's."""
+    module = getattr(obj, "__module__", None)
+    return module.partition(".")[0] if isinstance(module, str) else ""
+
+
 @dataclass(frozen=True)
 class Keras:
     """One Keras the user imported: its public package and the backend it computes with."""

@@ -170,7 +170,7 @@ class FitTimer:
         signature = _call_signature(model_class, name, original)
         if "callbacks" not in signature.parameters:
             self.reasons.append(
-                f"{package_name(model_class)}.Model.{name} is "
+                f"{backends.package_of(model_class)}.Model.{name} is "
                 f"{getattr(original, '__qualname__', name)}() of {original.__module__}, a wrapper "
                 "without functools.wraps: its epochs and batch size can't be read"
             )
@@ -374,20 +374,16 @@ def _call_signature(
         return signature
     for klass in model_class.__mro__:
         own = klass.__dict__.get(name)
-        if own is original or not inspect.isfunction(own) or package_name(own) not in KERASES:
+        if (
+            own is original
+            or not inspect.isfunction(own)
+            or backends.package_of(own) not in backends.PACKAGES
+        ):
             continue
         keras_own = _signature(own)
         if "callbacks" in keras_own.parameters:
             return keras_own
     return signature
-
-
-KERASES = ("keras", "tf_keras")
-
-
-def package_name(obj: Any) -> str:
-    """The top package ``obj`` (a class or function) was defined in."""
-    return str(getattr(obj, "__module__", "") or "").partition(".")[0]
 
 
 def _batch_size(arguments: dict[str, Any]) -> int | None:

@@ -8,6 +8,7 @@ import types
 from typing import Any
 
 from keras_nbguard import backends
+from keras_nbguard.backends import package_of as package_of  # the leak finder's, from here
 
 # Objects of these packages are framework internals: chains through them are not followed (it
 # keeps the walk short). Keras callbacks (History included) are the exception: users hold those.
@@ -93,12 +94,6 @@ def is_estimator(obj: Any) -> bool:
     scikit-learn is not imported (never imports it)."""
     base = getattr(sys.modules.get("sklearn.base"), "BaseEstimator", None)
     return base is not None and isinstance(obj, base)
-
-
-def package_of(obj: Any) -> str:
-    """The top-level package ``obj`` was defined in ("" when it does not say)."""
-    module = getattr(obj, "__module__", None)
-    return module.partition(".")[0] if isinstance(module, str) else ""
 
 
 def is_keras_nesting(outer: Any, name: Any) -> bool:

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from keras_nbguard.backends import PACKAGES
 from keras_nbguard.models.caches import TRACEBACK_ATTRS
 from keras_nbguard.models.frameworks import callback_class, instance_dict, worth_following
 from keras_nbguard.models.naming import Root, awkwardness, named_chains
@@ -31,7 +32,6 @@ from keras_nbguard.models.weights_freed import FreedWeights
 
 MODEL_LINKS = ("_model", "model")  # where Keras' Callback.set_model keeps the model
 WIDE = 5_000  # containers with more items than this are not looked into
-_KERAS = ("keras", "tf_keras")
 Link = tuple[Any, str]  # (a callback, the attribute that holds the model)
 
 
@@ -222,7 +222,7 @@ def _inside_keras_elsewhere() -> bool:
         frame = top if ident != me else None
         while frame is not None:
             name = frame.f_globals.get("__name__")
-            if isinstance(name, str) and name.partition(".")[0] in _KERAS:
+            if isinstance(name, str) and name.partition(".")[0] in PACKAGES:
                 return True
             frame = frame.f_back
     return False

@@ -16,10 +16,10 @@ import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from keras_nbguard.backends import PACKAGES
 from keras_nbguard.models.frameworks import package_of
 from keras_nbguard.models.report import count_bytes, is_optimizer, optimizers
 
-_KERAS = ("keras", "tf_keras")
 WIDE = 1000  # a container of yours with more items than this is not searched for layers
 
 
@@ -106,7 +106,7 @@ def _is_layer(value: Any) -> bool:
     if isinstance(value, type):
         return False
     try:
-        return any(package_of(c) in _KERAS for c in type(value).__mro__) and hasattr(
+        return any(package_of(c) in PACKAGES for c in type(value).__mro__) and hasattr(
             value, "weights"
         )
     except Exception:
