@@ -112,6 +112,13 @@ def test_the_fit_time_trend_is_of_runs_that_ran_the_latest_runs_epochs():
     trend = label_trends(runs)[1]
     assert runs[4] not in trend.runs and len(trend.runs) == 8  # after the first, less the 300
     assert abs(trend.trend.slope) < 0.05, trends_text("mlp", runs)
+    assert trend.span == "runs 2–10 except #5 of other epochs"  # not as if it had failed
+    # an early stop's 3 to 5 epochs are the same work (left out, they left trends of two runs)
+    early = [
+        dataclasses.replace(r, fits=(dataclasses.replace(fit, epoch_seconds=(0.2,) * (3 + i % 3)),))
+        for i, r in enumerate(runs_of(times))
+    ]
+    assert len(label_trends(early)[1].runs) == 9 and label_trends(early)[1].span == "runs 2–10"
 
 
 def test_a_slowdown_with_the_fits_cpu_time_flat_is_a_busier_machine_not_the_runs():

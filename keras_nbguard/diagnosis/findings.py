@@ -203,6 +203,11 @@ def after_warmup(runs: Sequence[RunRecord]) -> list[RunRecord]:
     return this_kernel(runs)[1:][-WINDOW:]
 
 
+def _numbers(numbers: Sequence[int]) -> str:
+    """``#4, #5, #6``; past three, the first three and "…"."""
+    return ", ".join(f"#{n}" for n in numbers[:3]) + ("…" if len(numbers) > 3 else "")
+
+
 class RunTrend:
     """One series over a label's runs after the warm-up: the slope shown, the runs it spans and
     whether the diagnosis names it (``flagged``) — one computation for the dashboard, the
@@ -217,9 +222,11 @@ class RunTrend:
         test: Callable[[Trend], bool],
         may_pass: Callable[[Sequence[float]], bool] = lambda values: True,
         unflagged_because: Callable[[Trend], str | None] = lambda trend: None,
+        other_work: frozenset[int] = frozenset(),
     ) -> None:
         self.series = series  # "RSS left" (what each run leaves) or "fit time"
         self.runs = tuple(runs)  # the runs it is computed over, oldest first
+        self.other_work = other_work  # runs left out for doing other work (other epochs)
         self._values = values
         self._test = test
         self._may_pass = may_pass  # a cheap look at the values that rules the test out
@@ -264,11 +271,15 @@ class RunTrend:
         first, last = self.runs[0].run_number, self.runs[-1].run_number
         if first == last:
             return f"run {first}"
-        # runs between that the series leaves out (stopped or failed; no fit to time)
+        # runs between that the series leaves out: stopped or failed (no fit to time), or that
+        # ran other epochs ("except #4, #5, #6" alone read as three failed runs)
         within = {r.run_number for r in self.runs}
         left_out = [n for n in range(first + 1, last) if n not in within]
-        without = ", ".join(f"#{n}" for n in left_out[:3]) + ("…" if len(left_out) > 3 else "")
-        return f"runs {first}–{last}" + (f" except {without}" if left_out else "")
+        failed = [n for n in left_out if n not in self.other_work]
+        other = [n for n in left_out if n in self.other_work]
+        parts = [_numbers(failed)] if failed else []
+        parts += [f"{_numbers(other)} of other epochs"] if other else []
+        return f"runs {first}–{last}" + (f" except {', and '.join(parts)}" if parts else "")
 
     def unflagged_because(self) -> str | None:
         """Why a line that looks it is no finding (None: flagged, or no reason to give)."""
@@ -746,9 +757,12 @@ def fit_trend(runs: Sequence[RunRecord]) -> RunTrend:
     (``Trend.rises``) over ``MIN_RUNS`` runs at least, where the fits keep a core busy their
     CPU time rises with it, and something of the runs piles up with it (``run_slowdown``)."""
     timed = [r for r in after_warmup(runs) if r.status == "ok" and r.fit_seconds is not None]
-    # only runs that did the latest's work: a 300-epoch run beside 3-epoch ones is no slowdown
-    # (a walkthrough's line `fit time -33 ms per run` over runs of 3 and 300 epochs)
-    timed = [r for r in timed if _fit_work(r) == _fit_work(timed[-1])]
+    # only runs that did about the latest's work: a 300-epoch run beside 3-epoch ones is no
+    # slowdown (a walkthrough's `fit time -33 ms per run`); an early stop's 3 to 5 epochs are
+    # (left out, they left trends of two runs and "except #4, #5, #6")
+    latest = timed[-1].epochs_run if timed else 0
+    other = frozenset(r.run_number for r in timed if not _about_as_many(r.epochs_run, latest))
+    timed = [r for r in timed if r.run_number not in other]
     busier = _busier_machine(timed)
 
     def why_not(trend: Trend) -> str | None:
@@ -760,13 +774,16 @@ def fit_trend(runs: Sequence[RunRecord]) -> RunTrend:
         [r.fit_seconds or 0.0 for r in timed],
         lambda trend: trend.rises() and why_not(trend) is None,
         unflagged_because=lambda trend: why_not(trend) if trend.rises() else _fit_swings(trend),
+        other_work=other,
     )
 
 
-def _fit_work(run: RunRecord) -> tuple[int, ...]:
-    """The epochs a run's fits ended, fit by fit (more steps each run is a cause the trend
-    names: data piling up, ``_nothing_piles_up``)."""
-    return tuple(len(f.epoch_seconds) for f in run.fits)
+def _about_as_many(epochs: int, latest: int) -> bool:
+    """Within a factor of two of the latest run's epochs (more steps each run is a cause the
+    trend names, data piling up: not other work)."""
+    return epochs == latest or (
+        min(epochs, latest) > 0 and max(epochs, latest) <= 2 * min(epochs, latest)
+    )
 
 
 def _fit_swings(trend: Trend) -> str | None:
