@@ -231,6 +231,18 @@ def test_growth_no_name_or_model_explains_is_told_as_native_with_isolate_as_the_
     finding = next(f for f in diagnose(stale) if f.kind == "state_growth")
     assert "only #3's are alive, not more each run (native memory kept" in finding.message
     assert "--isolate" in finding.advice
+    # and the summary's row, under a finding's size, does not say "none of it held by your
+    # code" beside it (the callbacks guide in JupyterLab, `kept = model`)
+    small = [500 * MiB + i * MiB * 3 // 2 for i in range(12)]
+    each = _after_each(
+        [dataclasses.replace(r, stale_models=kept) for r in runs_of([1.0] * 12, small)]
+    )
+    note = each[-1].memory_note
+    assert note is not None and "none of it held by your code" not in note, note
+    assert (
+        "not more each run by your code (no name or model of yours grew; the earlier model " in note
+    )
+    assert "you keep, #3's, is one)" in note
     # nor is Out gaining 0.1 MiB (the History each cell ending in fit puts there)
     out = Growth("Out", "dict", 1, MiB // 10)
     grew = [dataclasses.replace(r, growth=(out,)) for r in runs_of([1.0] * 12, rss)]
@@ -708,7 +720,7 @@ def test_a_native_rise_with_the_allocators_use_flat_is_their_slack_not_a_leak():
     stepped = [h + (33 * MiB if i >= 7 else 0) for i, h in enumerate(heap)]
     last = _after_each(_with_allocators(runs, stepped, blocks))[-1]
     assert last.findings == ()
-    assert "(glibc's heap +20.5 KiB a run but for +33.0 MiB kept by #7, Python's" in (
+    assert "(glibc's heap +20.5 KiB a run but for +33.0 MiB kept since #7, Python's" in (
         last.memory_note
     )
     # the step is memory kept: "not memory kept" speaks of the rest (keras.io's text example
@@ -722,7 +734,7 @@ def test_a_native_rise_with_the_allocators_use_flat_is_their_slack_not_a_leak():
         dataclasses.replace(r, status="interrupted") if i == 7 else r for i, r in enumerate(runs)
     ]
     note = _after_each(_with_allocators(stopped, stepped, blocks))[-1].memory_note
-    assert "but for +33.0 MiB kept by #7–#8, Python's" in note
+    assert "but for +33.0 MiB kept since #7–#8, Python's" in note
     assert "left over runs 2–13 except #8," in note
     # memory kept through any of them raises its use: a leak, named
     for leak in (

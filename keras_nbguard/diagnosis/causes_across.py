@@ -164,7 +164,7 @@ def memory_note(runs: list[RunRecord]) -> str | None:
         head = f"{rate} left over {trend.span}"
     # whose it is, why it is no leak, the way out: a sentence each (in one nest of brackets
     # "the framework's own memory" sat beside "not memory kept")
-    head = f"{head}, none of it held by your code ({NOT_YOURS})"
+    head = f"{head}, {_not_yours(trend.runs[-1])}"
     if xla := xla_kept(trend.runs):
         return (
             f"{head}. {_sentence(xla)}. %%kerasrun --isolate keeps the kernel flat, "
@@ -184,6 +184,19 @@ def memory_note(runs: list[RunRecord]) -> str | None:
     if glibc_slack(trend.runs):  # (a kernel the loader can run, or how to get one)
         way_out += f"; {ON_JEMALLOC}" + (")" if installed(JEMALLOC) else f", {JEMALLOC_FIRST})")
     return ". ".join([head, *(_sentence(reason) for reason in why), way_out])
+
+
+def _not_yours(run: RunRecord) -> str:
+    """Whose the rise is not: none of it your code's; or, beside the one earlier run's model
+    you keep (part of what the runs left: its run's figure and the next), not more each run.
+    "none of it held by your code" sat beside a model a walkthrough kept (`kept = model`)."""
+    stale = run.stale_models
+    if stale is None or not stale.count:
+        return f"none of it held by your code ({NOT_YOURS})"
+    kept = f"#{stale.runs[0]}'s" if stale.runs else "made outside %%kerasrun"
+    return (
+        f"not more each run by your code ({NOT_YOURS}; the earlier model you keep, {kept}, is one)"
+    )
 
 
 def _sentence(words: str) -> str:

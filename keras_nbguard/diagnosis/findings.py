@@ -667,7 +667,8 @@ def _kept_once(runs: Sequence[RunRecord]) -> str:
     # the runs between two of the series' (a stopped one, left out of it) may have kept it
     first, after = runs[i].run_number, runs[i + 1].run_number
     by = f"#{first}" if after == first + 1 else f"#{first}–#{after - 1}"
-    return f" but for {fmt_bytes(int(step), signed=True)} kept by {by}"
+    # since, not by: a model of yours kept past its run shows in the next run's figure
+    return f" but for {fmt_bytes(int(step), signed=True)} kept since {by}"
 
 
 def _rises_every_run(values: Sequence[float]) -> float:
