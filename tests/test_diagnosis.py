@@ -942,6 +942,29 @@ def test_a_rise_in_one_step_is_said_as_a_step_not_as_a_rate():
     assert "(what each run left: its RSS after, or the next run's start where lower)" in note
 
 
+def test_a_step_that_is_most_of_the_rise_is_said_as_a_step_whatever_the_median_run():
+    """JupyterLab, keras.io's collaborative filtering, #4 stopped: what the runs left, 799.6,
+    796.6, 818.3, 823.3, 821.4, 824.0 MiB over runs 2-3 and 5-8; the row read "+4.4 MiB a run
+    left over runs 2–8 except #4" and no step (the median run +2.6, over half the slope), where
+    #7's row had said it: "In steps, not every run: #4–#5 +21.7 MiB"."""
+    left = [800.0, 799.6, 796.6, 818.3, 823.3, 821.4, 824.0]
+    numbers = [1, 2, 3, 5, 6, 7, 8]
+    runs = [
+        dataclasses.replace(r, run_number=n, heap_in_use=90 * MiB, python_blocks=400_000)
+        for r, n in zip(
+            runs_of(
+                [1.0] * len(left),
+                [int((m + 12) * MiB) for m in left],
+                rss_before=[int(m * MiB) for m in left[:1] + left[:-1]],
+            ),
+            numbers,
+            strict=True,
+        )
+    ]
+    note = _after_each(runs)[-1].memory_note
+    assert note is not None and "In steps, not every run: #4–#5 +21.7 MiB" in note, note
+
+
 def test_a_steep_line_no_steadier_than_its_runs_swing_says_so():
     """JupyterLab, keras.io's text example re-run 11 times, #9 stopped: the runs after it sat
     50-80 MiB higher for a while, and the dashboard read "RSS left +5.6 MiB per run over runs
