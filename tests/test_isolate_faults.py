@@ -389,9 +389,9 @@ def test_an_isolated_run_is_told_truly(shell):
     (record,) = keras_nbguard.runs("iso")
     note = record.isolated
     assert re.search(
-        r"start-up \d+\.\d\d s, sent 1 name [\d.]+ MiB, made there \d+\.\d\d s, "
+        r"start-up \d+\.\d\d s, sent 1 name [\d.,]+ (?:B|KiB|MiB), made there \d+\.\d\d s, "
         r"the cell \d+\.\d\d s, saved there \d+\.\d\d s, "
-        r"back 1 model \+ 1 name [\d.]+ MiB in \d+\.\d\d s",
+        r"back 1 model \+ 1 name [\d.,]+ (?:B|KiB|MiB) in \d+\.\d\d s",
         note,
     ), note
     # the kernel's wall, all of it, told in parts: a part nobody names was 3.3 s of 5.2 on

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from keras_nbguard.isolation.parent import ChildResult
+from keras_nbguard.records.formatting import fmt_size
 from keras_nbguard.records.run import GpuReading, RunRecord
 from keras_nbguard.records.samples import RssSamples
 from keras_nbguard.run.tracking import Run
@@ -51,18 +52,16 @@ class Transfer:
         apart = "".join(f" ({name}: {why})" for name, why in self.kept_apart.items())
         if self.trained:
             trained = ", ".join(self.trained)
-            apart += f" ({trained}: trained there, though the cell does not bind it)"
+            it = "them" if len(self.trained) > 1 else "it"
+            apart += f" ({trained}: trained there, though the cell does not bind {it})"
         if self.rebuilt:
             which = "; ".join(f"{', '.join(c)} in {name}" for name, c in self.rebuilt.items())
             apart += (
                 f" (rebuilt without **kwargs: {which}; the saved values their __init__ does "
                 f"not take set after it: keras.models.load_model can't load these classes)"
             )
-        return f"{verb} {' + '.join(parts)} {_mib(self.nbytes)}{took}{apart}"
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB"
+        # (KiB below a MiB: 18 names of 110 KiB read "0.0 MiB")
+        return f"{verb} {' + '.join(parts)} {fmt_size(self.nbytes)}{took}{apart}"
 
 
 class IsolatedRun(Run):
