@@ -369,3 +369,42 @@ def test_side_panel_opens_with_the_dashboard(tmp_path):
             return [svg.getBoundingClientRect().width, panel.clientWidth]; }}""")
         assert 0.8 * widths[1] <= widths[0] <= widths[1], widths
         assert [e for e in page.errors] == []
+
+
+OUT_OF_VIEW_CELLS = (
+    "%load_ext keras_nbguard",
+    "%%kerasrun --label mlp --quiet\nx = 1",
+    "%nbguard dashboard",
+    *("# a cell of the notebook's\n" + "\n".join(f"a{j} = {j}" for j in range(30)),) * 12,
+    "%%kerasrun --label mlp --quiet\nx = 2",
+)
+PLOT_HEIGHTS = "() => [...document.querySelectorAll('.js-plotly-plot')].map(e => e.clientHeight)"
+
+
+def test_a_window_narrowed_while_the_dashboard_is_out_of_view_keeps_its_charts(tmp_path):
+    """A walkthrough's JupyterLab at 1200 px, narrowed to 1000 while the dashboard sat above the
+    cells in view: Plotly's own resize, made while the notebook's windowing left the cell
+    unrendered, read its box as 0 px high, and its charts were drawn under the lists and the
+    next cell until the page was reloaded."""
+    with jupyter_server(tmp_path, "lab") as server, chromium_page(1200, 1600) as page:
+        write_notebook(server.root / "view.ipynb", OUT_OF_VIEW_CELLS)
+        page.goto(server.page_url("view.ipynb"))
+        page.wait_for_selector(".jp-Notebook", timeout=90_000)
+        wait_idle(page, 120)
+        page.evaluate("window.jupyterapp.commands.execute('application:toggle-left-area')")
+        page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        wait_idle(page, 120)
+        page.wait_for_function(PLOTLY, timeout=120_000)
+        (drawn,) = page.evaluate(PLOT_HEIGHTS)
+        last = len(OUT_OF_VIEW_CELLS) - 1
+        for _ in range(2):  # at the notebook's end, the dashboard far above
+            page.evaluate(f"{NOTEBOOK_WIDGET}.content.activeCellIndex = {last}")
+            page.evaluate(f"{NOTEBOOK_WIDGET}.content.scrollToItem({last}, 'start')")
+            page.evaluate("window.jupyterapp.commands.execute('notebook:run-cell')")
+            wait_idle(page, 60)
+        page.set_viewport_size({"width": 1000, "height": 1600})
+        time.sleep(3)  # Plotly's resize, on the window's
+        page.evaluate(f"{NOTEBOOK_WIDGET}.content.scrollToItem(2, 'start')")
+        time.sleep(2)
+        assert drawn > 500 and page.evaluate(PLOT_HEIGHTS) == [drawn]
+        assert [e for e in page.errors] == []

@@ -233,7 +233,8 @@ function render({model, el}) {
   box.textContent = "loading plotly.js …";
   box.style.color = "#777";
   el.appendChild(box);
-  let Plotly = null, pending = null, lastWidth = 0, drawn = null;
+  // deferred: a draw asked for while the box had no size (out of view in a windowed notebook)
+  let Plotly = null, pending = null, lastWidth = 0, drawn = null, deferred = false;
   const liveShape = (live) => [live.epochs.length > 0, live.t.length > 0,
                                Math.max(1, Math.ceil(live.epochs.length / 10)), fitsIn(live) > 1];
   // a whole redraw for a new run (rows) or width; while a run goes, the live samples a few
@@ -254,10 +255,18 @@ function render({model, el}) {
                              y: [live.epochs, live.y]}, drawn.liveIndices);
         return;
       }
-      const width = box.clientWidth || el.clientWidth || 700;
-      lastWidth = width;
+      const width = box.clientWidth || el.clientWidth;
+      if (!width && box.isConnected) {  // not laid out: drawn at 0 px, it stayed 0 px high,
+        deferred = true;                // its charts under the lists; the observer draws it
+        return;
+      }
+      deferred = false;
+      lastWidth = width || 700;
       const state = {rows: model.get("rows") || [], live, notes: model.get("notes") || {}};
-      const {traces, layout} = figure(state, width);
+      const {traces, layout} = figure(state, lastWidth);
+      // its height in the page, not only in the figure: Plotly's own resize reads the box's
+      // (a window narrowed while the dashboard was out of view left it 0 px high)
+      box.style.height = layout.height + "px";
       Plotly.react(box, traces, layout, {displaylogo: false, responsive: true});
       drawn = {shape, liveIndices: [traces.length - 2, traces.length - 1]};
     });
@@ -276,7 +285,8 @@ function render({model, el}) {
   // the layout changes at 560 and 760 px (one column, titles wrapped): redraw when crossed
   const resize = new ResizeObserver(() => {
     const width = box.clientWidth;
-    if (Plotly && width && ((width < 760) !== (lastWidth < 760) || (width < 560) !== (lastWidth < 560))) draw("all");
+    const crossed = (width < 760) !== (lastWidth < 760) || (width < 560) !== (lastWidth < 560);
+    if (Plotly && width && (deferred || crossed)) draw("all");
   });
   resize.observe(box);
   return () => {
