@@ -24,7 +24,7 @@ RUNS = 3  # Keras 3: a third run is the first whose label has two earlier runs
 # or estimator is the cell's value (each run says the model it lets go of from the run before's
 # Out[n]: the third's record counts the second's, and the first's, said by the second, not
 # again), whose models a layer or a model of the setup cell holds (text,
-# feature space, transfer, GAN, the regression tutorial's normalizer), and the timeseries
+# feature space, transfer, the GANs, the regression tutorial's normalizer), and the timeseries
 # classification (run n fits what n-1 loaded).
 TWO_RUNS = (
     "loop_from_scratch",
@@ -52,6 +52,7 @@ TWO_RUNS = (
     "oxford_pets_segmentation",
     "denoising_autoencoder",
     "addition_rnn",
+    "nmt_transformer",
 )
 RUNS_TF_KERAS = 2  # in a process of its own (TensorFlow imported again): kept short
 EXAMPLES = examples()
@@ -85,6 +86,7 @@ def test_the_corpus_holds_every_example_the_issue_names():
     assert list(EXAMPLES) == list(MODULES)
     three = {*HISTORY_IS_THE_VALUE, "sklearn_wrapper", "text_classification", "feature_space"}
     three |= {"transfer_learning", "gan", "timeseries_classification", "regression_normalizer"}
+    three |= {"wgan_gp"}
     assert set(TWO_RUNS) < set(EXAMPLES) and not set(TWO_RUNS) & three
     for example in EXAMPLES.values():
         assert example.follows and example.setup and example.train

@@ -51,6 +51,8 @@ MODULES = (
     "oxford_pets_segmentation",
     "denoising_autoencoder",
     "addition_rnn",
+    "wgan_gp",
+    "nmt_transformer",
 )
 
 
