@@ -289,26 +289,46 @@ def _note_models(model_class: Any, born: dict[int, tuple[Any, int, Any]], n: int
 
     models = [o for o in gc.get_objects() if isinstance(o, model_class)]
     inner = {id(getattr(m, "_functional", None)) for m in models}  # a Sequential's own graph
+    # the setup cell's models are never an earlier run's; their weights, which a run trains,
+    # change every model built on them (each earlier run's WGAN on the setup's generator):
+    # no sign of being current, so they are left out of the others' fingerprints
+    setup = [ref() for ref, at, _ in born.values() if at == 0 and ref() is not None]
+    setup_ids = {id(m) for m in setup}
+    setup_vars = {id(v) for m in setup for v in _variables(m)}
     alive = []
     for m in models:
         if id(m) in inner:
             continue
-        known, weights = born.get(id(m)), _weights_mark(m)
+        if id(m) in setup_ids:
+            alive.append(id(m))
+            continue
+        known, weights = born.get(id(m)), _weights_mark(m, setup_vars)
         if known is None or known[0]() is not m or known[2] != weights:
             born[id(m)] = (weakref.ref(m), n, weights)
         alive.append(id(m))
     return alive
 
 
-def _weights_mark(model: Any) -> int | None:
-    """A fingerprint of the model's weights: a run that trains it changes them (a fit, or a
-    loop of its own); a model that only shares an optimizer or is compiled again keeps them."""
+def _weights_mark(model: Any, setup: set[int]) -> int | None:
+    """A fingerprint of the model's own weights (not the setup cell's models', ``setup``: their
+    ids): a run that trains it changes them (a fit, or a loop of its own); a model that only
+    shares an optimizer or is compiled again keeps them."""
     import numpy as np
 
     try:
-        return hash(tuple(float(np.sum(w, dtype="float64")) for w in model.get_weights()))
+        own = [v for v in _variables(model) if id(v) not in setup]
+        return (
+            hash(tuple(float(np.sum(np.asarray(v), dtype="float64")) for v in own)) if own else None
+        )
     except Exception:  # not built yet, or weights that can't be read: no change seen
         return None
+
+
+def _variables(model: Any) -> list[Any]:
+    try:
+        return list(model.weights)
+    except Exception:
+        return []
 
 
 def _record_of(label: str) -> dict[str, Any]:
