@@ -133,6 +133,8 @@ def _said(reason: str) -> Why:
 FIGURES: tuple[Figure, ...] = (
     ("wall", lambda r: r.wall_seconds, _seconds, _said("not recorded")),
     ("fit", lambda r: r.fit_seconds, _seconds, unknowns.fit_unknown),
+    # beside the fit: its time over 2 epochs against 4 is other work, not a change of pace
+    ("epochs", lambda r: r.epochs_run if r.fits else None, _count, unknowns.fit_unknown),
     # the first epoch traces: a fit of one epoch has none after it
     ("epoch (mean, after the first)", _mean_epoch, _seconds, unknowns.epoch_unknown),
     ("your callbacks", _callbacks, _seconds, unknowns.fit_unknown),
@@ -177,6 +179,8 @@ class Comparison:
                 change = f"{NA} ({cut_short})"  # as the summary's Δ fit says
             if cell_cut_short and name in WHOLE_CELL_FIGURES and a is not None and b is not None:
                 change = f"{NA} ({cell_cut_short})"
+            if name == "fit" and not change.startswith(NA) and (epochs := self._other_epochs()):
+                change = f"{change} ({epochs})"
             rows.append(
                 (
                     name,
@@ -186,6 +190,14 @@ class Comparison:
                 )
             )
         return rows
+
+    def _other_epochs(self) -> str | None:
+        """``#2 ran 3 epochs, #5 4``: where the two runs' fits ran other epochs."""
+        a, b = self.first.epochs_run, self.second.epochs_run
+        if a == b or not self.first.fits or not self.second.fits:
+            return None
+        ran = f"ran {a} epoch{'s' if a != 1 else ''}"
+        return f"{self._name(self.first)} {ran}, {self._name(self.second)} {b}"
 
     def _fit_cut_short(self) -> str | None:
         """Why two runs' fit times can't be compared: a fit of one of them did not end."""
