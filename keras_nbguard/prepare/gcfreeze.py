@@ -73,8 +73,14 @@ class FrameworkFreeze:
 
     def describe(self) -> str:
         if self.frozen:
-            parts = ", ".join(f"{name} ({count:,} objects)" for name, count, _ in self.frozen)
-            return f"frameworks' objects frozen out of gc's scans: {parts}"
+            # each count is all the kernel held as that import ended, not that framework's own
+            # ("jax (334,455 objects), tensorflow (21,523)": TensorFlow imports jax itself)
+            total = sum(count for _, count, _ in self.frozen)
+            names = ", ".join(name for name, _, _ in self.frozen)
+            return (
+                f"{total:,} objects frozen out of gc's scans, all the kernel held as each "
+                f"framework's import ended ({names})"
+            )
         if self.active:
             return f"{gc.get_freeze_count():,} objects frozen (not by keras_nbguard)"
         return f"nothing frozen: {self.reason or 'no framework imported yet'}"
