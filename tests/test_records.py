@@ -194,6 +194,12 @@ def test_a_size_under_a_kib_is_said_in_bytes_not_as_zero():
     assert fmt_size(1536) == "1.5 KiB"
     assert fmt_size(3 * 2**20) == "3.0 MiB"
     assert fmt_size(None) == "n/a"
+    # a walkthrough's collaborative filtering: "1,021.2 KiB weights"; and "RSS left -0.0 MiB"
+    assert fmt_size(1_045_709) == "1.0 MiB" and fmt_size(999 * 2**10) == "999.0 KiB"
+    from keras_nbguard.records.formatting import fmt_bytes
+
+    assert fmt_bytes(-20_000, signed=True) == "+0.0 MiB" and fmt_bytes(-20_000) == "0.0 MiB"
+    assert fmt_bytes(-200_000, signed=True) == "-0.2 MiB"
 
 
 def test_the_runs_table_says_why_each_figure_is_unknown():

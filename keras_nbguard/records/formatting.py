@@ -32,8 +32,11 @@ def fmt_params(params: dict[str, Any] | None) -> str:
 def fmt_bytes(n: int | None, signed: bool = False) -> str:
     if n is None:
         return NA
-    sign = "+" if signed and n >= 0 else ""
-    return f"{sign}{n / 2**20:,.1f} MiB"
+    mib = n / 2**20
+    if round(mib, 1) == 0:
+        mib = 0.0  # a drop under 0.05 MiB read "-0.0 MiB"
+    sign = "+" if signed and mib >= 0 else ""
+    return f"{sign}{mib:,.1f} MiB"
 
 
 def fmt_size(n: int | None) -> str:
@@ -41,7 +44,7 @@ def fmt_size(n: int | None) -> str:
     KiB (plain SGD's state is its step count and learning rate: 12 B, not "0.0 KiB")."""
     if n is not None and n < 2**10:
         return f"{n:,} B"
-    if n is not None and n < 2**20:
+    if n is not None and n < 1000 * 2**10:  # from there on MiB: not "1,021.2 KiB"
         return f"{n / 2**10:,.1f} KiB"
     return fmt_bytes(n)
 
