@@ -398,7 +398,8 @@ def test_two_runs_picked_are_compared_side_by_side(keras_shell, board):
     assert (picker.first.value, picker.second.value) == ("pick #1", "pick #2")
     records = keras_nbguard.runs("pick")
     change = records[1].fit_seconds - records[0].fit_seconds
-    td = '<td style="padding: 0.2em 0.6em">'  # padded: the runs' names ran together
+    # padded (the runs' names ran together), a figure on one line ("+4.2 / MiB")
+    td = '<td style="padding: 0.2em 0.6em; white-space: nowrap">'
     assert f"{td}fit</td>{td}{fmt_seconds(records[0].fit_seconds)}</td>" in picker.result.value
     assert f"{td}{html.escape(fmt_seconds(change, signed=True))}</td>" in picker.result.value
     # a narrow window scrolls it sideways rather than break its words mid-way ("ch an ge")

@@ -423,6 +423,8 @@ def test_compare_says_the_epochs_beside_the_fit_time():
     assert rows["fit"][2].endswith(" (#2 ran 3 epochs, #5 4)"), rows["fit"]
     same = {name: rest for name, *rest in Comparison(three, three).rows()}
     assert "(" not in same["fit"][2]
+    # a figure stays on one line in the table ("+4.2 / MiB" wrapped at 1200 px)
+    assert '; white-space: nowrap">+1</td>' in Comparison(three, four)._repr_html_()
 
 
 def test_compare_names_runs_in_the_users_terms():

@@ -258,10 +258,10 @@ def figure_data(
                     "panel": panel,
                     "series": "not ok",
                     "label": "not ok",
-                    "name": "failed or stopped",  # (its legend mark: the first one's)
+                    "name": "failed or stopped",
                     "color": "#d62728",
                     "dash": "solid",
-                    "showlegend": legend,
+                    "showlegend": False,  # its mark would be the first one's: the key says them
                     "x": [row["n"] for row in points],
                     "y": [row[key] for row in points],
                     "text": [row["text"] for row in points],

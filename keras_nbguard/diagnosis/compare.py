@@ -265,7 +265,7 @@ class Comparison:
         # names ran together ("…False #4 base_model.trainable = False #5 change")
         head = "".join(f"<th{PAD}>{html.escape(c)}</th>" for c in ("", first, second, "change"))
         body = "".join(
-            "<tr>" + "".join(f"<td{PAD}>{html.escape(c)}</td>" for c in row) + "</tr>"
+            "<tr>" + "".join(f"<td{_padded(c)}>{html.escape(c)}</td>" for c in row) + "</tr>"
             for row in self.rows()
         )
         only_first, only_second = self.findings()
@@ -275,6 +275,15 @@ class Comparison:
             for f in found
         )
         return f"<table><tr>{head}</tr>{body}</table>" + (f"<ul>{notes}</ul>" if notes else "")
+
+
+def _padded(cell: str) -> str:
+    """A cell's style: a figure stays on one line ("+4.2 / MiB" wrapped at 1200 px); a long
+    "n/a (why)" may wrap."""
+    return PAD if len(cell) > NOWRAP_UP_TO else PAD[:-1] + '; white-space: nowrap"'
+
+
+NOWRAP_UP_TO = 16  # characters: "-1,021.2 MiB", "+140 ms"
 
 
 def _kind(finding_line: str) -> str:

@@ -136,6 +136,7 @@ function figure(state, width) {
           type: "scatter", meta: panel + ":" + name.toLowerCase() + ":" + g, name: main ? g : g + " " + name,
           legendgroup: g, showlegend: panel === "fit", mode: "lines+markers", xaxis: xa, yaxis: ya,
           x, y, text: main ? text : undefined, connectgaps: false,
+          cliponaxis: false,  // the last run's mark sat half cut at the panel's right edge
           // the others' marks open and larger: a peak equal to the RSS after (the usual run)
           // sat hidden under the main series' mark
           line: {color: runs[0].c, dash, width: 1.5},
@@ -147,8 +148,10 @@ function figure(state, width) {
     // failed runs: big marks over the panel's main series, whatever the label's colour
     const bad = rows.filter((r) => r.s !== "ok" && r[series[0][0]] !== null);
     traces.push({
-      // named for all three: its legend mark is the first bad run's ("◆ not ok" beside a key of ✕ ★ ◆)
-      type: "scatter", meta: panel + ":not ok", name: "failed or stopped", showlegend: panel === "fit" && bad.length > 0,
+      // no legend entry: it showed the first bad run's mark ("◆ failed or stopped" beside a
+      // key reading "◆ interrupted"), and the key above says what each mark is
+      type: "scatter", meta: panel + ":not ok", name: "failed or stopped", showlegend: false,
+      cliponaxis: false,
       mode: "markers", xaxis: xa, yaxis: ya, x: bad.map((r) => r.n), y: bad.map((r) => r[series[0][0]]),
       text: bad.map((r) => r.text), hovertemplate: "%{text}<extra></extra>",
       marker: {size: 13, color: "#d62728", symbol: bad.map((r) => SYMBOLS[r.s] || "x")},
