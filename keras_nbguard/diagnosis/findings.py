@@ -33,6 +33,8 @@ NOISE_FACTOR = 3.0  # ...and as a multiple of the series' own spread
 TREND_P = 0.01  # ...and rising run after run: a Mann–Kendall test's one-sided p-value at most
 GROWTH_BYTES_PER_RUN = 2 * 2**20  # the RSS each run leaves, growing this much a run at least
 OWN_SHARE = 0.5  # ...of which a label's runs themselves add this share (their median RSS change)
+NAMED_GROWTH = 2**20  # a name's growth over a run that can explain 2 MiB left a run (half)
+STEP_SHARE = 0.6  # of a rise, in one step: the rise is that step's, not a rate's
 CALLBACK_SHARE = 0.10  # the user's callbacks' share of the fit time
 WRITER_BYTES = 64 * 2**10  # a callback method writing this much over a fit is checkpointing
 CHECKPOINT_SHARE = 0.10  # ...and named when its share of the fit time is this at least
@@ -467,9 +469,6 @@ def steady_increase(values: Sequence[float]) -> float:
     return min(median_increase(values), median_increase(later))
 
 
-STEP_SHARE = 0.6  # of a rise, in one step: the rise is that step's, not a rate's
-
-
 def rise_in_steps(trend: RunTrend) -> str | None:
     """Where a rise sat when most runs added little of it: the line's slope alone ("+2.8 MiB a
     run") reads as a rate every run pays (Keras' convnet on JAX: +20 MiB at run 4 and +6 at
@@ -699,9 +698,6 @@ def native_growth(runs: Sequence[RunRecord]) -> bool:
     stale = runs[-1].stale_models
     piling = stale is not None and len(set(stale.runs)) >= 2
     return not grown_enough(runs[-1]) and not piling
-
-
-NAMED_GROWTH = 2**20  # a name's growth over a run that can explain 2 MiB left a run (half)
 
 
 def grown_enough(run: RunRecord) -> tuple[Growth, ...]:
