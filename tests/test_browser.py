@@ -180,6 +180,16 @@ def test_dashboard_in_notebook7(tmp_path):
             raise
 
 
+def open_notebook(server, page, name: str, cells: tuple[str, ...]) -> None:
+    """Write ``cells`` as the notebook ``name``, open it, its kernel idle, the file browser
+    closed (the notebook as wide as the window allows)."""
+    write_notebook(server.root / name, cells)
+    page.goto(server.page_url(name))
+    page.wait_for_selector(".jp-Notebook", timeout=90_000)
+    wait_idle(page, 120)
+    page.evaluate("window.jupyterapp.commands.execute('application:toggle-left-area')")
+
+
 def write_notebook(path: Path, cells: tuple[str, ...]) -> None:
     """A notebook of code cells, not run yet."""
     notebook = {
@@ -251,11 +261,7 @@ def test_figure_in_a_fresh_kernel_the_next_cell_at_once_nothing_cut_at_540_px(tm
     then is answered at once). The output area is ~540 px wide: nothing is cut. A reload keeps
     the data. Times are printed (the goals are met in bench/bench_dashboard.py)."""
     with jupyter_server(tmp_path, "lab") as server, chromium_page(656, 1400) as page:
-        write_notebook(server.root / "paint.ipynb", FIRST_PAINT_CELLS)
-        page.goto(server.page_url("paint.ipynb"))
-        page.wait_for_selector(".jp-Notebook", timeout=90_000)
-        wait_idle(page, 120)
-        page.evaluate("window.jupyterapp.commands.execute('application:toggle-left-area')")
+        open_notebook(server, page, "paint.ipynb", FIRST_PAINT_CELLS)
         for index in range(4):
             page.evaluate(f"{NOTEBOOK_WIDGET}.content.activeCellIndex = {index}")
             page.evaluate("window.jupyterapp.commands.execute('notebook:run-cell')")
@@ -387,11 +393,7 @@ def test_a_window_narrowed_while_the_dashboard_is_out_of_view_keeps_its_charts(t
     unrendered, read its box as 0 px high, and its charts were drawn under the lists and the
     next cell until the page was reloaded."""
     with jupyter_server(tmp_path, "lab") as server, chromium_page(1200, 1600) as page:
-        write_notebook(server.root / "view.ipynb", OUT_OF_VIEW_CELLS)
-        page.goto(server.page_url("view.ipynb"))
-        page.wait_for_selector(".jp-Notebook", timeout=90_000)
-        wait_idle(page, 120)
-        page.evaluate("window.jupyterapp.commands.execute('application:toggle-left-area')")
+        open_notebook(server, page, "view.ipynb", OUT_OF_VIEW_CELLS)
         page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
         wait_idle(page, 120)
         page.wait_for_function(PLOTLY, timeout=120_000)
