@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import weakref
 
@@ -111,6 +112,16 @@ def test_user_containers_are_reported_not_changed_unless_asked(ip):
     # (a walkthrough found `kept` gone by its NameError)
     assert report.briefly().startswith(f"freed {len(names)} model(s) (")
     assert report.briefly().endswith(" …)") and report.released[0] in report.briefly()
+    # a model awaiting a collection (no path) that the button's collection took is not said as
+    # freed by it: "freed 2 model(s)" beside one flagged model
+    garbage = dataclasses.replace(report.freed[0], paths=(), path="")
+    one = dataclasses.replace(report, freed=(report.freed[0], garbage))
+    assert one.counts() == "freed 1 model(s), and the collection took 1 more that nothing held"
+    assert one.briefly().startswith("freed 1 model(s) (") and one.briefly().endswith(
+        "…), and the collection took 1 more that nothing held"
+    )
+    only = dataclasses.replace(report, freed=(garbage,), released=())
+    assert only.counts().startswith("no model of yours freed, and the collection took 1 more")
 
 
 @pytest.mark.slow

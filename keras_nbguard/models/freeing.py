@@ -80,21 +80,33 @@ class FreeReport:
         """How many were freed and kept, in words (the dashboard adds the RSS itself). With
         none freed, the RSS drop beside it is the collection's and the clear's, not a model's:
         "freed 0 model(s) (RSS 934.2 MiB → 904.1 MiB)" read as if the button had freed them."""
-        kept = f", {len(self.kept)} still held" if self.kept else ""
-        if self.freed:
-            return f"freed {len(self.freed)} model(s){kept}"
-        none = "no model freed" + (kept or " (none flagged)")
-        return f"{none}; any RSS drop is memory the collection and the clear gave back"
+        return self._counted(said=False)
 
     def briefly(self) -> str:
         """``counts()`` and what was unbound or replaced, for one line under a button: "freed 1
         model(s)" left the user to find `kept` gone by its NameError."""
-        if not self.freed or not self.released:
-            return self.counts()
+        return self._counted(said=True)
+
+    def _counted(self, said: bool) -> str:
+        kept = f", {len(self.kept)} still held" if self.kept else ""
+        # garbage awaiting a collection (no path held it) went with the collection, not with
+        # what was unbound: "freed 2 model(s)" beside one flagged model
+        yours = sum(1 for leak in self.freed if leak.paths)
+        garbage = len(self.freed) - yours
+        took = f", and the collection took {garbage} more that nothing held" if garbage else ""
+        if yours:
+            what = f" ({self._released_words()})" if said and self.released else ""
+            return f"freed {yours} model(s){what}{took}{kept}"
+        if garbage:
+            return f"no model of yours freed{took}{kept}"
+        none = "no model freed" + (kept or " (none flagged)")
+        return f"{none}; any RSS drop is memory the collection and the clear gave back"
+
+    def _released_words(self) -> str:
         # your names and slots before IPython's caches ("keep[0] = None, ___ = '', del _2")
         said = sorted(self.released, key=_of_ipython)
         more = " …" if len(said) > SAID_RELEASED else ""
-        return f"{self.counts()} ({', '.join(said[:SAID_RELEASED])}{more})"
+        return ", ".join(said[:SAID_RELEASED]) + more
 
     def lines(self) -> list[str]:
         from keras_nbguard.records.formatting import fmt_clean
