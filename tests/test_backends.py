@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from keras_nbguard.records.run import RunRecord
+
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
 
@@ -96,6 +98,12 @@ def test_traces_are_a_count_or_na_with_the_reason(flavour):
     else:
         assert steady["trace_kind"] == "tf.function" and steady["traces"] >= 3
         assert steady["dataset_traces"] == 0  # tf_keras' own adapters are not the user's
+        # Keras 2's optimizer makes its slots in the first step: TensorFlow traces that call
+        # twice for one input, which read "several functions, one input each"
+        assert dict(map(tuple, steady["traced_twice"])) == {"train_function": 1}
+        row = RunRecord.from_dict(steady).summary_text()
+        assert "train_function 2× (one input; TensorFlow traces a first call" in row, row
+        assert "several functions" not in row
 
 
 def test_the_deep_clean_says_na_off_tensorflow(flavour):

@@ -350,6 +350,17 @@ def test_the_traces_row_says_whether_one_function_retraced_or_several_traced_onc
     )
     assert "step 4× (one function for 2 inputs)" in row((("step", 4),), (("step", 2),))
     assert row((("step", 2),), ()).endswith("most: step 2×")  # a record from before: as it was
+    # Keras 2's train step: one input, traced again once its first call had made variables
+    twice = make_record(
+        traces=3,
+        traced=(("train_function", 2), ("test_function", 1)),
+        signatures=(("train_function", 1), ("test_function", 1)),
+        traced_twice=(("train_function", 1),),
+    ).summary_text()
+    assert (
+        "most: train_function 2× (one input; TensorFlow traces a first call that makes "
+        "variables twice), test_function 1×"
+    ) in twice
 
 
 def test_a_rise_that_came_between_two_runs_is_said_so():

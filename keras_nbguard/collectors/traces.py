@@ -72,6 +72,8 @@ class TraceCounter:
         self.dataset_seconds: float | None = 0.0  # the time those traces took: what it costs
         self.framework_count: int | None = 0
         self.names: Counter[str] = Counter()  # the tf.functions traced, by name
+        # of those, the traces of an input already traced by a first call that made variables
+        self.traced_twice: Counter[str] = Counter()
         self.reason: str | None = None
         # per tf.function traced in the run (its trace cache, held only while the run goes): its
         # name and the hashes of the distinct inputs it was traced for
@@ -160,10 +162,21 @@ class TraceCounter:
                 name if cache is None else cache, (name or "<unnamed>", set())
             )
             try:
-                seen.add(hash(function_type))  # the same input traced twice (variables) is one
+                key = hash(function_type)
             except TypeError:
-                seen.add(-len(seen) - 1)  # can't tell: a distinct one
+                key = -len(seen) - 1  # can't tell: a distinct one
+            if key in seen and _after_variables(tracing_options):
+                self.traced_twice[name or "<unnamed>"] += 1
+            seen.add(key)  # the same input traced twice (variables) is one
         return False
+
+
+def _after_variables(tracing_options: Any) -> bool:
+    """Whether this trace is the one TensorFlow makes once a first call has created variables
+    (Keras 2's train step, whose optimizer makes its slots there): its input was traced by the
+    call that made them, in the same trace cache."""
+    scope = getattr(tracing_options, "scope_type", None)
+    return getattr(scope, "name", None) == "NO_VARIABLE_CREATION"
 
 
 def _is_tensorflows_own(function: Any) -> bool:

@@ -328,13 +328,22 @@ def fmt_traces(record: RunRecord) -> str:
 def _traced(record: RunRecord, name: str, count: int) -> str:
     """``multi_step_on_iterator 4×``, and whether that is one function traced again and again
     or several of one name (fit's and evaluate's steps, a new model's), each for one input: the
-    run's ``signatures`` count each function's distinct inputs."""
+    run's ``signatures`` count each function's distinct inputs. A first call that made variables
+    is traced twice for one input (Keras 2's train step): that second trace is no new input."""
     most = max((n for each, n in record.signatures if each == name), default=0)
-    if count > 1 and most == 1:
-        return f"{name} {count}× (several functions, one input each)"
-    if 1 < most <= count:
-        return f"{name} {count}× (one function for {most} inputs)"
-    return f"{name} {count}×"
+    twice = dict(record.traced_twice).get(name, 0)
+    inputs = count - twice  # the traces that each met an input anew
+    if inputs > 1 and most == 1:
+        why = "several functions, one input each"
+    elif 1 < most <= inputs:
+        why = f"one function for {most} inputs"
+    elif twice and most == 1:
+        why = "one input"
+    else:
+        return f"{name} {count}×"
+    if twice:
+        why += "; TensorFlow traces a first call that makes variables twice"
+    return f"{name} {count}× ({why})"
 
 
 def fmt_deltas(record: RunRecord) -> str:

@@ -211,6 +211,9 @@ class RunRecord:
     # per tf.function, the distinct inputs (shapes, Python values) it was traced for in the run:
     # (name, how many), most first; one function traced for many is retracing (diagnosis)
     signatures: tuple[tuple[str, int], ...] = ()
+    # per tf.function name, its traces that repeated an input because the first call made
+    # variables (TensorFlow traces that call again once they exist): no input of the user's
+    traced_twice: tuple[tuple[str, int], ...] = ()
 
     # -- derived figures ---------------------------------------------------------------------
     @property
@@ -298,6 +301,7 @@ class RunRecord:
             data[key] = tuple(data.get(key, ()))
         data["traced"] = tuple((name, count) for name, count in data.get("traced", ()))
         data["signatures"] = tuple((name, n) for name, n in data.get("signatures", ()))
+        data["traced_twice"] = tuple((name, n) for name, n in data.get("traced_twice", ()))
         data["own_time"] = tuple((part, s) for part, s in data.get("own_time", ()))
         data["growth"] = tuple(from_fields(Growth, g) for g in data.get("growth", ()))
         data["inference"] = tuple(

@@ -343,6 +343,7 @@ class Run:
             trace_reason=self.traces.reason,
             traced=tuple(self.traces.names.most_common(3)),
             signatures=getattr(self.traces, "signatures", ()),  # tf.function only
+            traced_twice=tuple(getattr(self.traces, "traced_twice", {}).items()),
             dataset_traces=self.traces.dataset_count,
             dataset_trace_seconds=getattr(self.traces, "dataset_seconds", None),
             framework_traces=getattr(self.traces, "framework_count", None),  # tf.function only
