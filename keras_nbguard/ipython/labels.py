@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 MAX_LENGTH = 40
+_CLOSERS = {"(": ")", "[": "]", "{": "}"}
 
 
 def label_from_source(body: str) -> str:
@@ -10,8 +11,39 @@ def label_from_source(body: str) -> str:
     for line in body.splitlines():
         text = line.strip()
         if text and not text.startswith(("#", "%")):
-            return text if len(text) <= MAX_LENGTH else text[: MAX_LENGTH - 1] + "…"
+            return _shortened(text)
     return "empty cell"
+
+
+def _shortened(text: str) -> str:
+    """``model = keras.Sequential(…)``: a line cut at MAX_LENGTH, or whose statement goes on
+    below, ends in an ellipsis and closes its brackets (an open one read as a cut label)."""
+    cut = text
+    while True:
+        closers = _unclosed(cut)
+        if cut == text and not closers and len(text) <= MAX_LENGTH:
+            return text
+        if len(cut) + 1 + len(closers) <= MAX_LENGTH:
+            return f"{cut.rstrip()}…{closers}"
+        cut = cut[: MAX_LENGTH - 1 - len(closers)]  # shorter each time round
+
+
+def _unclosed(code: str) -> str:
+    """The brackets ``code`` leaves open, closed innermost first (strings and a comment skipped)."""
+    expected: list[str] = []
+    quote = None
+    for char in code:
+        if quote is not None:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#":
+            break
+        elif char in _CLOSERS:
+            expected.append(_CLOSERS[char])
+        elif expected and char == expected[-1]:
+            expected.pop()
+    return "".join(reversed(expected))
 
 
 class CellLabels:
