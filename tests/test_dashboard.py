@@ -693,13 +693,16 @@ def test_model_lines_flag_stale_models_first_with_size_and_paths():
     assert collected[-1].startswith(
         "1 more alive that nothing you can name holds (the framework's own objects hold them): "
     )
-    # a path only words can say is left out where one you can type is there (it took a typeable
-    # one's place in a line of four)
+    # paths you can type come first (one only words can say took a typeable one's place), as
+    # many and in the same words as %nbguard leaks lists them (they had rules of their own)
     from keras_nbguard.models.records import UNTYPEABLE
 
     words = f"kept._compiled_trainable_state — a _DictWrapper … {UNTYPEABLE}"
     held = dataclasses.replace(current, paths=("model", words, "a", "b", "c"))
-    assert model_lines(LeakReport((held,)))[0].endswith(": model, a, b, c")
+    assert model_lines(LeakReport((held,)))[0].endswith(": model, a, b and 2 more")
+    assert "sequential (Sequential, 40.0 MiB weights, 'mlp' #2): model, a, b and 2 more" in (
+        "\n".join(LeakReport((held,)).lines())
+    )
     only = dataclasses.replace(current, paths=(words,))
     assert model_lines(LeakReport((only,)))[0].endswith(f": {words}")
 

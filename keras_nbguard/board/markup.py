@@ -10,7 +10,6 @@ from typing import Any
 from keras_nbguard.board.findings_view import findings_html, findings_text
 from keras_nbguard.board.svg_charts import static_charts
 from keras_nbguard.diagnosis.findings import Finding
-from keras_nbguard.models.records import UNTYPEABLE
 from keras_nbguard.records.run import RunRecord
 from keras_nbguard.records.tables import runs_table
 
@@ -23,13 +22,9 @@ def model_lines(report: Any) -> list[str]:
     lines = []
     for leak in report.leaks:
         run = leak.run_words(quoted=False)
-        # a path no expression reaches (`kept._compiled_trainable_state — a _DictWrapper …`)
-        # only where none you can type is there: in a line of four it took a typeable one's place
-        typeable = [p for p in leak.paths if UNTYPEABLE not in p] or list(leak.paths)
-        paths = ", ".join(typeable[:4]) + (" …" if len(typeable) > 4 else "")
         lines.append(
             f"{'STALE' if leak.stale else 'current'} {leak.model_name} "
-            f"({leak.size_words()}, {run}): {paths}"
+            f"({leak.size_words()}, {run}): {leak.some_paths()}"
         )
     if report.unreachable:  # named: "1 more alive" alone left the user asking which
         named = "; ".join(

@@ -58,6 +58,16 @@ class Leak:
         shared = f"all in {self.weights_in} too" if self.weights_in else ""
         return fmt_weights(self.weight_bytes, self.optimizer_bytes, shared)
 
+    def some_paths(self) -> str:
+        """The paths a user can type first, then those only words can say, ``PATHS_SHOWN`` of
+        them at most, as every view lists them (the dashboard's list and %nbguard leaks' had
+        rules of their own, and differed): a VAE's encoder had ten, seven through
+        ``_compiled_trainable_state``."""
+        typed = [p for p in self.paths if UNTYPEABLE not in p]
+        ordered = typed + [p for p in self.paths if UNTYPEABLE in p]
+        more = len(ordered) - PATHS_SHOWN
+        return ", ".join(ordered[:PATHS_SHOWN]) + (f" and {more} more" if more > 0 else "")
+
     def run_words(self, quoted: bool = True) -> str:
         """Which run made it, and the later one that used it where there is one: keras.io's
         timeseries classification trains, each run, the model the run before it loaded."""
@@ -123,7 +133,7 @@ class LeakReport:
             words = f" ({leak.held_as})" if leak.held_as else ""
             out.append(
                 f"  {'STALE' if leak.stale else 'ok   '} {leak.model_name} {sized(leak)}: "
-                f"{_some_paths(leak.paths)}{words}"
+                f"{leak.some_paths()}{words}"
             )
         for leak in self.unreachable:  # which run made it says whose garbage it is
             out.append(f"  unreachable {leak.model_name} {sized(leak)}: {leak.reason}")
@@ -151,12 +161,3 @@ class LeakReport:
 
 
 PATHS_SHOWN = 3  # a model held by the user's names is also held through Keras' own state
-
-
-def _some_paths(paths: tuple[str, ...]) -> str:
-    """The paths a user can type first, then those only words can say, ``PATHS_SHOWN`` of them
-    at most: a VAE's encoder listed ten, seven through ``_compiled_trainable_state``."""
-    typed = [p for p in paths if UNTYPEABLE not in p]
-    ordered = typed + [p for p in paths if UNTYPEABLE in p]
-    more = len(ordered) - PATHS_SHOWN
-    return ", ".join(ordered[:PATHS_SHOWN]) + (f" and {more} more" if more > 0 else "")
