@@ -448,3 +448,22 @@ def test_a_model_made_outside_a_run_and_fit_by_runs_is_not_the_first_runs(keras_
     scratch, model = keras_shell.user_ns["scratch"].name, keras_shell.user_ns["model"].name
     assert words[scratch] == "made outside %%kerasrun, used by 'kd' #2"
     assert words[model] == "'kd' #2"  # one the run built is the run's
+
+
+def test_a_setup_model_is_not_stale_after_a_run_that_failed_before_using_it(keras_shell):
+    """JupyterLab, keras.io's knowledge distillation: a run that failed on a typo before fitting
+    `student_scratch` (made in the setup cell, fit by each run) left it "STALE … from #1", and
+    `%nbguard free`, as the summary advised, deleted it: the next run failed on a NameError."""
+    run(keras_shell, "scratch = make_model()")
+    cell = f"%%kerasrun --label kd --quiet\nmodel = make_model()\n{FIT}\n"
+    cell += "scratch.fit(x, y, verbose=0)\n"
+    rerun(keras_shell, cell, 1)
+    failed = run(keras_shell, cell.replace("scratch.fit", "scrath.fit"))
+    assert not failed.success
+    name = keras_shell.user_ns["scratch"].name
+    (leak,) = [leak for leak in keras_nbguard.leaks() if leak.model_name == name]
+    assert not leak.stale and leak.reason == "bound to your names (made outside a tracked run)"
+    assert last("kd").stale_models is None or not last("kd").stale_models.count
+    keras_nbguard.free()
+    assert "scratch" in keras_shell.user_ns
+    assert run(keras_shell, cell).success

@@ -118,9 +118,10 @@ def settle(
     whose models are current (the run that just ended); before a run, every model of the label
     is from an earlier run."""
     settled = Settled()
-    candidates = _outermost(
-        [m for m in registry.of_label(label) if registry.last_run(m) != exclude]
-    )
+    earlier = [m for m in registry.of_label(label) if registry.last_run(m) != exclude]
+    setup = _setup_models(earlier, registry, user_ns)
+    candidates = _outermost([m for m in earlier if id(m) not in setup])
+    del earlier
     nodes = release and listed(registry, label)  # a layer of yours keeps an earlier run's call
     if not nodes and (not candidates or (not report and _all_named(candidates, user_ns))):
         return settled  # the usual cases, and cheap ones: no heap walk
@@ -146,6 +147,15 @@ def settle(
     # no gc here: the models sit in reference cycles (model.history <-> History.model) that the
     # next run's clear collects anyway, right before its deep clean (a full gc is ~0.1 s)
     return settled
+
+
+def _setup_models(models: list[Any], registry: ModelRegistry, user_ns: Any) -> set[int]:
+    """Ids of the models made outside any tracked run that a name of yours binds: a setup
+    cell's, which the runs use, whatever the last run reached (report.py, ``_setup_model``)."""
+    outside = {id(m) for m in models if not getattr(registry.origin(m), "label", "")}
+    if not outside:
+        return set()
+    return {id(v) for k, v in list(user_ns.items()) if id(v) in outside and not k.startswith("_")}
 
 
 def _settle_walked(

@@ -233,6 +233,8 @@ def _leak(
     newest = registry.latest.get(used.label) if registry is not None and used else None
     old = used is not None and newest is not None and newest != used
     user = any(u for _, u in paths)
+    if old and _setup_model(origin, paths):
+        old = False  # the cell reads it each run: a run that failed before using it is no sign
     if not paths:
         blockers = probe.blockers.get(id(model)) or []
         held = "framework internals" if collected else "its own cycles or framework internals"
@@ -250,7 +252,7 @@ def _leak(
             "held only by Keras' record of a call on a layer of yours (made outside a tracked "
             "run), not by your names"
         )
-    elif used is None:
+    elif used is None or _setup_model(origin, paths):
         reason = "bound to your names (made outside a tracked run)"
     else:
         reason = f"made by the latest run of {used.label!r} and bound to your names"
@@ -276,6 +278,15 @@ def _leak(
         used_by=_used_by(origin, last),
         held_as=held_as,
     )
+
+
+def _setup_model(origin: RunRef | None, paths: list[tuple[str, bool]]) -> bool:
+    """Whether the model was made outside any tracked run and a name of yours binds it: a setup
+    cell's, which the runs use (keras.io's knowledge distillation fits `student_scratch` in
+    each). A run that failed before reaching it made it read "from #1", and `free` deleted the
+    name the next run needed."""
+    made_outside = origin is None or not origin.label
+    return made_outside and any(user and path.isidentifier() for path, user in paths)
 
 
 def _used_by(origin: RunRef | None, last: RunRef | None) -> tuple[str, int] | None:
