@@ -780,20 +780,26 @@ model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=Tru
 history = model.fit(ds_train, epochs=1, verbose=0)
 shapes = [tuple(x.shape) for x, _ in ds_train]
 top = float(max(float(tf.reduce_max(x)) for x, _ in ds_train))
+labels = sorted(int(v) for _, y in ds_train for v in y)
 """
 
 
-def test_a_tf_data_pipeline_built_in_a_setup_cell_is_replayed_for_an_isolated_fit(shell):
+def test_a_pipeline_drawn_from_a_random_generator_reaches_the_child_with_its_data(shell):
+    """A user's walkthrough, keras.io's text classification: replayed in the child, the setup's
+    `reviews(32)` drew from `rng` as it is now (moved on by every draw since), so the isolated
+    run trained and evaluated on other reviews and labels than the kernel's (accuracy 0.72
+    isolated, 0.34 in the kernel). A pipeline whose statements draw from a random stream is
+    sent as its data (tf.data's save) instead."""
     assert run(shell, PIPELINE_SETUP).success
-    setup = _cell_number(shell)
+    kernel_labels = sorted(int(v) for _, y in shell.user_ns["ds_train"] for v in y)
     _ran(shell, PIPELINE_TRAIN)
     ns = shell.user_ns
+    assert ns["labels"] == kernel_labels  # the kernel's own data, not new draws
     assert ns["shapes"] == [(64, 28, 28, 1)] * 4  # map, cache, shuffle, batch: as built here
     assert 0.9 < ns["top"] <= 1.0  # normalized by the notebook's own function
     assert len(ns["history"].history["loss"]) == 1
     words = _sent("pipeline")
-    # every statement of the chain, the data's own included; rng went by value (pickle)
-    assert f"ds_train (replayed In[{setup}] lines 5-6, 9-13)" in words, words
+    assert "ds_train (tf.data " in words and "replayed" not in words, words
 
 
 SUBMODEL_SETUP = """\

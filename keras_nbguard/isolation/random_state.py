@@ -14,9 +14,12 @@ after the seed has the plain run's losses to the last digit, its second does not
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import random
 import sys
+import types
+from collections.abc import Mapping
 from typing import Any
 
 from keras_nbguard.prepare.kept_state import KERAS3_STATE  # Keras 3's global attributes
@@ -94,3 +97,99 @@ def _take_on_tensorflow(seed: int, op_seeds: Any) -> None:
         return
     tf.random.set_seed(seed)
     tf_context.context()._rng.setstate(op_seeds)
+
+
+def drawn_from(source: str, namespace: Mapping[str, Any]) -> str | None:
+    """The random stream a statement draws from when it runs, in words (None: none seen): a
+    generator of yours (``rng``), a module's global one (``np.random``), directly or in a
+    function of the notebook it calls. A stream moves on with each draw, and ``carried()`` and a
+    pickled generator hand over its state now: a statement replayed in another process draws
+    other numbers than it drew in the kernel (keras.io's text classification: ``reviews(32)``
+    made other reviews and labels, and the isolated run trained and evaluated on them)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in _run_now(tree):
+        if isinstance(node, ast.Name) and node.id in namespace:
+            value = namespace[node.id]
+            if _is_stream(value) or _is_global_stream(value):
+                return node.id
+            if isinstance(value, types.FunctionType):
+                inner = _drawn_in(value)
+                if inner is not None:
+                    return f"{inner} (in {node.id}())"
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr == "random"
+            and isinstance(node.value, ast.Name)
+            and _has_global_stream(namespace.get(node.value.id))
+        ):
+            return f"{node.value.id}.random"
+    return None
+
+
+def _run_now(tree: ast.AST) -> list[ast.AST]:
+    """The nodes a statement runs as it runs: not the bodies of what it defines."""
+    found: list[ast.AST] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _drawn_in(function: types.FunctionType) -> str | None:
+    """A stream the function's own code reads from its globals (one call deep; its
+    comprehensions and inner functions included)."""
+    globals_ = function.__globals__
+    names = _names_in(function.__code__)
+    owners = [n for n in names if _has_global_stream(globals_.get(n))]
+    for name in names:
+        if name == "random" and owners:  # `np.random.rand()`: an attribute, among its names
+            return f"{owners[0]}.random"
+        value = globals_.get(name)
+        if _is_stream(value) or _is_global_stream(value):
+            return name
+    return None
+
+
+def _names_in(code: types.CodeType) -> list[str]:
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names += _names_in(const)
+    return names
+
+
+def _is_stream(value: Any) -> bool:
+    """A generator object with a state of its own: NumPy's, Python's, TensorFlow's."""
+    if isinstance(value, random.Random):
+        return True
+    kind = type(value)
+    module = getattr(kind, "__module__", "") or ""
+    if module.startswith("numpy.random"):
+        return kind.__name__ in ("Generator", "RandomState")
+    return kind.__name__ == "Generator" and module.startswith("tensorflow")
+
+
+def _is_global_stream(value: Any) -> bool:
+    """Python's ``random`` module, or ``numpy.random`` / ``tf.random`` bound by itself."""
+    return isinstance(value, types.ModuleType) and value.__name__ in (
+        "random",
+        "numpy.random",
+        "tensorflow.random",
+        "tensorflow._api.v2.random",
+    )
+
+
+def _has_global_stream(value: Any) -> bool:
+    """A module whose ``random`` is a global stream: NumPy, TensorFlow, Keras."""
+    return isinstance(value, types.ModuleType) and value.__name__.split(".")[0] in (
+        "numpy",
+        "tensorflow",
+        "keras",
+    )

@@ -396,6 +396,7 @@ class _Packer:
 
     def _include(self, unit: Any, index: int) -> None:
         from keras_nbguard.isolation.names import is_builtin
+        from keras_nbguard.isolation.random_state import drawn_from
         from keras_nbguard.isolation.replay import MAX_STATEMENTS
 
         if index in unit.statements:
@@ -403,6 +404,13 @@ class _Packer:
         if self.count >= MAX_STATEMENTS:
             raise Unsendable(f"more than {MAX_STATEMENTS} statements to replay")
         statement = self.history.statement((unit.cell, index))
+        stream = drawn_from(statement.source, self.namespace)
+        if stream is not None:  # its draws now are not those it made (random_state.py)
+            line = _span(statement.source)[0]
+            raise Unsendable(
+                f"In[{unit.cell}] line {line} draws from {stream}, which has moved on since: "
+                f"replayed, it would make other data"
+            )
         unit.statements[index] = statement.source
         self.count += 1
         for read in statement.reads:
