@@ -240,9 +240,9 @@ def test_growth_no_name_or_model_explains_is_told_as_native_with_isolate_as_the_
     note = each[-1].memory_note
     assert note is not None and "none of it held by your code" not in note, note
     assert (
-        "not more each run by your code (no name or model of yours grew; the earlier model " in note
-    )
-    assert "you keep, #3's, is one)" in note
+        "not more each run by your code (no name of yours grew; of earlier runs' models only "
+        "#3's, which you keep, is alive)"
+    ) in note
     # nor is Out gaining 0.1 MiB (the History each cell ending in fit puts there)
     out = Growth("Out", "dict", 1, MiB // 10)
     grew = [dataclasses.replace(r, growth=(out,)) for r in runs_of([1.0] * 12, rss)]
@@ -1054,3 +1054,33 @@ def test_a_step_is_named_only_where_it_is_one():
     # keras.io's custom train_step, `#9 +34.1 MiB` of a run that added 4 after a stopped #8
     around_a_stop = [make_record(run_number=n) for n in (1, 2, 3, 5, 6, 7, 8)]
     assert _in_steps(around_a_stop, left).startswith("in steps, not every run: #4–#5 +6.5 MiB")
+
+
+def test_a_rise_that_is_the_model_you_kept_says_so_not_the_frameworks():
+    """JupyterLab, keras.io's weather forecasting: `kept = model` after run 6, and the runs 2-8
+    read "+12.4 MiB a run … no name or model of yours grew: the framework's memory" where "Free
+    flagged" gave all of it back (945 -> 867 MiB, below run 2's). One step beside the run whose
+    model you keep is that model's: its graphs and optimizer stay with it."""
+    from keras_nbguard.diagnosis.findings import rss_trend
+
+    left = [800, 801, 801, 802, 801, 802, 880, 881, 881]  # run 7 keeps #6's model
+    after = [int((mib + 15) * MiB) for mib in left]
+    before = [int(mib * MiB) for mib in left[:1] + left[:-1]]
+    kept = HeldModels(count=1, runs=(6,), paths=("kept",), weight_bytes=MiB)
+    runs = [
+        dataclasses.replace(r, stale_models=kept if r.run_number >= 7 else None)
+        for r in runs_of([1.0] * len(left), after, rss_before=before)
+    ]
+    note = _after_each(runs)[-1].memory_note
+    assert note is not None and "part of it #6's model you keep (`kept`)" in note, note
+    assert "none of it held by your code" not in note and "framework's memory" not in note
+    why = rss_trend(runs).unflagged_because()
+    assert why is not None and why.startswith("part of it is #6's model you keep (`kept`)"), why
+    # a steady rise beside the same kept model is not its
+    steady = [800 + 2 * i for i in range(9)]
+    rising = [
+        dataclasses.replace(r, stale_models=kept if r.run_number >= 7 else None)
+        for r in runs_of([1.0] * 9, [int((m + 15) * MiB) for m in steady])
+    ]
+    note = _after_each(rising)[-1].memory_note
+    assert note is None or "part of it #6's" not in note, note

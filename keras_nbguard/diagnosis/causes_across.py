@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from keras_nbguard.collectors.allocated import DEBIAN_PACKAGES, JEMALLOC, installed
 from keras_nbguard.diagnosis.findings import (
     DATASET_RUNS,
+    FREE_IT,
     MIN_RUNS,
     NOT_YOURS,
     RECENT,
@@ -16,6 +17,7 @@ from keras_nbguard.diagnosis.findings import (
     fit_trend,
     glibc_slack,
     grown_enough,
+    kept_in_the_rise,
     name_of,
     names,
     native_growth,
@@ -164,7 +166,7 @@ def memory_note(runs: list[RunRecord]) -> str | None:
         head = f"{rate} left over {trend.span}"
     # whose it is, why it is no leak, the way out: a sentence each (in one nest of brackets
     # "the framework's own memory" sat beside "not memory kept")
-    head = f"{head}, {_not_yours(trend.runs[-1])}"
+    head = f"{head}, {_not_yours(trend.runs, trend.values)}"
     if xla := xla_kept(trend.runs):
         return (
             f"{head}. {_sentence(xla)}. %%kerasrun --isolate keeps the kernel flat, "
@@ -186,16 +188,20 @@ def memory_note(runs: list[RunRecord]) -> str | None:
     return ". ".join([head, *(_sentence(reason) for reason in why), way_out])
 
 
-def _not_yours(run: RunRecord) -> str:
-    """Whose the rise is not: none of it your code's; or, beside the one earlier run's model
-    you keep (part of what the runs left: its run's figure and the next), not more each run.
-    "none of it held by your code" sat beside a model a walkthrough kept (`kept = model`)."""
-    stale = run.stale_models
+def _not_yours(runs: Sequence[RunRecord], values: Sequence[float]) -> str:
+    """Whose the rise is: part of it the earlier run's model you kept meanwhile (its graphs and
+    optimizer: more than its weights); else none of it your code's, or, beside a model you kept
+    before these runs, not more each run. "none of it held by your code" sat beside a model a
+    walkthrough kept (`kept = model`)."""
+    if kept := kept_in_the_rise(runs, values):
+        return f"part of it {kept}, its graphs and optimizer with it ({FREE_IT})"
+    stale = runs[-1].stale_models
     if stale is None or not stale.count:
         return f"none of it held by your code ({NOT_YOURS})"
-    kept = f"#{stale.runs[0]}'s" if stale.runs else "made outside %%kerasrun"
+    kept = f"#{stale.runs[0]}'s" if stale.runs else "one made outside %%kerasrun"
     return (
-        f"not more each run by your code ({NOT_YOURS}; the earlier model you keep, {kept}, is one)"
+        f"not more each run by your code (no name of yours grew; of earlier runs' models only "
+        f"{kept}, which you keep, is alive)"
     )
 
 

@@ -60,6 +60,7 @@ CPU_KEPT_PACE = 0.5  # ...and a slowdown of theirs raises their CPU time this sh
 # (bench_examples.py); a leak of the framework's keeps rising and is named then.
 NATIVE_RUNS = 10
 NOT_YOURS = "no name or model of yours grew"  # (native_growth)
+FREE_IT = "`%nbguard free` gives back what it holds"
 # TensorFlow's CPU pool (oneDNN) reaching higher peaks explains a native rise when its peak rose
 # by this share of the RSS's rise at least while what it had in use between runs did not rise
 # (by half of GROWTH_BYTES_PER_RUN a run): Keras' text example, 40-80% (bench_examples.py, ``p``)
@@ -424,6 +425,8 @@ def _why_not_rss(
             return reason
         if len(runs) < MIN_RUNS:  # a growing line the diagnosis does not judge yet
             return _needs_runs(len(runs))
+        if native and (kept := kept_in_the_rise(runs, settled)):
+            return f"part of it is {kept}: its graphs and optimizer stay with it ({FREE_IT})"
         if native and (slack := allocators_slack(runs, trend.rise)):
             return slack
         if native and (level := peaks_level(runs, trend.slope)):
@@ -698,6 +701,26 @@ def native_growth(runs: Sequence[RunRecord]) -> bool:
     stale = runs[-1].stale_models
     piling = stale is not None and len(set(stale.runs)) >= 2
     return not grown_enough(runs[-1]) and not piling
+
+
+def kept_in_the_rise(runs: Sequence[RunRecord], values: Sequence[float]) -> str | None:
+    """The earlier run's model you keep, in words, where its keeping is the rise: most of it one
+    step beside that run (``values``: what each run left, ``runs``' first ones). It holds more
+    than its weights (its graphs, its optimizer's state); beside it "no name or model of yours
+    grew: the framework's memory" misled (keras.io's weather forecasting in JupyterLab: "Free
+    flagged" gave back all of a +12.4 MiB-a-run rise). A steady rise is not one model's."""
+    stale = runs[-1].stale_models if runs else None
+    if stale is None or not stale.count or not stale.runs or len(values) < 2:
+        return None
+    steps = [b - a for a, b in itertools.pairwise(values)]
+    biggest = max(range(len(steps)), key=steps.__getitem__)
+    if not steps[biggest] >= STEP_SHARE * (values[-1] - values[0]) > 0:
+        return None
+    kept, stepped = stale.runs[0], runs[biggest + 1].run_number  # the run that left it higher
+    if not kept - 1 <= stepped <= kept + 1:
+        return None
+    where = f" (`{stale.paths[0]}`)" if stale.paths else ""
+    return f"#{kept}'s model you keep{where}"
 
 
 def grown_enough(run: RunRecord) -> tuple[Growth, ...]:
