@@ -181,6 +181,38 @@ def test_stop_button_on_an_isolated_run_takes_its_processes(shell, tmp_path):
     assert gone_after(pids_in(pids)) == []
 
 
+def test_a_stopped_isolated_fit_keeps_its_epochs_as_a_stopped_plain_one(shell, tmp_path):
+    """A user's walkthrough: a plain run stopped mid-fit read `fit 9.93 s; … stopped after 281
+    epochs`, an isolated one `fit n/a: the isolated process ended first`: the child was killed
+    at once. Its cell is stopped as the kernel's is, and its run comes back with the epochs it
+    fit."""
+    started = tmp_path / "started"
+    cell = (
+        "%%kerasrun --isolate --label stopfit --quiet\n"
+        "import numpy as np, keras\n"
+        "model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])\n"
+        "model.compile('sgd', 'mse')\n"
+        f"mark = keras.callbacks.LambdaCallback(on_epoch_end=lambda e, logs: e == 2 and "
+        f"open({str(started)!r}, 'w').close())\n"
+        "model.fit(np.zeros((64, 4)), np.zeros(64), epochs=100000, verbose=0, callbacks=[mark])\n"
+    )
+    threading.Thread(
+        target=lambda: (wait_until(started.exists, timeout=120), _thread.interrupt_main()),
+        daemon=True,
+    ).start()
+    with capture_output() as seen:
+        result = run(shell, cell)
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    (record,) = keras_nbguard.runs("stopfit")
+    assert record.status == "interrupted"
+    (fit,) = record.fits
+    assert not fit.completed and len(fit.epoch_seconds) >= 3 and record.fit_seconds
+    assert seen.stdout + seen.stderr == (
+        "KeyboardInterrupt: the isolated run 'stopfit' was stopped: its process is ended, the "
+        "run recorded as interrupted\n"
+    )
+
+
 KILLED_KERNEL = """
 import sys
 from IPython.core.interactiveshell import InteractiveShell

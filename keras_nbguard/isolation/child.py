@@ -94,6 +94,9 @@ def make_shell(send: Send) -> Any:
     sys.stdout, sys.stderr = Forward("stdout", send), Forward("stderr", send)
     shell = InteractiveShell.instance()
     _forward_displays(shell, send)
+    # the stop button reaches the cell here as SIGINT (parent.py): the kernel says it in one
+    # line, so this shell shows no traceback of it (TensorFlow's frames, where the fit was)
+    shell.set_custom_exc((KeyboardInterrupt,), lambda *stopped, **offset: None)
     shell.run_line_magic("load_ext", "keras_nbguard")
     import keras_nbguard
 

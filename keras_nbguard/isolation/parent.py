@@ -30,6 +30,9 @@ from keras_nbguard.isolation.spare import Context
 SAMPLE_SECONDS = 0.1  # the child's RSS, read from here: also what a died run keeps
 END_SECONDS = 4.0  # after its result: for the child's word on stray threads (it waits 1.5 s)
 EXIT_SECONDS = 10.0  # then for it to exit, in the background, before its group is killed
+# the stop button: how long the child's cell has to stop as a plain cell does and say its run
+# (the epochs it fit), before it is killed; a second press kills it at once
+STOP_SECONDS = 3.0
 
 OnMessage = Callable[[tuple[Any, ...]], None]
 OnSample = Callable[[float, int], None]
@@ -119,15 +122,31 @@ class Child:
 
     def wait(self, on_message: OnMessage, on_sample: OnSample) -> ChildResult:
         """Pass each message on as it comes, sample the child's RSS, until it has given its
-        result or ended. KeyboardInterrupt (the stop button) kills it and goes on up."""
+        result or ended. KeyboardInterrupt (the stop button) stops its cell, then kills it, and
+        goes on up."""
         try:
             while not self._finished:
                 self.step(self.inbox.poll(SAMPLE_SECONDS), on_message)
                 self.sample(on_sample)
         except KeyboardInterrupt:
-            self.interrupted()
+            try:
+                self._stop_cell(on_message)
+            finally:
+                if self.done.result is None:
+                    self.interrupted()
             raise
         return self.done
+
+    def _stop_cell(self, on_message: OnMessage) -> None:
+        """Interrupt the child's cell as the kernel's own is (SIGINT: KeyboardInterrupt where it
+        runs) and wait ``STOP_SECONDS`` for its result: the run it records is the one a plain
+        cell stopped there records, its epochs and fit time in. Killed at once, it was
+        `fit n/a: the isolated process ended first` after eight seconds of fit."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.popen.pid, signal.SIGINT)
+        deadline = time.monotonic() + STOP_SECONDS
+        while self.done.result is None and not self._finished and time.monotonic() < deadline:
+            self.step(self.inbox.poll(SAMPLE_SECONDS), on_message)
 
     def step(self, readable: bool, on_message: OnMessage) -> None:
         """Take what the child sent (``readable``: the inbox has data), and notice its end."""
