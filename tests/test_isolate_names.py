@@ -1003,3 +1003,26 @@ def test_what_only_the_notebooks_keras_classes_read_is_never_replayed(shell):
     _ran(shell, "%%kerasrun --isolate --label small --quiet\ntotal = sum(sizes) * epochs\n")
     assert shell.user_ns["total"] == 9.0
     assert "val_ds" not in _sent("small"), _sent("small")
+
+
+def test_a_model_trained_there_says_which_names_still_hold_the_one_from_before(shell):
+    """A user's walkthrough: after `alias = model; models = [model]`, an isolated
+    `model.fit(...)` left `alias` and `models[0]` untrained (the model comes back as a new
+    object, where a plain run trains that very one) and nothing said so."""
+    setup = (
+        "import numpy as np, keras\n"
+        "model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])\n"
+        "model.compile('sgd', 'mse')\nalias = model\nmodels = [model]\n"
+        "x, y = np.ones((32, 4), 'float32'), np.ones((32, 1), 'float32')\n"
+    )
+    assert run(shell, setup).success
+    _ran(
+        shell, "%%kerasrun --isolate --label alias --quiet\nmodel.fit(x, y, epochs=1, verbose=0)\n"
+    )
+    ns = shell.user_ns
+    assert ns["alias"] is not ns["model"] and ns["models"][0] is ns["alias"]
+    words = _sent("alias")
+    assert (
+        "model came back as a new object: alias, models[0] still hold the one from before the "
+        "run, as it was (a plain run changes that very model)"
+    ) in words, words

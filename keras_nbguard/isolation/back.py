@@ -14,7 +14,7 @@ import tempfile
 import time
 import types
 import weakref
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 from keras_nbguard.isolation import changed_state, random_state, registrations
@@ -30,6 +30,7 @@ from keras_nbguard.prepare import kept_state, layer_names
 from keras_nbguard.prepare.deepclean import clear_kernel_cache
 from keras_nbguard.prepare.lookup_tables import freed_with_their_objects
 
+IPYTHONS = frozenset({"In", "Out", "exit", "quit", "get_ipython"})  # IPython's names, not yours
 # what a result holds that is loaded here, then let go
 LOADED = ("outputs", "value", "state", "metric_state")
 
@@ -140,6 +141,8 @@ def received(
     if run is not None:
         run.back = back
         run.returned = tuple(weakref.ref(model) for model in models.values())
+        if namespace is not None:
+            run.notes += _replaced_but_held(namespace, earlier, models)
         # their names are the label's: a run here next skips those it keeps (the encoder the
         # cell made once) and takes the others again
         layer_names.made_in_another_process(run.label, models.values())
@@ -241,6 +244,36 @@ def _make_room(
             release()  # reports it: session/live_models.py)
         gc.collect()  # a model sits in cycles: freed by a collection
     return gone
+
+
+def _replaced_but_held(
+    namespace: Mapping[str, Any], earlier: dict[str, weakref.ref[Any]], models: dict[str, Any]
+) -> tuple[str, ...]:
+    """A model that came back is a new object: where the one its name held before still lives
+    under other names (``alias = model``, ``models = [model]``), those names see the model as it
+    was before the run, where a plain run trains that very object. Said, with those names (a
+    user's walkthrough found `alias` untrained and nothing saying why)."""
+    notes = []
+    for key in models:
+        old = earlier[key]() if key in earlier else None
+        if old is None or old is models[key]:
+            continue
+        yours = [(n, v) for n, v in list(namespace.items()) if n not in IPYTHONS and n[:1] != "_"]
+        holders = [name for name, value in yours if value is old]
+        holders += [
+            f"{name}[{index!r}]"
+            for name, value in yours
+            if isinstance(value, (list, tuple, dict))
+            for index, item in (value.items() if isinstance(value, dict) else enumerate(value))
+            if item is old
+        ]
+        if holders:
+            shown = ", ".join(holders[:3]) + (" …" if len(holders) > 3 else "")
+            notes.append(
+                f"{key} came back as a new object: {shown} still hold the one from before "
+                f"the run, as it was (a plain run changes that very model)"
+            )
+    return tuple(notes)
 
 
 def _built_alike(
