@@ -842,6 +842,62 @@ def test_a_sweep_runs_every_point_two_at_a_time(iso_shell):
     assert frame["isolated"].all()
 
 
+def test_a_sweep_with_a_failing_point_fails_once_every_point_has_run(iso_shell):
+    """Run All must stop at a sweep whose points failed, as at a failing --isolate run: after
+    the last point, in one line naming the point and its error (no frames of ours)."""
+    from keras_nbguard.isolation import IsolatedRunFailed
+
+    assert run(iso_shell, "base = 10").success
+    cell = '%%kerasrun --sweep "d=0,2" --label somefail --quiet\nq = base / d\n'
+    with capture_output() as seen:
+        result = run(iso_shell, cell)
+    assert not result.success
+    error = result.error_in_exec
+    assert isinstance(error, IsolatedRunFailed)
+    assert str(error) == (
+        "1 of 2 points of the sweep 'somefail' failed: d=0 error "
+        "(ZeroDivisionError: division by zero)"
+    )
+    assert error.results[(("d", 2),)] == {"q": 5.0}  # the point that ran is not lost
+    assert [(r.params["d"], r.status) for r in keras_nbguard.runs("somefail")] == [
+        (0, "error"),
+        (2, "ok"),
+    ]
+    shown = seen.stdout + seen.stderr
+    assert f"SweepFailed: {error}" in shown
+    assert "keras_nbguard/isolation" not in shown  # the child's traceback, then our one line
+
+
+def test_a_failing_isolated_run_says_so_in_one_line_after_the_childs_traceback(iso_shell):
+    """A user's walkthrough: the child's traceback, then a second one through magic.py and
+    isolation/__init__.py for IsolatedRunFailed. Ours is one line."""
+    with capture_output() as seen:
+        result = run(iso_shell, "%%kerasrun --isolate --label boom --quiet\nq = 1 / 0\n")
+    assert not result.success
+    shown = seen.stdout + seen.stderr
+    assert "ZeroDivisionError" in shown  # the child's own traceback
+    assert "IsolatedRunFailed: the isolated run 'boom' #1 ended error: " in shown, shown
+    assert "keras_nbguard/isolation" not in shown and "magic.py" not in shown, shown
+
+
+def test_a_parallel_sweep_shows_its_points_running_and_the_time_left_moving(iso_shell):
+    cell = (
+        '%%kerasrun --sweep "s=1,2,3" --parallel 2 --label side\n'
+        "import time\ntime.sleep(1.5)\nz = s\n"
+    )
+    with capture_output() as seen:
+        result = run(iso_shell, cell)
+    assert result.success, result.error_in_exec
+    tables = [str(o.data.get("text/plain", "")) for o in seen.outputs]
+    heads = [t.splitlines()[0] for t in tables if t.startswith("sweep side: ")]
+    assert any(h.startswith("sweep side: 0 done, 2 running, 1 left of 3") for h in heads), heads
+    assert any("s=3  running" in t for t in tables)  # its row, with its time so far
+    # the last point alone: its estimate is redrawn as the clock moves, not only at ends
+    last = [h for h in heads if h.startswith("sweep side: 2 done, 1 running, 0 left of 3, about")]
+    assert len(set(last)) > 1, heads
+    assert heads[-1] == "sweep side: 3 done, 0 running, 0 left of 3"
+
+
 @pytest.mark.parametrize(
     ("spec", "words"),
     [("units", "is not name=value"), ("units=", "has no values"), ("a=1; a=2", "given twice")],

@@ -116,6 +116,26 @@ def test_a_parallel_of_zero_is_a_usage_error_before_any_process(shell):
     assert keras_nbguard.runs() == []
 
 
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ("d=0,0.0", "d=0 and d=0.0 would be one point of the sweep's results"),
+        ("flag=1,True", "flag=1 and flag=True would be one point"),
+        ("shape=[1,2],(1,2)", "shape=[1, 2] and shape=(1, 2) would be one point"),
+        ("units=32,32", "units=32 is given twice"),
+    ],
+)
+def test_sweep_values_equal_as_keys_are_a_usage_error_before_any_process(shell, spec, words):
+    """The table and the history would show two runs, the returned mapping one of them."""
+    before = set(psutil.Process().children(recursive=True))
+    with capture_output() as seen:
+        assert not run(shell, f'%%kerasrun --sweep "{spec}"\nx = 1\n').success
+    out = seen.stdout + seen.stderr
+    assert "UsageError" in out and words in out, out
+    assert set(psutil.Process().children(recursive=True)) <= before
+    assert keras_nbguard.runs() == []
+
+
 def test_isolation_options_are_plain_values_checked_without_the_magic():
     assert Isolation(sweep="a=1,2", parallel=2).parallel == 2
     with pytest.raises(ValueError, match="1 or more, not 0"):
@@ -148,7 +168,7 @@ def test_stop_button_ends_a_parallel_sweep_at_once(shell, tmp_path):
         _thread.interrupt_main()
 
     threading.Thread(target=stop_when_one_is_in, daemon=True).start()
-    with capture_output():
+    with capture_output() as seen:
         result = run(shell, cell)
     assert isinstance(result.error_in_exec, KeyboardInterrupt)
     records = keras_nbguard.runs("stop")
@@ -156,6 +176,11 @@ def test_stop_button_ends_a_parallel_sweep_at_once(shell, tmp_path):
     assert {r.params["a"] for r in records if r.status == "ok"} == {1}
     assert {r.params["a"] for r in records} == {1, 2, 3}  # 4-6 never started
     assert gone_after(pids_in(pids)) == []  # children and what they started
+    # one line, wherever the press landed (psutil's try/except showed "During handling ...")
+    assert seen.stdout + seen.stderr == (
+        "KeyboardInterrupt: the sweep 'stop' was stopped after 1 of 6 points: the running ones "
+        "recorded as interrupted, the rest not run\n"
+    )
 
 
 @pytest.mark.slow
@@ -179,6 +204,54 @@ def test_stop_button_on_an_isolated_run_takes_its_processes(shell, tmp_path):
     (record,) = keras_nbguard.runs("stopped")
     assert record.status == "interrupted"
     assert gone_after(pids_in(pids)) == []
+
+
+@pytest.mark.slow
+def test_a_stopped_sweep_one_at_a_time_marks_its_running_point_and_says_one_line(shell, tmp_path):
+    second = tmp_path / "second"
+    cell = (
+        f'%%kerasrun --sweep "s=0,60,61" --label stopseq\nimport time\n'
+        f"if s:\n    open({str(second)!r}, 'w').close()\ntime.sleep(s)\n"
+    )
+    threading.Thread(
+        target=lambda: (wait_until(second.exists, timeout=120), _thread.interrupt_main()),
+        daemon=True,
+    ).start()
+    with capture_output() as seen:
+        result = run(shell, cell)
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert [(r.params["s"], r.status) for r in keras_nbguard.runs("stopseq")] == [
+        (0, "ok"),
+        (60, "interrupted"),
+    ]
+    table = str(seen.outputs[-1].data["text/plain"])  # as the stop left it
+    assert table.startswith("sweep stopseq: 2 done, 0 running, 1 left of 3"), table
+    assert "s=60  interrupted" in table
+    assert seen.stdout + seen.stderr == (
+        "KeyboardInterrupt: the sweep 'stopseq' was stopped after 1 of 3 points: the running "
+        "ones recorded as interrupted, the rest not run\n"
+    )
+
+
+@pytest.mark.slow
+def test_a_stopped_isolated_run_says_one_line(shell, tmp_path):
+    started = tmp_path / "started"
+    cell = (
+        f"%%kerasrun --isolate --label stopone --quiet\nimport time\n"
+        f"open({str(started)!r}, 'w').close()\ntime.sleep(60)\n"
+    )
+    threading.Thread(
+        target=lambda: (wait_until(started.exists, timeout=120), _thread.interrupt_main()),
+        daemon=True,
+    ).start()
+    with capture_output() as seen:
+        result = run(shell, cell)
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert [r.status for r in keras_nbguard.runs("stopone")] == ["interrupted"]
+    assert seen.stdout + seen.stderr == (
+        "KeyboardInterrupt: the isolated run 'stopone' was stopped: its process is ended, the "
+        "run recorded as interrupted\n"
+    )
 
 
 def test_a_stopped_isolated_fit_keeps_its_epochs_as_a_stopped_plain_one(shell, tmp_path):

@@ -5,7 +5,8 @@ left and a time estimate, the fastest point marked. Each point's full summary is
 
 The isolation package drives it: ``table = SweepTable(label, points)``, ``table.show()``, then
 ``table.started(params)`` and ``table.finished(params, record)`` (or ``status=`` when no record
-came back) from any thread, ``table.close()`` at the end.
+came back) from any thread, ``table.tick()`` while points run (their times and the estimate
+move), ``table.close()`` at the end.
 """
 
 from __future__ import annotations
@@ -60,7 +61,20 @@ class SweepTable:
             self._ended.append(key)
         self._redraw(force=True)
 
-    def close(self) -> None:
+    def tick(self) -> None:
+        """Nothing started or ended: redrawn at most every PERIOD for the running points' times
+        and the time left, which move with the clock."""
+        self._redraw()
+
+    def close(self, stopped: bool = False) -> None:
+        """``stopped``: the stop button ended the sweep; a point still shown running was
+        stopped with it (its run is recorded interrupted)."""
+        if stopped:
+            with self._lock:
+                for key, (status, record, since) in list(self._state.items()):
+                    if status == "running":
+                        self._state[key] = ("interrupted", record, since)
+                        self._ended.append(key)
         self._redraw(force=True)
 
     # -- drawing ------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +31,15 @@ from keras_nbguard.prepare.before_run import RunOptions
 if TYPE_CHECKING:
     from keras_nbguard.session.core import Session
 
-__all__ = ["IsolatedRun", "IsolatedRunFailed", "Isolation", "close_spares", "run_isolated"]
+__all__ = [
+    "IsolatedRun",
+    "IsolatedRunFailed",
+    "Isolation",
+    "Stopped",
+    "SweepFailed",
+    "close_spares",
+    "run_isolated",
+]
 
 MAX_UNASKED = 100  # a sweep of more points asks for --yes
 
@@ -67,6 +75,30 @@ class Isolation:
 class IsolatedRunFailed(Exception):
     """The isolated cell raised, or its process died: the cell fails too, so "Run All" stops
     (the child's own traceback has been shown above)."""
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython's hook for an exception's own display: one line in the user's terms; our
+        # frames would only bury the child's own traceback above
+        return [f"{type(self).__name__}: {self}"]
+
+
+class SweepFailed(IsolatedRunFailed):
+    """Points of a ``--sweep`` failed, died or were stopped: raised once every point has run
+    (each is recorded, its own traceback shown as it ended), so "Run All" stops. ``results``: the
+    points' names as the sweep would have returned them (``sys.last_value.results``)."""
+
+    def __init__(self, message: str, results: dict[Any, Any]) -> None:
+        super().__init__(message)
+        self.results = results
+
+
+class Stopped(KeyboardInterrupt):
+    """The stop button during an isolated run or a sweep, once its processes are ended and its
+    runs recorded: still a KeyboardInterrupt (the cell stops, "Run All" too), shown as one line,
+    not the frames the press happened to land in (psutil's, the selector's, ours)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"KeyboardInterrupt: {self}"]
 
 
 @dataclass
@@ -151,7 +183,13 @@ def run_isolated(
 
 def _one(cell: _Cell, job: dict[str, Any], how: Isolation, deleted: Sequence[str]) -> Any:
     spare = _spare_of(cell.session)
-    run, bound = _watched(cell, job, spare, into_namespace=True, deleted=deleted)
+    try:
+        run, bound = _watched(cell, job, spare, into_namespace=True, deleted=deleted)
+    except KeyboardInterrupt:
+        raise Stopped(
+            f"the isolated run {job['label']!r} was stopped: its process is ended, the run "
+            f"recorded as interrupted"
+        ) from None
     if how.prestart:
         spare.make(names.imports_of(job["source"]))  # the next run's, while the user reads
     _raise_if_failed(run)
@@ -160,41 +198,77 @@ def _one(cell: _Cell, job: dict[str, Any], how: Isolation, deleted: Sequence[str
 
 def _sweep(cell: _Cell, job: dict[str, Any], how: Isolation, plan: sweep.Sweep) -> Any:
     """Each point's bound names, by point: in the namespace the points would overwrite each
-    other. Points are made as they are run (``plan`` is lazy)."""
+    other. Points are made as they are run (``plan`` is lazy). A point that failed does not stop
+    the others; once all have run, ``SweepFailed`` names the ones that did."""
+    from keras_nbguard.records.formatting import fmt_params
+
     results: dict[Any, Any] = {}
+    statuses: list[str] = []  # how each point recorded ended, in order
+    failed: list[str] = []  # "d=0 error (ZeroDivisionError: division by zero)", in order
     points = ({**job, "params": params} for params in plan)
     table = _sweep_table(cell, job["label"], plan)
     if table is not None:  # one table, not a 10-line summary per point
         cell = dataclasses.replace(cell, options=dataclasses.replace(cell.options, quiet=True))
 
-    def keep(point: dict[str, Any], bound: dict[str, Any]) -> None:
+    def keep(point: dict[str, Any], run: IsolatedRun, bound: dict[str, Any]) -> None:
         bound.pop(LAST, None)
         results[sweep.key(point["params"])] = bound
+        record = run.record
+        if record is not None:
+            statuses.append(record.status)
+        if record is not None and record.status != "ok":
+            error = (record.error or "").strip().splitlines()
+            said = f" ({error[0][:120]})" if error else ""
+            failed.append(f"{fmt_params(point['params'])} {record.status}{said}")
         if table is not None:
-            table.finished(point["params"], cell.session.last_run(point["label"]))
+            table.finished(point["params"], record)
 
     def done(point: dict[str, Any], child: ChildResult, stop: BaseException | None) -> None:
-        keep(point, _recorded(cell, point, child, stop))
+        keep(point, *_recorded(cell, point, child, stop))
 
-    if how.cluster is not None:
-        from keras_nbguard.isolation import ray_cluster
+    try:
+        if how.cluster is not None:
+            from keras_nbguard.isolation import ray_cluster
 
-        ray_cluster.run_all(points, how.gpus, lambda m: _show(cell.session, m), done)
-    elif how.parallel > 1:
-        from keras_nbguard.isolation.pool import run_side_by_side
+            ray_cluster.run_all(points, how.gpus, lambda m: _show(cell.session, m), done)
+        elif how.parallel > 1:
+            from keras_nbguard.isolation.pool import run_side_by_side
 
-        run_side_by_side(points, how.parallel, lambda m: _quiet_epochs(cell.session, m), done)
-    else:
-        spare = _spare_of(cell.session)
-        for point in points:
-            if table is not None:
-                table.started(point["params"])
-            _, bound = _watched(cell, point, spare)
-            keep(point, bound)
-            if how.prestart:
-                spare.make(names.imports_of(job["source"]))
+            run_side_by_side(
+                points,
+                how.parallel,
+                lambda m: _quiet_epochs(cell.session, m),
+                done,
+                on_start=None if table is None else lambda point: table.started(point["params"]),
+                on_tick=None if table is None else table.tick,
+            )
+        else:
+            spare = _spare_of(cell.session)
+            for point in points:
+                if table is not None:
+                    table.started(point["params"])
+                tick = None if table is None else table.tick
+                keep(point, *_watched(cell, point, spare, on_tick=tick))
+                if how.prestart:
+                    spare.make(names.imports_of(job["source"]))
+    except KeyboardInterrupt:
+        if table is not None:
+            table.close(stopped=True)
+        ended = len([s for s in statuses if s != "interrupted"])
+        raise Stopped(
+            f"the sweep {job['label']!r} was stopped after {ended} of {len(plan)} points: "
+            f"the running ones recorded as interrupted, the rest not run"
+        ) from None
     if table is not None:
         table.close()
+    if failed:
+        shown = "; ".join(failed[:3])
+        more = f"; {len(failed) - 3} more: %nbguard runs {job['label']}" if len(failed) > 3 else ""
+        raise SweepFailed(
+            f"{len(failed)} of {len(plan)} points of the sweep {job['label']!r} failed: "
+            f"{shown}{more}",
+            results,
+        )
     return results
 
 
@@ -219,11 +293,19 @@ def _watched(
     spare: Spare,
     into_namespace: bool = False,
     deleted: Sequence[str] = (),
+    on_tick: Callable[[], Any] | None = None,
 ) -> tuple[IsolatedRun, dict[str, Any]]:
     """One child, watched live: its prints and displays into the cell, its epochs and RSS to the
     dashboard and the store; recorded however it ends (its names loaded first: the run's wall
-    includes them, and its models are the run's)."""
+    includes them, and its models are the run's). ``on_tick``: at each sample (a sweep table's
+    running time)."""
     session = cell.session
+
+    def on_sample(t: float, rss: int) -> None:
+        session.events.emit("sample", t, rss)
+        if on_tick is not None:
+            on_tick()
+
     run = _begin(cell, job)
     error: BaseException | None = None
     child = None
@@ -235,10 +317,7 @@ def _watched(
         child = child or Child()
         child.start(job)
         run.child = child.done
-        child.wait(
-            lambda message: _show(session, message),
-            lambda t, rss: session.events.emit("sample", t, rss),
-        )
+        child.wait(lambda message: _show(session, message), on_sample)
         run.not_sent = (child.done.result or {}).get("not_sent") or None
         bound = received(
             child.done,
@@ -263,7 +342,7 @@ def _watched(
 
 def _recorded(
     cell: _Cell, job: dict[str, Any], done: ChildResult, stop: BaseException | None
-) -> dict[str, Any]:
+) -> tuple[IsolatedRun, dict[str, Any]]:
     """A child that ran beside others, recorded as it ends (the kernel tracks one run at a
     time), without live samples."""
     run = _begin(cell, job)
@@ -276,7 +355,7 @@ def _recorded(
             run.elapsed = done.wall + run.back.seconds
     finally:
         _finish(cell.session, run, stop, cell.options)
-    return bound
+    return run, bound
 
 
 def _begin(cell: _Cell, job: dict[str, Any]) -> IsolatedRun:

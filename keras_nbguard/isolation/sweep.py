@@ -38,6 +38,7 @@ class Sweep:
             parsed = tuple(value(name, v.strip()) for v in split(values, ",") if v.strip())
             if not parsed:
                 raise ValueError(f"--sweep: {name!r} has no values")
+            _refuse_equal(name, parsed)
             axes.append((name, parsed))
         if not axes:
             raise ValueError(f"--sweep needs at least one name=value,value (e.g. {EXAMPLE})")
@@ -104,6 +105,27 @@ def value(name: str, text: str) -> Any:
         f"--sweep: {name}={text!r} is not a Python value: use a number, True/False/None, "
         f"'quoted text', [a, list] or (a, tuple); quote text with spaces, commas or symbols"
     )
+
+
+def _refuse_equal(name: str, values: tuple[Any, ...]) -> None:
+    """Two values whose keys are equal (``0`` and ``0.0``, ``1`` and ``True``, ``[1, 2]`` and
+    ``(1, 2)``, a value given twice) would be one entry of the sweep's mapping while the table
+    and the history show two runs, one of them lost. Refused before any process starts rather
+    than kept apart: keeping them apart would need keys that are not the values the user typed,
+    and the mapping is read by those (``points[(("d", 0.0),)]``); a value given twice is most
+    likely a slip, and repeats of one point are a ``seed=1,2,3`` axis."""
+    seen: dict[Any, Any] = {}
+    for v in values:
+        k = _hashable(v)
+        if k in seen:
+            earlier = seen[k]
+            if repr(earlier) == repr(v):
+                raise ValueError(f"--sweep: {name}={v!r} is given twice")
+            raise ValueError(
+                f"--sweep: {name}={earlier!r} and {name}={v!r} would be one point of the sweep's "
+                f"results (as keys they are equal): give one of them"
+            )
+        seen[k] = v
 
 
 def key(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
