@@ -80,14 +80,15 @@ def runs_frame(label: str | None = None, this_kernel: bool = False) -> Any:
 def export(
     path: str, label: str | None = None, this_kernel: bool = False, *, force: bool = False
 ) -> int:
-    """Write ``runs()`` to the new CSV file ``path``; returns the number of runs written.
+    """Write ``runs()`` to the new file ``path``, CSV or JSON by its ending (``.csv``,
+    ``.json``); returns the number of runs written.
 
     An existing file is replaced only with ``force=True``; a notebook or a SQLite database (the
     run history) never. ``ValueError`` says why a file was not written."""
-    from keras_nbguard.store.exporting import write_csv
+    from keras_nbguard.store.exporting import write_runs
 
     session = get_session()
-    return write_csv(
+    return write_runs(
         session.runs(label, this_kernel), path, force=force, protected=session.protected_paths()
     )
 

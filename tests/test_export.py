@@ -1,8 +1,10 @@
-"""Export: %nbguard export FILE.csv, keras_nbguard.runs_frame(), and %nbguard config --db."""
+"""Export: %nbguard export FILE.csv / FILE.json, keras_nbguard.runs_frame(), and %nbguard config
+--db."""
 
 from __future__ import annotations
 
 import csv
+import json
 import math
 import sqlite3
 import sys
@@ -71,6 +73,51 @@ def test_export_mistakes_are_usage_errors_in_plain_words(shell, tmp_path):
         shell.run_line_magic("nbguard", f"export {tmp_path}")
     with pytest.raises(UsageError, match="takes nothing after its name but its options"):
         shell.run_line_magic("nbguard", "leaks somefile.csv")
+
+
+def test_export_json_is_json_with_the_csv_columns_numbers_and_null_for_unknowns(
+    shell, tmp_path, capsys
+):
+    assert shell.run_cell("%%kerasrun --label j --quiet\nz = 1").success
+    assert not shell.run_cell("%%kerasrun --label '=j' --quiet\nraise ValueError('bad')").success
+    shell.run_line_magic("nbguard", f"export {tmp_path / 'runs.csv'}")
+    shell.run_line_magic("nbguard", f"export {tmp_path / 'runs.json'}")
+    assert f"wrote 2 run(s) to {tmp_path / 'runs.json'}" in capsys.readouterr().out
+
+    text = (tmp_path / "runs.json").read_text(encoding="utf-8")
+    assert not text.startswith("notebook,")  # not the CSV under another name
+    runs = json.loads(text)
+    rows = _rows(tmp_path / "runs.csv")
+    assert [list(run) for run in runs] == [list(row) for row in rows]  # the same columns
+    for run, row in zip(runs, rows, strict=True):
+        for column, value in run.items():
+            cell = row[column]
+            if value is None:  # unknown: null here, an empty cell there
+                assert cell == "", (column, cell)
+            elif isinstance(value, bool):
+                assert cell == str(value), column
+            elif isinstance(value, int | float):  # numbers as numbers
+                assert float(cell) == pytest.approx(value), column
+            else:
+                assert isinstance(value, str) and cell.lstrip("'") == value, column
+    ok, failed = runs
+    assert (ok["label"], ok["run_number"], ok["status"]) == ("j", 1, "ok")
+    assert isinstance(ok["rss_peak"], int) and isinstance(ok["wall_seconds"], float)
+    assert ok["fit_seconds"] is None and ok["error"] is None and ok["isolated"] is False
+    assert failed["label"] == "=j" and "bad" in failed["error"]  # text as it is (no ' before =)
+
+
+def test_export_refuses_a_file_that_is_neither_csv_nor_json(shell, tmp_path):
+    assert shell.run_cell("%%kerasrun --label e --quiet\nz = 1").success
+    for name in ("runs.txt", "runs.xlsx", "runs"):
+        target = tmp_path / name
+        with pytest.raises(UsageError, match=r"writes \.csv \(CSV\) or \.json \(JSON\) files"):
+            shell.run_line_magic("nbguard", f"export {target}")
+        with pytest.raises(ValueError, match=f"give a file name such as {tmp_path / 'runs'}.csv"):
+            keras_nbguard.export(str(target))
+        assert not target.exists()
+    assert keras_nbguard.export(str(tmp_path / "RUNS.JSON")) == 1  # the ending in any case
+    assert json.loads((tmp_path / "RUNS.JSON").read_text())[0]["label"] == "e"
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from keras_nbguard.board.figures import figure_data, hover_text
 from keras_nbguard.records.run import GpuReading
 from keras_nbguard.server.history import StoredRun
 from keras_nbguard.server.page import render
-from keras_nbguard.store.exporting import write_csv
+from keras_nbguard.store.exporting import write_runs
 
 PWN = "window.__pwned = (window.__pwned || 0) + 1"
 LABEL = f'<a href="https://evil.example/">click</a><img src=x onerror="{PWN}">'
@@ -82,7 +82,7 @@ def test_csv_cells_that_would_run_as_formulas_are_neutralised(tmp_path):
         make_record(label="\tlabel", run_number=2, error="-2+3"),
     ]
     path = tmp_path / "runs.csv"
-    write_csv(records, path)
+    write_runs(records, path)
     rows = list(csv.DictReader(path.open(encoding="utf-8")))
     assert rows[0]["label"] == '\'=HYPERLINK("https://evil.example","x")'
     assert rows[0]["error"] == "'@SUM(1+1)" and rows[0]["notebook"].startswith("'+cmd")

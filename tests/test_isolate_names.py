@@ -607,6 +607,30 @@ def test_a_name_only_a_function_reads_that_cannot_go_is_left_behind_and_said(she
     )
 
 
+def test_an_output_the_cell_never_binds_is_said_in_one_line_and_the_run_goes_on(shell):
+    """``--outputs c,nosuch``: ``c`` comes back, and one line after the run says ``nosuch``
+    did not (a typo, most likely); a name bound where code can't show it is not said."""
+    assert run(shell, "a = 1\nb = 2\nkept = 'mine'\n").success
+    with capture_output() as seen:
+        result = run(
+            shell, "%%kerasrun --isolate --outputs c,nosuch,kept --label o --quiet\nc = a + b\n"
+        )
+    assert result.success, (result.error_in_exec, seen.stderr)
+    assert shell.user_ns["c"] == 3 and "nosuch" not in shell.user_ns
+    assert shell.user_ns["kept"] == "mine"
+    said = [line for line in seen.stderr.splitlines() if "--outputs" in line]
+    assert said == [
+        "keras_nbguard: --outputs: 'nosuch', 'kept' did not come back: the cell never binds them"
+    ], seen.stderr
+    late = "%%kerasrun --isolate --outputs late --label o2 --quiet\nglobals()['late'] = a\n"
+    sweep = '%%kerasrun --sweep "a=1,2" --outputs c,zz --label o3 --quiet\nc = a + b\n'
+    with capture_output() as seen:
+        assert run(shell, late).success and run(shell, sweep).success
+    assert shell.user_ns["late"] == 1  # it came back: nothing said
+    said = [line for line in seen.stderr.splitlines() if "--outputs" in line]
+    assert said == ["keras_nbguard: --outputs: 'zz' did not come back: the cell never binds it"]
+
+
 def test_ipythons_own_open_is_not_sent_but_a_users_open_is(shell, tmp_path):
     """IPython puts its own ``open`` in the notebook's names (``user_ns_hidden``): a cell that
     wrote a file sent it (``the names sent: open (pickle 6.8 KiB)``)."""

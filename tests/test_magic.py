@@ -377,6 +377,12 @@ def test_memory_error_is_oom(keras_shell):
         ("--gpu-limit 0", "positive number of MiB"),
         ("--gpu-limit lots", "invalid int value"),
         ("--mixed-precision float8", "unknown policy"),
+        # --parallel without --sweep: refused, never ignored (isolated or not)
+        ("--isolate --parallel 2", "--parallel 2 runs the points of a --sweep side by side"),
+        ("--parallel 2", "it needs --sweep"),
+        ("--isolate --yes", "--yes runs a --sweep of more than 100 points: it needs --sweep"),
+        ("--isolate --gpus 1", "--gpus is what each Ray task asks for: it needs --cluster ray"),
+        ("--outputs a --prestart", "--outputs and --prestart act on a run in another process"),
     ],
 )
 def test_bad_options_are_usage_errors_and_the_cell_does_not_run(keras_shell, options, message):
@@ -590,6 +596,23 @@ def test_nbguard_subcommands(keras_shell):
     keras_shell.run_line_magic("nbguard", "config --clear --no-gpu-limit")
     assert keras_nbguard.get_session().options.gpu_limit_mb is None
     assert keras_nbguard.get_session().options.clear is True
+
+
+def test_an_operand_after_an_option_is_still_the_operand(shell, tmp_path):
+    """``%nbguard export --label a FILE`` as ``export FILE --label a``: argparse's parse_args
+    gave the operands only the words before the first option ("unrecognized arguments: FILE")."""
+    for _ in range(2):
+        assert run(shell, "%%kerasrun --label a --quiet\nz = 1\n").success
+    assert run(shell, "%%kerasrun --label b --quiet\nz = 2\n").success
+    table = shell.run_line_magic("nbguard", "runs --this-kernel a").text()
+    assert re.findall(r"^(\w+) +\d+ +ok", table, re.MULTILINE) == ["a", "a"], table
+    assert shell.run_line_magic("nbguard", "diagnose --label a a") is not None
+    compared = shell.run_line_magic("nbguard", "compare --this-kernel a:1 a:2").text()
+    assert "a #1" in compared and "a #2" in compared
+    shell.run_line_magic("nbguard", f"export --label a {tmp_path / 'a.csv'} --force")
+    shell.run_line_magic("nbguard", f"export --this-kernel {tmp_path / 'all.csv'}")
+    assert (tmp_path / "a.csv").read_text().count("\n") == 3  # the header, a #1, a #2
+    assert (tmp_path / "all.csv").read_text().count("\n") == 4
 
 
 def test_help_comes_from_magic_arguments(shell):

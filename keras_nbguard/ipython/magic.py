@@ -31,6 +31,7 @@ from keras_nbguard.ipython.labels import CellLabels
 from keras_nbguard.ipython.magic_options import (
     RUN_FLAGS,
     SPELLING,
+    check_isolation_options,
     isolation_arguments,
     run_changes,
     run_option_arguments,
@@ -136,7 +137,12 @@ def _check_subcommand(parser: argparse.ArgumentParser, args: argparse.Namespace)
 def _parse_kerasrun(line: str) -> argparse.Namespace:
     """Re-runs repeat the same line: argparse needn't run again (the result is never mutated).
     Split the way a shell would: ``--label 'my model'`` is the label ``my model``."""
-    return KerasMagics.kerasrun.parser.parse_args(_shell_words(line))
+    args = KerasMagics.kerasrun.parser.parse_args(_shell_words(line))
+    try:
+        check_isolation_options(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return args
 
 
 def _isolated_line(line: str) -> bool:
@@ -240,6 +246,7 @@ class KerasMagics(Magics):
         """``--isolate`` / ``--sweep``: the cell runs in fresh processes (isolation/)."""
         # not at %load_ext: cloudpickle, subprocess
         from keras_nbguard.isolation import Isolation, run_isolated
+        from keras_nbguard.isolation.names import AskedOutputs
 
         args = _parse_kerasrun(line)
         if args.batch_advice:
@@ -253,16 +260,23 @@ class KerasMagics(Magics):
                 inputs=args.inputs,
                 outputs=args.outputs,
                 sweep=args.sweep,
-                parallel=args.parallel,
+                parallel=1 if args.parallel is None else args.parallel,
                 yes=args.yes,
                 prestart=args.prestart,
                 cluster=args.cluster,
                 gpus=args.gpus,
             )
             options = _run_options(line, self.session.options)
-            return run_isolated(self.session, self._shell, label, cell, how, options, self._cell_id)
+            asked = AskedOutputs.of(args.outputs, cell, self._shell.user_ns)
+            value = run_isolated(
+                self.session, self._shell, label, cell, how, options, self._cell_id
+            )
         except ValueError as exc:  # what can't be sent, a bad --sweep: before anything starts
             raise UsageError(str(exc)) from None
+        # a name --outputs asks for that the cell never binds: a typo, said after the run
+        if note := asked.never_back(self._shell.user_ns, value if args.sweep else None):
+            print(f"keras_nbguard: {note}", file=sys.stderr)
+        return value
 
     @contextlib.contextmanager
     def _measured(self, line: str, cell: str) -> Iterator[None]:
@@ -290,7 +304,8 @@ class KerasMagics(Magics):
     @argument(
         "operands",
         nargs="*",
-        help="export: the CSV file; compare: two runs (mlp:3 mlp:7); runs, diagnose: a label.",
+        help="export: the file (.csv or .json); compare: two runs (mlp:3 mlp:7); runs, "
+        "diagnose: a label.",
     )
     @argument("--all", dest="free_all", action="store_true", help="free: current models too.")
     @argument("--undo", action="store_true", help="reset: show the hidden runs again.")
@@ -369,8 +384,9 @@ class KerasMagics(Magics):
                  ``--containers``: also inside your lists/dicts/attributes), then clear.
         dashboard  the live dashboard widget (a static view without a widget frontend);
                  ``--side``: in a JupyterLab side panel; ``--compact``: one line.
-        export   write the runs to a new CSV file: ``%nbguard export runs.csv`` (``--label``,
-                 ``--this-kernel`` to narrow; ``--force`` to replace an existing file).
+        export   write the runs to a new file, CSV or JSON by its ending: ``%nbguard export
+                 runs.csv`` or ``runs.json`` (``--label``, ``--this-kernel`` to narrow;
+                 ``--force`` to replace an existing file).
         reset    hide the runs so far from ``runs()`` and the dashboard (the database keeps
                  them; run numbers go on); ``--label NAME``: that label's only; ``--undo``
                  shows them again.
@@ -389,7 +405,9 @@ class KerasMagics(Magics):
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
         parser = self.nbguard.parser
-        args = parser.parse_args(words)
+        # intermixed: a file name or label after an option is still an operand (``export --label
+        # mlp runs.csv``); parse_args gives "operands" its words before the first option only
+        args = parser.parse_intermixed_args(words)
         _check_subcommand(parser, args)
         handler = getattr(self, f"_nbguard_{args.command}")
         try:
@@ -458,17 +476,19 @@ class KerasMagics(Magics):
         return compare_runs(self.session.runs(args.label, args.this_kernel), args.operands)
 
     def _nbguard_export(self, args: argparse.Namespace) -> Any:
-        from keras_nbguard.store.exporting import write_csv
+        from keras_nbguard.store.exporting import write_runs
 
         if not args.operands:
-            raise ValueError("%nbguard export needs a file name: %nbguard export runs.csv")
+            raise ValueError(
+                "%nbguard export needs a file name: %nbguard export runs.csv (or runs.json)"
+            )
         if len(args.operands) > 1:
             raise ValueError(
                 f"%nbguard export takes one file name, not {len(args.operands)} "
                 f"(put a name with spaces in quotes)"
             )
         path = os.path.expanduser(args.operands[0])
-        count = write_csv(
+        count = write_runs(
             self.session.runs(args.label, args.this_kernel),
             path,
             force=args.force,

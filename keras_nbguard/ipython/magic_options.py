@@ -52,6 +52,35 @@ def run_changes(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def check_isolation_options(args: argparse.Namespace) -> None:
+    """An option that acts only beside another one, given without it: ``ValueError`` in the
+    user's terms (the magic makes it a UsageError), never an option silently ignored."""
+    if args.parallel is not None and not args.sweep:
+        raise ValueError(
+            f"--parallel {args.parallel} runs the points of a --sweep side by side: it needs "
+            f'--sweep (e.g. --sweep "lr=1e-3,1e-4" --parallel {args.parallel}); one --isolate '
+            f"run is one process"
+        )
+    if args.yes and not args.sweep:
+        raise ValueError("--yes runs a --sweep of more than 100 points: it needs --sweep")
+    if args.gpus is not None and not args.cluster:
+        raise ValueError("--gpus is what each Ray task asks for: it needs --cluster ray")
+    isolated = args.isolate or args.sweep or args.cluster
+    given = [
+        flag
+        for flag, on in (
+            ("--inputs", args.inputs is not None),
+            ("--outputs", args.outputs is not None),
+            ("--prestart", args.prestart),
+        )
+        if on
+    ]
+    if given and not isolated:
+        raise ValueError(
+            f"{' and '.join(given)} act on a run in another process: add --isolate (or --sweep)"
+        )
+
+
 def run_option_arguments(func: Any) -> Any:
     """The options shared by ``%%kerasrun`` and ``%nbguard config``."""
     for decorator in reversed(
@@ -170,7 +199,7 @@ def isolation_arguments(func: Any) -> Any:
                 "--parallel",
                 type=int,
                 metavar="N",
-                default=1,
+                default=None,  # given or not: without --sweep it is a mistake, never ignored
                 help="--sweep: processes at once (default 1: a GPU is usually shared).",
             ),
             argument(

@@ -18,6 +18,7 @@ from keras_nbguard.isolation.sending import SHARED_BYTES, Sent, pack_inputs
 
 __all__ = [
     "SHARED_BYTES",
+    "AskedOutputs",
     "CellNames",
     "Sent",
     "cell_names",
@@ -284,6 +285,40 @@ def chosen(given: str | None, default: Iterable[str]) -> list[str]:
     if given is None:
         return list(default)
     return [name.strip() for name in given.split(",") if name.strip()]
+
+
+@dataclass
+class AskedOutputs:
+    """The ``--outputs`` names the cell's code neither binds nor reads (so nothing is likely to
+    come back under them), and what the notebook held under each before the run, by ``id`` (kept
+    alive by nothing of ours). ``never_back`` says, after the run, which of them did not come back
+    (code can bind a name unseen: ``exec``, ``globals()``, a magic line), in one line."""
+
+    before: dict[str, int | None]
+
+    @classmethod
+    def of(cls, given: str | None, source: str, namespace: Mapping[str, Any]) -> AskedOutputs:
+        found = cell_names(source)
+        seen = {*found.binds, *found.reads}
+        unseen = [name for name in chosen(given, ()) if name not in seen]
+        return cls({name: id(namespace[name]) if name in namespace else None for name in unseen})
+
+    def never_back(self, namespace: Mapping[str, Any], sweep: Mapping[Any, Any] | None) -> str:
+        """``--outputs: 'nosuch' did not come back: the cell never binds it``, or "" when each
+        came back (into ``namespace``; with a ``--sweep``, into any point's names)."""
+        missing = [name for name in self.before if not self._back(name, namespace, sweep)]
+        if not missing:
+            return ""
+        which = ", ".join(repr(name) for name in missing)
+        them = "it" if len(missing) == 1 else "them"
+        return f"--outputs: {which} did not come back: the cell never binds {them}"
+
+    def _back(
+        self, name: str, namespace: Mapping[str, Any], sweep: Mapping[Any, Any] | None
+    ) -> bool:
+        if sweep is not None:
+            return any(isinstance(bound, Mapping) and name in bound for bound in sweep.values())
+        return name in namespace and id(namespace[name]) != self.before[name]
 
 
 def settle(

@@ -1,7 +1,10 @@
-"""Run records as flat rows: a CSV file, or a pandas DataFrame. Stdlib only (pandas on demand).
+"""Run records as flat rows: a CSV or JSON file, or a pandas DataFrame. Stdlib only (pandas on
+demand).
 
-One row per run, one column per figure. An unknown figure is an empty CSV cell (``None`` / NaN
-in a frame), never 0, so a spreadsheet average is not dragged down by figures nobody measured.
+One row per run, one column per figure (``run_row``, ``columns``: one definition for every
+format). An unknown figure is an empty CSV cell (``null`` in JSON, ``None`` / NaN in a frame),
+never 0, so a spreadsheet average is not dragged down by figures nobody measured. The file name's
+ending chooses the format: ``.csv`` or ``.json`` (``FORMATS``); any other is refused.
 
 A file is only ever created, never silently replaced: an existing one needs ``force``, and a
 notebook, a SQLite database (the run history above all) or a ``protected`` path not even then.
@@ -12,9 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
+import math
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -112,26 +117,27 @@ def columns(records: Sequence[RunRecord]) -> list[str]:
     return [*COLUMNS, *params]
 
 
-def write_csv(
+def write_runs(
     records: Sequence[RunRecord],
     path: str | os.PathLike[str],
     *,
     force: bool = False,
     protected: Iterable[str] = (),
 ) -> int:
-    """Write ``records`` to the new file ``path``; returns how many rows were written.
+    """Write ``records`` to the new file ``path``, as CSV or JSON by its ending (``.csv``,
+    ``.json``); returns how many runs were written.
 
     ``force``: replace an existing file (whole, once the new one is written). Never a notebook,
     a SQLite database or one of ``protected``. Raises ``ValueError`` in the user's terms when
-    the file can't or mustn't be written."""
+    the file can't or mustn't be written (another ending included)."""
     target = os.fspath(path)
-    _check_target(target, force, protected)
+    write = _check_target(target, force, protected)
     try:
         if os.path.exists(target):  # force: written beside it, then put in its place at once
-            _replace(records, target)
+            _replace(records, target, write)
         else:
             with open(target, "x", newline="", encoding="utf-8", errors="backslashreplace") as out:
-                _write_rows(records, out)
+                write(records, out)
     except FileExistsError as exc:  # made by someone else since the check
         raise ValueError(
             f"can't export to {target}: it exists already; add --force (force=True) to replace it"
@@ -143,7 +149,8 @@ def write_csv(
     return len(records)
 
 
-def _check_target(target: str, force: bool, protected: Iterable[str]) -> None:
+def _check_target(target: str, force: bool, protected: Iterable[str]) -> Writer:
+    """The writer of ``target``'s format, once it may be written; else ``ValueError``."""
     folder = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(folder):
         raise ValueError(f"can't export to {target}: folder {folder} does not exist")
@@ -154,23 +161,40 @@ def _check_target(target: str, force: bool, protected: Iterable[str]) -> None:
         )
     real = os.path.realpath(target)  # a link to the notebook is the notebook
     if real.lower().endswith(".ipynb") or target.lower().endswith(".ipynb"):
-        raise ValueError(f"won't export to {target}: it is a notebook; give a .csv file name")
+        raise ValueError(
+            f"won't export to {target}: it is a notebook; give a .csv or .json file name"
+        )
     if real in {os.path.realpath(p) for p in protected}:
         raise ValueError(
             f"won't export to {target}: it is the run history database (or one of "
-            f"its files); give a .csv file name"
+            f"its files); give a .csv or .json file name"
         )
-    if not os.path.exists(target):
-        return
-    if _is_sqlite(real):
+    exists = os.path.exists(target)
+    if exists and _is_sqlite(real):
         raise ValueError(
             f"won't export to {target}: it is a SQLite database (a run history?); "
-            f"give a .csv file name"
+            f"give a .csv or .json file name"
         )
-    if not force:
+    write = _writer(target)
+    if exists and not force:
         raise ValueError(
             f"won't export to {target}: it exists already; add --force (force=True) to replace it"
         )
+    return write
+
+
+def _writer(target: str) -> Writer:
+    """The format ``target``'s ending names (``runs.CSV`` too); another ending is a mistake: a
+    CSV file named ``runs.json`` (or ``runs.xlsx``) would mislead whoever opens it."""
+    stem, ending = os.path.splitext(target)
+    write = FORMATS.get(ending.lower())
+    if write is None:
+        which = f"not {ending}" if ending else "and this name has no ending"
+        raise ValueError(
+            f"can't export to {target}: export writes .csv (CSV) or .json (JSON) files, {which}; "
+            f"give a file name such as {stem}.csv or {stem}.json"
+        )
+    return write
 
 
 def _is_sqlite(path: str) -> bool:
@@ -181,12 +205,13 @@ def _is_sqlite(path: str) -> bool:
         return False
 
 
-def _replace(records: Sequence[RunRecord], target: str) -> None:
+def _replace(records: Sequence[RunRecord], target: str, write: Writer) -> None:
     real = os.path.realpath(target)
-    fd, temp = tempfile.mkstemp(prefix=".export-", suffix=".csv", dir=os.path.dirname(real))
+    suffix = os.path.splitext(real)[1]
+    fd, temp = tempfile.mkstemp(prefix=".export-", suffix=suffix, dir=os.path.dirname(real))
     try:
         with open(fd, "w", newline="", encoding="utf-8", errors="backslashreplace") as out:
-            _write_rows(records, out)
+            write(records, out)
         os.chmod(temp, os.stat(real).st_mode & 0o777)
         os.replace(temp, real)
     except BaseException:
@@ -195,7 +220,7 @@ def _replace(records: Sequence[RunRecord], target: str) -> None:
         raise
 
 
-def _write_rows(records: Sequence[RunRecord], out: Any) -> None:
+def _write_csv(records: Sequence[RunRecord], out: Any) -> None:
     writer = csv.DictWriter(out, fieldnames=columns(records))
     writer.writeheader()
     for record in records:
@@ -211,6 +236,30 @@ def _cell(value: Any) -> Any:
     if isinstance(value, str) and value.startswith(FORMULA_STARTS):
         return "'" + value
     return value
+
+
+def _write_json(records: Sequence[RunRecord], out: Any) -> None:
+    """A JSON array, one object a run (one a line), with the CSV's columns: numbers as numbers,
+    an unknown figure ``null``, a sweep parameter a run did not set ``null``. Text is kept as it
+    is (no leading ``'``: JSON is not opened as a spreadsheet)."""
+    names = columns(records)
+    out.write("[")
+    for i, record in enumerate(records):
+        row = run_row(record)
+        values = {name: _json_value(row.get(name)) for name in names}
+        out.write(("\n" if i == 0 else ",\n") + json.dumps(values, ensure_ascii=False, default=str))
+    out.write("\n]\n" if records else "]\n")
+
+
+def _json_value(value: Any) -> Any:
+    """``None`` for a figure JSON can't hold as a number (NaN, infinity): unknown, never 0."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+Writer = Callable[[Sequence[RunRecord], Any], None]
+FORMATS: dict[str, Writer] = {".csv": _write_csv, ".json": _write_json}
 
 
 def runs_frame(records: Sequence[RunRecord]) -> Any:
