@@ -319,12 +319,17 @@ def _watched(
         run.child = child.done
         child.wait(lambda message: _show(session, message), on_sample)
         run.not_sent = (child.done.result or {}).get("not_sent") or None
-        bound = received(
-            child.done,
-            run,
-            cell.shell.user_ns if into_namespace else None,
-            lambda: _release_earlier(session, run.label),
-        )
+        released_before_load: list[bool] = []
+
+        def release() -> None:
+            _release_earlier(session, run.label)
+            released_before_load.append(True)
+
+        bound = received(child.done, run, cell.shell.user_ns if into_namespace else None, release)
+        if released_before_load:  # the load's collection freed them: this run says so, not the
+            from keras_nbguard.models.autorelease import merged  # next (a run late)
+
+            run.released = merged(run.released, session.live.collected())
         if into_namespace:
             ok = (child.done.result or {}).get("success", False)
             names.settle(cell.shell.user_ns, _names_only(bound), deleted, ok=ok)
