@@ -1087,3 +1087,16 @@ def test_a_rise_that_is_the_model_you_kept_says_so_not_the_frameworks():
     ]
     note = _after_each(rising)[-1].memory_note
     assert note is None or "part of it #6's" not in note, note
+
+
+def test_a_step_at_the_latest_run_is_said_as_an_estimate():
+    """JupyterLab, keras.io's VAE: run #7's summary read `in steps: #4 +9.1 MiB, #7 +9.0 MiB`,
+    #8's `#7 +26.5 MiB`: the latest run's value is its RSS after less what the runs before gave
+    back at the next start, an estimate until the next run ends. Said so."""
+    from keras_nbguard.diagnosis.findings import _in_steps
+
+    runs = runs_of([1.0] * 7)
+    left = [800.0, 800.2, 800.5, 809.5, 809.8, 809.9, 818.9]
+    values = [mib * MiB for mib in left]
+    assert "#4 +9.0 MiB, #7 +9.0 MiB so far;" in _in_steps(runs, values)  # #7: the latest
+    assert "so far" not in _in_steps(runs, values[:-1])  # settled values only: none of it

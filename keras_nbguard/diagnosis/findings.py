@@ -496,9 +496,13 @@ def rise_in_steps(trend: RunTrend) -> str | None:
 def _in_steps(runs: Sequence[RunRecord], values: Sequence[float]) -> str:
     from keras_nbguard.records.formatting import fmt_bytes  # formatting imports records
 
+    # the latest run's value, where there, is its RSS after less what the runs before gave back
+    # at the next start (``_as_if_settled``): its step is an estimate until the next run ends (a
+    # walkthrough read #7 +9.0 MiB, then +26.5 in the summary after)
+    latest = runs[-1] if len(values) == len(runs) else None
     steps = sorted(
         (
-            (b - a, _who_left(before, run))
+            (b - a, _who_left(before, run), " so far" if run is latest else "")
             # values: of runs[0], runs[1], ... (the settled ones: all but the latest, maybe)
             for (a, b), (before, run) in zip(
                 itertools.pairwise(values), itertools.pairwise(runs[: len(values)]), strict=True
@@ -509,7 +513,9 @@ def _in_steps(runs: Sequence[RunRecord], values: Sequence[float]) -> str:
     )
     # the second only where it is a step too (`#4 +6.5 MiB, #6 +0.1 MiB` named a flat run)
     shown = steps[:1] + [s for s in steps[1:2] if s[0] >= max(2**20, steps[0][0] / 4)]
-    biggest = ", ".join(f"{who} {fmt_bytes(int(step), signed=True)}" for step, who in shown)
+    biggest = ", ".join(
+        f"{who} {fmt_bytes(int(step), signed=True)}{estimate}" for step, who, estimate in shown
+    )
     # the steps are of what each run left, not of "Δ RSS after": a walkthrough could not find
     # `#4 +7.3 MiB` in the table (the rise showed in #5's RSS before)
     return (
