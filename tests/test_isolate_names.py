@@ -1050,3 +1050,32 @@ def test_a_model_trained_there_says_which_names_still_hold_the_one_from_before(s
         "model came back as a new object: alias, models[0] still hold the one from before the "
         "run, as it was (a plain run changes that very model)"
     ) in words, words
+
+
+def test_a_compiled_untrained_model_keeps_its_optimizer_unbuilt_both_ways(shell):
+    """A user's walkthrough, keras.io's text example: `end_to_end_model`, compiled and only
+    evaluated, came back from --isolate with 21.4 MiB of Adam slots a plain run never makes
+    (Keras builds a compiled model's optimizer as it loads it). One that never took a step
+    stays unbuilt, in the child and back; a trained one keeps its state."""
+    setup = (
+        "import numpy as np, keras\n"
+        "def make():\n"
+        "    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(64)])\n"
+        "    m.compile('adam', 'mse')\n"
+        "    return m\n"
+        "untrained, trained = make(), make()\n"
+        "x, y = np.ones((32, 4), 'float32'), np.ones((32, 64), 'float32')\n"
+    )
+    assert run(shell, setup).success
+    cell = (
+        "%%kerasrun --isolate --label unbuilt --quiet\n"
+        "there = untrained.optimizer.built\n"
+        "score = untrained.evaluate(x, y, verbose=0)\n"
+        "trained.fit(x, y, epochs=1, verbose=0)\n"
+        "fresh = make()\nfresh.evaluate(x, y, verbose=0)\n"
+    )
+    _ran(shell, cell)
+    ns = shell.user_ns
+    assert ns["there"] is False  # unbuilt in the child, as in the kernel
+    assert not ns["fresh"].optimizer.built  # and here, made there: no slots loaded with it
+    assert ns["trained"].optimizer.built and int(ns["trained"].optimizer.iterations) == 1

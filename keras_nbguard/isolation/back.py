@@ -20,7 +20,10 @@ from typing import Any
 from keras_nbguard.isolation import changed_state, random_state, registrations
 from keras_nbguard.isolation.child import FUNCTIONS, LAST
 from keras_nbguard.isolation.lenient_load import rebuilt_leniently
-from keras_nbguard.isolation.loaded_weights import moved_into_tensorflows_memory
+from keras_nbguard.isolation.loaded_weights import (
+    moved_into_tensorflows_memory,
+    optimizer_unbuilt_again,
+)
 from keras_nbguard.isolation.nested_models import rejoin
 from keras_nbguard.isolation.parent import ChildResult
 from keras_nbguard.isolation.receiving import keras_scope
@@ -388,6 +391,7 @@ def _load_model(package: str, data: bytes, functions: dict[str, Any] | None = No
 
             with keras_scope(custom):  # (its transport's warnings kept out)
                 model = keras.saving.load_model(path, safe_mode=False)
+    optimizer_unbuilt_again(model)
     moved_into_tensorflows_memory(model)
     return model
 

@@ -36,3 +36,29 @@ def _variables(model: Any) -> list[Any]:
     optimizer = getattr(model, "optimizer", None)
     found += list(getattr(optimizer, "variables", None) or [])  # tf_keras: a callable list
     return found
+
+
+def optimizer_unbuilt_again(model: Any) -> None:
+    """Keras 3 builds a compiled model's optimizer as it loads it (``compile_from_config``),
+    built or not when saved: keras.io's text example's ``end_to_end_model``, compiled and only
+    evaluated, came back from ``--isolate`` with 21.4 MiB of Adam slots a plain run never makes
+    (and ``%nbguard leaks`` counted them). An optimizer that never took a step (``iterations``
+    0) is one Keras would build alike at its first: compiled anew, left unbuilt as it was. A
+    model whose ``compile`` is its own (a GAN's) is left as it loaded (Keras skips it too)."""
+    keras = sys.modules.get("keras")
+    model_class = getattr(keras, "Model", None)
+    optimizer = getattr(model, "optimizer", None)
+    if keras is None or model_class is None or not isinstance(model, model_class):
+        return
+    if optimizer is None:
+        return
+    if type(model).compile is not model_class.compile or not getattr(optimizer, "built", False):
+        return
+    try:
+        if int(optimizer.iterations.numpy()) != 0:
+            return
+        config = model.get_compile_config()
+        if config:
+            model.compile(**keras.saving.deserialize_keras_object(config))
+    except Exception:  # a compile config Keras can't read back: it stays as it loaded
+        pass

@@ -12,6 +12,8 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from keras_nbguard.isolation.loaded_weights import optimizer_unbuilt_again
+
 _MEMO: dict[str, Any] = {}  # what was already made, by key
 
 
@@ -77,7 +79,9 @@ def _made(sent: tuple[Any, ...], attached: list[Any]) -> Any:
         classes = {**_classes(shared), **(cloudpickle.loads(extra) if extra else {})}
         try:
             with keras_scope(classes):
-                return _built(cloudpickle.loads(sent[3]))
+                value = _built(cloudpickle.loads(sent[3]))
+            optimizer_unbuilt_again(value)  # built by the load, never by the kernel's model
+            return value
         except Exception as exc:
             raise InputFailed(
                 f"--isolate: Keras could not load the notebook's {sent[5]} in the new process: "
