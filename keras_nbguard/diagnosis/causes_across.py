@@ -166,7 +166,7 @@ def memory_note(runs: list[RunRecord]) -> str | None:
         head = f"{rate} left over {trend.span}"
     # whose it is, why it is no leak, the way out: a sentence each (in one nest of brackets
     # "the framework's own memory" sat beside "not memory kept")
-    head = f"{head}, {_not_yours(trend.runs, trend.values)}"
+    head = f"{head}, {_whose(trend.runs, trend.values)}"
     if xla := xla_kept(trend.runs):
         return (
             f"{head}. {_sentence(xla)}. %%kerasrun --isolate keeps the kernel flat, "
@@ -188,7 +188,7 @@ def memory_note(runs: list[RunRecord]) -> str | None:
     return ". ".join([head, *(_sentence(reason) for reason in why), way_out])
 
 
-def _not_yours(runs: Sequence[RunRecord], values: Sequence[float]) -> str:
+def _whose(runs: Sequence[RunRecord], values: Sequence[float]) -> str:
     """Whose the rise is: part of it the earlier run's model you kept meanwhile (its graphs and
     optimizer: more than its weights); else none of it your code's, or, beside a model you kept
     before these runs, not more each run. "none of it held by your code" sat beside a model a
