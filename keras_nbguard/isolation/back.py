@@ -144,8 +144,9 @@ def received(
     if run is not None:
         run.back = back
         run.returned = tuple(weakref.ref(model) for model in models.values())
-        if namespace is not None:
-            run.notes += _replaced_but_held(namespace, earlier, models)
+        held = _replaced_but_held(namespace, earlier, models) if namespace is not None else ()
+        if held:
+            run.notes += held
         # their names are the label's: a run here next skips those it keeps (the encoder the
         # cell made once) and takes the others again
         layer_names.made_in_another_process(run.label, models.values())
