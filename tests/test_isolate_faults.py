@@ -17,6 +17,8 @@ import textwrap
 import threading
 import time
 import tracemalloc
+from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -206,6 +208,19 @@ def test_stop_button_on_an_isolated_run_takes_its_processes(shell, tmp_path):
     assert gone_after(pids_in(pids)) == []
 
 
+def stopped_once(shell, cell: str, marker: Path) -> Any:
+    """Run ``cell``, pressing the stop button once it has made the file ``marker``; what it
+    showed. The cell must end stopped (KeyboardInterrupt)."""
+    threading.Thread(
+        target=lambda: (wait_until(marker.exists, timeout=120), _thread.interrupt_main()),
+        daemon=True,
+    ).start()
+    with capture_output() as seen:
+        result = run(shell, cell)
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    return seen
+
+
 @pytest.mark.slow
 def test_a_stopped_sweep_one_at_a_time_marks_its_running_point_and_says_one_line(shell, tmp_path):
     second = tmp_path / "second"
@@ -213,13 +228,7 @@ def test_a_stopped_sweep_one_at_a_time_marks_its_running_point_and_says_one_line
         f'%%kerasrun --sweep "s=0,60,61" --label stopseq\nimport time\n'
         f"if s:\n    open({str(second)!r}, 'w').close()\ntime.sleep(s)\n"
     )
-    threading.Thread(
-        target=lambda: (wait_until(second.exists, timeout=120), _thread.interrupt_main()),
-        daemon=True,
-    ).start()
-    with capture_output() as seen:
-        result = run(shell, cell)
-    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    seen = stopped_once(shell, cell, second)
     assert [(r.params["s"], r.status) for r in keras_nbguard.runs("stopseq")] == [
         (0, "ok"),
         (60, "interrupted"),
@@ -240,13 +249,7 @@ def test_a_stopped_isolated_run_says_one_line(shell, tmp_path):
         f"%%kerasrun --isolate --label stopone --quiet\nimport time\n"
         f"open({str(started)!r}, 'w').close()\ntime.sleep(60)\n"
     )
-    threading.Thread(
-        target=lambda: (wait_until(started.exists, timeout=120), _thread.interrupt_main()),
-        daemon=True,
-    ).start()
-    with capture_output() as seen:
-        result = run(shell, cell)
-    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    seen = stopped_once(shell, cell, started)
     assert [r.status for r in keras_nbguard.runs("stopone")] == ["interrupted"]
     assert seen.stdout + seen.stderr == (
         "KeyboardInterrupt: the isolated run 'stopone' was stopped: its process is ended, the "
@@ -254,6 +257,7 @@ def test_a_stopped_isolated_run_says_one_line(shell, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_a_stopped_isolated_fit_keeps_its_epochs_as_a_stopped_plain_one(shell, tmp_path):
     """A user's walkthrough: a plain run stopped mid-fit read `fit 9.93 s; … stopped after 281
     epochs`, an isolated one `fit n/a: the isolated process ended first`: the child was killed
@@ -269,13 +273,7 @@ def test_a_stopped_isolated_fit_keeps_its_epochs_as_a_stopped_plain_one(shell, t
         f"open({str(started)!r}, 'w').close())\n"
         "model.fit(np.zeros((64, 4)), np.zeros(64), epochs=100000, verbose=0, callbacks=[mark])\n"
     )
-    threading.Thread(
-        target=lambda: (wait_until(started.exists, timeout=120), _thread.interrupt_main()),
-        daemon=True,
-    ).start()
-    with capture_output() as seen:
-        result = run(shell, cell)
-    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    seen = stopped_once(shell, cell, started)
     (record,) = keras_nbguard.runs("stopfit")
     assert record.status == "interrupted"
     (fit,) = record.fits
