@@ -114,6 +114,8 @@ def test_the_deep_clean_says_na_off_tensorflow(flavour):
     else:
         backend = {"jax": "JAX", "torch": "torch"}[name]
         assert not clean["available"] and clean["reason"] == f"{backend} backend"  # "n/a (...)"
+        # and %nbguard status says so, not a bare "on" (a walkthrough on JAX and torch)
+        assert f"on, n/a ({backend} backend: it purges TensorFlow's)" in seen["status"]
 
 
 def test_models_kept_in_a_list_are_found(flavour):

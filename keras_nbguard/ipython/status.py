@@ -121,10 +121,23 @@ def gpu_status(backend: str) -> str:
         return f"n/a ({exc})"
 
 
+def _deep_clean(options: RunOptions) -> str:
+    """``on``, or why it does nothing here: what it purges is TensorFlow's alone (a JAX kernel
+    read ``on`` where ``%nbguard free`` said ``deep clean: n/a (JAX backend)``)."""
+    if not options.deep_clean:
+        return "off (--no-deep-clean)"
+    backend = backends.in_use()  # none imported yet: it is on, for whatever comes
+    if backend is None or backend == "tensorflow":
+        return "on"
+    return (
+        f"on, n/a ({backends.BACKEND_NAMES.get(backend, backend)} backend: it purges TensorFlow's)"
+    )
+
+
 def option_rows(options: RunOptions) -> list[tuple[str, str]]:
     return [
         ("clear", "on" if options.clear else "off (--no-clear)"),
-        ("deep clean", "on" if options.deep_clean else "off (--no-deep-clean)"),
+        ("deep clean", _deep_clean(options)),
         ("gpu growth", {None: "as set at load", True: "on", False: "off"}[options.gpu_growth]),
         ("gpu limit", "none" if options.gpu_limit_mb is None else f"{options.gpu_limit_mb} MiB"),
         ("host limit", "none" if options.host_limit_mb is None else f"{options.host_limit_mb} MiB"),
