@@ -127,6 +127,9 @@ model.compile("adam", "mse")
 model.fit(x, y, epochs=2, batch_size=16, verbose=0)
 """
     try:
+        # a run that fits nothing says so, not the wrapper's reason (a tf_keras walkthrough: a
+        # typo before the fit read "fit n/a: … a wrapper without functools.wraps")
+        keras_shell.run_cell(f"%%kerasrun --label unfit --quiet\nimport {keras}\n")
         result = keras_shell.run_cell(cell)
     finally:
         restore = (
@@ -136,6 +139,8 @@ model.fit(x, y, epochs=2, batch_size=16, verbose=0)
         )
         assert keras_shell.run_cell(restore).success  # as it was: no fit of Model's own
     assert result.success, result.error_in_exec
+    unfit = dict(keras_nbguard.runs("unfit")[-1].summary_rows())["fit"]
+    assert "wrapper" not in unfit and "no fit" in unfit, unfit
     record = keras_nbguard.runs("wrapped")[-1]
     (fit,) = record.fits
     row = dict(record.summary_rows())["fit"]

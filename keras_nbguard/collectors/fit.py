@@ -168,12 +168,14 @@ class FitTimer:
         self, name: str, original: Callable[..., Any], base: type, model_class: type
     ) -> Callable[..., Any]:
         signature = _call_signature(model_class, name, original)
-        if "callbacks" not in signature.parameters:
-            self.reasons.append(
-                f"{backends.package_of(model_class)}.Model.{name} is "
-                f"{getattr(original, '__qualname__', name)}() of {original.__module__}, a wrapper "
-                "without functools.wraps: its epochs and batch size can't be read"
-            )
+        # said by a run that calls it: one that never fit read "fit n/a: … a wrapper" (tf_keras)
+        unreadable = (
+            f"{backends.package_of(model_class)}.Model.{name} is "
+            f"{getattr(original, '__qualname__', name)}() of {original.__module__}, a wrapper "
+            "without functools.wraps: its epochs and batch size can't be read"
+            if "callbacks" not in signature.parameters
+            else None
+        )
         timer = self
 
         @functools.wraps(original)
@@ -181,6 +183,8 @@ class FitTimer:
             __tracebackhide__ = True
             if timer._depth or not timer._installed:  # fit's own evaluate, a predict in a
                 return original(model, *args, **kwargs)  # callback: part of the fit; or after it
+            if unreadable is not None and unreadable not in timer.reasons:
+                timer.reasons.append(unreadable)
             timer._depth += 1
             try:
                 if name == "fit":
