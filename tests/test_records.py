@@ -411,3 +411,16 @@ def test_the_runs_table_marks_a_change_against_a_run_before_a_restart():
     table = runs_table([same])
     columns = dict(zip(table.header, table.rows[0], strict=True))
     assert (columns["Δ fit"], columns["Δ RSS"]) == ("+0 ms", "+0.0 MiB")  # no mark
+
+
+def test_what_a_stale_model_pins_beyond_its_weights_is_said_for_its_backend():
+    """A walkthrough on a torch kernel: "6.8 MiB optimizer, graphs not counted" of a model the
+    eager backend builds no graph for."""
+    from keras_nbguard.records.formatting import fmt_stale_size
+    from keras_nbguard.records.run import HeldModels
+
+    held = HeldModels(count=1, runs=(3,), weight_bytes=2**20, paths=("kept",), optimizer_bytes=0)
+    assert fmt_stale_size(held, "Keras 3.15.1 (tensorflow)").endswith(", graphs not counted")
+    assert fmt_stale_size(held, "Keras 3.15.1 (jax)").endswith(", compiled steps not counted")
+    assert "not counted" not in fmt_stale_size(held, "Keras 3.15.1 (torch)")
+    assert fmt_stale_size(held, "Keras 2.21.0 (tf_keras)").endswith(", graphs not counted")

@@ -51,9 +51,10 @@ def stale_finding(run: RunRecord, held: HeldModels | None) -> Finding | None:
     models = f"{held.count} model{'s' if held.count != 1 else ''} {whose}"
     where = f": {', '.join(held.paths[:3])}" if held.paths else ": `%nbguard leaks` says where"
     more = f" and {len(held.paths) - 3} more" if len(held.paths) > 3 else ""
+    size = fmt_stale_size(held, run.keras)
     return Finding(
         "stale_models",
-        f"{models} still alive after {name_of(run)} ({fmt_stale_size(held)}){where}{more}",
+        f"{models} still alive after {name_of(run)} ({size}){where}{more}",
         held.command or "%nbguard free --containers, or del the names",
         (("models", str(held.count)), ("weights", fmt_bytes(held.weight_bytes))),
         (name_of(run),),

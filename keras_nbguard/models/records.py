@@ -139,8 +139,9 @@ class LeakReport:
             out.append(f"  unreachable {leak.model_name} {sized(leak)}: {leak.reason}")
         if self.leaks or self.unreachable:
             out.append(
-                "  (sizes count weights and optimizer state; the graphs a model pins show "
-                "as the RSS drop when it is freed)"
+                "  (sizes count weights and optimizer state; what else a model pins, "
+                "TensorFlow's graphs or JAX's compiled steps, shows as the RSS drop when it is "
+                "freed)"
             )
         if self.hint:
             out.append(f"  hint: {self.hint}")

@@ -258,15 +258,15 @@ def _first_paths(paths: tuple[str, ...], count: int = 3) -> str:
     return ", ".join(paths[:count]) + (f" and {more} more" if more > 0 else "")
 
 
-def fmt_stale(held: HeldModels, with_command: bool = True) -> str:
+def fmt_stale(held: HeldModels, with_command: bool = True, keras: str | None = None) -> str:
     """``2 models from #3, #4 still alive (16.4 MiB weights): models[0], models[1] — ...``"""
     command = f" — {held.command}" if held.command and with_command else ""
     # no path found (the walk's time ran out): not an empty holder
     where = _first_paths(held.paths) if held.paths else "%nbguard leaks says where"
-    return f"{_models_from(held)} still alive ({fmt_stale_size(held)}): {where}{command}"
+    return f"{_models_from(held)} still alive ({fmt_stale_size(held, keras)}): {where}{command}"
 
 
-def fmt_stale_size(held: HeldModels) -> str:
+def fmt_stale_size(held: HeldModels, keras: str | None = None) -> str:
     """``5.5 MiB weights (all in other live models too) + 11.1 MiB optimizer, graphs not
     counted``: what freeing them frees, as the dashboard's list says it (the summary said
     ``5.5 MiB weights`` where those were the setup's teacher, which the current model holds)."""
@@ -277,7 +277,18 @@ def fmt_stale_size(held: HeldModels) -> str:
         others = "all in other live models too"
     else:
         others = f"{fmt_size(shared)} of them in other live models too"
-    return f"{fmt_weights(weights, held.optimizer_bytes, others)}, graphs not counted"
+    return f"{fmt_weights(weights, held.optimizer_bytes, others)}{not_counted(keras)}"
+
+
+def not_counted(keras: str | None) -> str:
+    """What a model pins beyond its weights and optimizer, by the Keras it ran on (``Keras
+    3.15.1 (torch)``): TensorFlow's graphs, JAX's compiled steps; torch runs eagerly, and a
+    walkthrough on it read "graphs not counted" of models that have none."""
+    if keras and "(torch)" in keras:
+        return ""
+    if keras and "(jax)" in keras:
+        return ", compiled steps not counted"
+    return ", graphs not counted"
 
 
 def fmt_weights(weight_bytes: int | None, optimizer_bytes: int | None, shared: str = "") -> str:

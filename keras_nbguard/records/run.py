@@ -359,7 +359,7 @@ class RunRecord:
             *([("rss trend", self.memory_note)] if self.memory_note else []),
         ]
         if self.stale_models is not None:
-            rows.append(("stale", fmt_stale(self.stale_models)))
+            rows.append(("stale", fmt_stale(self.stale_models, keras=self.keras)))
         if self.released_models is not None:
             rows.append(("released", fmt_released(self.released_models)))
         if self.deep_clean is not None and clean_worth_showing(self.deep_clean):

@@ -167,7 +167,7 @@ def findings_cell(r: RunRecord) -> tuple[str, str]:
     words = list(r.findings)
     if r.stale_models is not None and r.stale_models.count:
         kinds.append(f"stale_models ({r.stale_models.count})")
-        words.append(f"stale_models: {fmt_stale(r.stale_models)}")
+        words.append(f"stale_models: {fmt_stale(r.stale_models, keras=r.keras)}")
     return ", ".join(kinds) or "none", "\n".join(words)
 
 
