@@ -424,3 +424,18 @@ def test_what_a_stale_model_pins_beyond_its_weights_is_said_for_its_backend():
     assert fmt_stale_size(held, "Keras 3.15.1 (jax)").endswith(", compiled steps not counted")
     assert "not counted" not in fmt_stale_size(held, "Keras 3.15.1 (torch)")
     assert fmt_stale_size(held, "Keras 2.21.0 (tf_keras)").endswith(", graphs not counted")
+
+
+def test_a_run_after_one_on_another_backend_compares_nothing_and_says_why():
+    """A walkthrough: a JAX kernel's first run read `vs previous #4 (in an earlier kernel: a
+    restart between): Δ fit +529 ms, Δ RSS after -133.4 MiB` against the torch kernel's run."""
+    torch = make_record(run_number=4, keras="Keras 3.15.1 (torch)", kernel_id="a")
+    jax = make_record(run_number=5, keras="Keras 3.15.1 (jax)", kernel_id="b").compared_to(torch)
+    assert jax.delta_fit_seconds is None and jax.delta_rss_after is None
+    row = dict(jax.summary_rows())["vs previous"]
+    assert row == (
+        "#4 (in an earlier kernel: a restart between): Δ fit n/a (#4 ran on Keras 3.15.1 "
+        "(torch)), Δ RSS after n/a (#4 ran on Keras 3.15.1 (torch))"
+    ), row
+    same = make_record(run_number=5, keras="Keras 3.15.1 (torch)").compared_to(torch)
+    assert same.delta_fit_seconds is not None and same.delta_rss_after is not None

@@ -245,10 +245,13 @@ class RunRecord:
             if theirs
             else None
         )
+        # another Keras or backend (a kernel restarted on JAX after torch): nothing alike
+        other = _other_keras(self, previous)
+        cut = cut or other
         delta = None if cut else _diff(self.fit_seconds, previous.fit_seconds)
         if delta is None and not cut and self.fit_seconds is not None and previous.fit_reason:
             cut = f"#{previous.run_number}'s fit unknown: {previous.fit_reason}"
-        died = _died(self, previous)
+        died = _died(self, previous) or other
         return self.replaced(
             previous_run=previous.run_number,
             previous_elsewhere=(previous.kernel_id, previous.pid) != (self.kernel_id, self.pid),
@@ -411,6 +414,15 @@ class RunRecord:
             f"<span style='color:{colour};font-weight:bold'>{html.escape(self.status)}</span>"
             f"<table style='font-size:90%'>{cells}</table></div>"
         )
+
+
+def _other_keras(record: RunRecord, previous: RunRecord) -> str | None:
+    """ "#4 ran on Keras 3.15.1 (torch)": the label's run before ran on another Keras or
+    backend (a walkthrough's JAX kernel compared its first run with the torch kernel's last,
+    `Δ fit +529 ms, Δ RSS after -133.4 MiB`); None where both are known and alike."""
+    if not record.keras or not previous.keras or record.keras == previous.keras:
+        return None
+    return f"#{previous.run_number} ran on {previous.keras}"
 
 
 def _died(record: RunRecord, previous: RunRecord) -> str | None:
