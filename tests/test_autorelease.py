@@ -227,7 +227,8 @@ def test_a_stale_models_size_says_what_freeing_it_frees(keras_shell):
         "1 model from #1 still alive (10.0 KiB weights (9.0 KiB of them in other live models "
         "too) + "
     ), row
-    assert " optimizer, graphs not counted): kept — %nbguard free" in row
+    # what the command does to your name is said before you run it
+    assert " optimizer, graphs not counted): kept — %nbguard free (it deletes kept)" in row
     # the dashboard's findings say it as the summary does (they said "10.0 KiB weights, graphs
     # not counted" beside it)
     (finding,) = [f for f in keras_nbguard.diagnose("kd") if f.kind == "stale_models"]

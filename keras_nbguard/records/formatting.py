@@ -261,6 +261,11 @@ def _first_paths(paths: tuple[str, ...], count: int = 3) -> str:
 def fmt_stale(held: HeldModels, with_command: bool = True, keras: str | None = None) -> str:
     """``2 models from #3, #4 still alive (16.4 MiB weights): models[0], models[1] — ...``"""
     command = f" — {held.command}" if held.command and with_command else ""
+    # your own names go with them: said before you run it (a walkthrough's `kept` was a
+    # NameError after "%nbguard free", which nothing had said would delete it)
+    names = [p for p in held.paths if p.isidentifier() and not p.startswith("_")]
+    if command and names:
+        command += f" (it deletes {', '.join(names[:3])})"
     # no path found (the walk's time ran out): not an empty holder
     where = _first_paths(held.paths) if held.paths else "%nbguard leaks says where"
     return f"{_models_from(held)} still alive ({fmt_stale_size(held, keras)}): {where}{command}"
