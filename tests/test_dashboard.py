@@ -858,3 +858,29 @@ def test_the_header_says_what_its_trends_are_of():
     assert "trends: a robust line (Theil–Sen) through the runs after the first" in shown
     assert "RSS left: a run's RSS after, or the next run's RSS before where lower" in shown
     assert "(the latest run's: its RSS after, less what the collections after" in shown
+
+
+def test_a_sweeps_time_left_falls_as_its_last_point_runs(monkeypatch):
+    """JupyterLab, `--sweep "units=8,16,32" --parallel 2`: with only units=32 left running, the
+    table read 5.0, 6.0, then 7.0 s left, 4 s apart (the sweep's time over the points ended,
+    which grows with the clock). Its ★ legend showed while no point had ended."""
+    from keras_nbguard.board import sweep_table
+    from keras_nbguard.board.sweep_table import SweepTable
+
+    clock = [100.0]
+    monkeypatch.setattr(sweep_table.time, "monotonic", lambda: clock[0])
+    points = [{"units": u} for u in (8, 16, 32)]
+    table = SweepTable("mlp", points)
+    table.started(points[0])
+    table.started(points[1])
+    assert "★" not in table.bundle()["text/html"]  # nothing ended: no fastest to mark
+    clock[0] = 104.0
+    for point in points[:2]:
+        table.finished(point, make_record(label="mlp", fit_seconds=3.0, params=point))
+    table.started(points[2])
+    left = []
+    for now in (105.0, 106.0, 107.0):
+        clock[0] = now
+        left.append(table.estimate())
+    assert left == [3.0, 2.0, 1.0], left  # each took 4 s: what the running one has left
+    assert "★ the fastest fit" in table.bundle()["text/html"]

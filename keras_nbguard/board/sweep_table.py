@@ -12,6 +12,7 @@ move), ``table.close()`` at the end.
 from __future__ import annotations
 
 import html
+import math
 import threading
 import time
 import uuid
@@ -37,6 +38,7 @@ class SweepTable:
             k: ("waiting", None, None) for k in self._order
         }
         self._ended: list[str] = []  # in the order they ended
+        self._took: list[float] = []  # each ended point's time, start to end
         self._begun = time.monotonic()
         self._lock = threading.Lock()
         self._display_id: str | None = None
@@ -53,12 +55,11 @@ class SweepTable:
     ) -> None:
         key = _key(params)
         with self._lock:
-            self._state[key] = (
-                status or (record.status if record else "n/a"),
-                record,
-                self._state.get(key, ("", None, None))[2],
-            )
+            since = self._state.get(key, ("", None, None))[2]
+            self._state[key] = (status or (record.status if record else "n/a"), record, since)
             self._ended.append(key)
+            if since is not None:
+                self._took.append(time.monotonic() - since)
         self._redraw(force=True)
 
     def tick(self) -> None:
@@ -100,12 +101,22 @@ class SweepTable:
         return len(states) - running - left, running, left
 
     def estimate(self) -> float | None:
-        """Seconds left: the points left at the pace points ended so far (None: none ended)."""
-        done, running, left = self.counts()
-        if not done:
+        """Seconds left (None: no point timed yet): what the running points have left of the
+        time an ended point took on average, then the points left, as many at once as run now.
+        (The sweep's time over the points ended grew with the clock while the last one ran: a
+        walkthrough read 5.0, 6.0, then 7.0 s left, 4 s apart.)"""
+        _, _, left = self.counts()
+        if not self._took:
             return None
-        pace = (time.monotonic() - self._begun) / done
-        return pace * (left + running / 2)
+        pace = sum(self._took) / len(self._took)
+        now = time.monotonic()
+        running = [
+            max(0.0, pace - (now - since))
+            for status, _, since in self._state.values()
+            if status == "running" and since is not None
+        ]
+        waves = math.ceil(left / max(1, len(running)))
+        return max(running, default=0.0) + waves * pace
 
     def best(self) -> str | None:
         """The fastest point that ended ok (by fit time, else wall time)."""
@@ -128,12 +139,12 @@ class SweepTable:
             for k in keys:
                 status, record, since = self._state[k]
                 if record is None:
-                    fit = (
-                        f"{fmt_seconds(time.monotonic() - since)} so far"
-                        if status == "running" and since is not None
-                        else "n/a"
-                    )
-                    out.append(("", k, status, fit, "n/a", ""))
+                    # running: the time since its process started (its fit is not known yet)
+                    if status == "running" and since is not None:
+                        took, peak = f"{fmt_seconds(time.monotonic() - since)} since start", ""
+                    else:
+                        took, peak = "n/a", ""
+                    out.append(("", k, status, took, peak, ""))
                     continue
                 top = record.findings[0].split(" — ")[0] if record.findings else ""
                 out.append(
@@ -177,10 +188,11 @@ class SweepTable:
             if more > 0
             else ""
         )
+        star = "★ the fastest fit; " if any(row[0] for row in rows) else ""  # none ended yet
         markup = (
             f"<div class='nbguard-sweep'><div><b>{html.escape(self.summary())}</b></div>"
             f"{bar}<table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{cells}"
-            f"</table>{note}<div style='color:#777;font-size:85%'>★ the fastest fit; each "
+            f"</table>{note}<div style='color:#777;font-size:85%'>{star}each "
             f"point's full summary: %nbguard runs</div></div>"
         )
         lines = [self.summary()] + ["  ".join(c for c in row if c) for row in rows]
