@@ -209,3 +209,26 @@ def test_export_writes_any_label_as_text(shell, tmp_path):
         pass
     keras_nbguard.export(str(tmp_path / "odd \udcff.csv"))
     assert [r["label"] for r in _rows(tmp_path / "odd \udcff.csv")] == ["lone \\udcff"]
+
+
+def test_export_json_gives_each_epochs_seconds_as_a_list(tmp_path):
+    """A walkthrough read `"epoch_seconds": "1.82408;0.973484"` in runs.json: the CSV cell's
+    text, where JSON holds a list of numbers."""
+    from helpers import make_record
+
+    from keras_nbguard.records.calls import FitRecord
+    from keras_nbguard.store.exporting import write_runs
+
+    fit = FitRecord(seconds=2.8, epochs=2, epoch_seconds=(1.82408, 0.973484))
+    write_runs([make_record(fits=(fit,)), make_record(run_number=2, fits=())], tmp_path / "r.json")
+    first, second = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    assert first["epoch_seconds"] == [1.82408, 0.973484] and second["epoch_seconds"] is None
+
+
+def test_export_of_a_label_with_no_run_writes_nothing_and_names_the_labels(shell, tmp_path):
+    """`%nbguard export --label X runs2.csv` wrote a file of headers alone and said `wrote 0
+    run(s)` where no run was labelled X (a typo)."""
+    assert shell.run_cell("%%kerasrun --label mlp --quiet\nz = 1").success
+    with pytest.raises(UsageError, match=r"no run labelled 'X' \(the labels: mlp\)"):
+        shell.run_line_magic("nbguard", f"export --label X {tmp_path / 'r.csv'}")
+    assert not (tmp_path / "r.csv").exists()

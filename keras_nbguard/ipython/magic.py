@@ -488,8 +488,15 @@ class KerasMagics(Magics):
                 f"(put a name with spaces in quotes)"
             )
         path = os.path.expanduser(args.operands[0])
+        records = self.session.runs(args.label, args.this_kernel)
+        if args.label is not None and not records:  # a typo wrote a file of headers alone
+            labels = dict.fromkeys(r.label for r in self.session.runs(this_kernel=args.this_kernel))
+            known = f"the labels: {', '.join(labels)}" if labels else "no run yet"
+            raise UsageError(
+                f"%nbguard export: no run labelled {args.label!r} ({known}); nothing written"
+            )
         count = write_runs(
-            self.session.runs(args.label, args.this_kernel),
+            records,
             path,
             force=args.force,
             protected=self.session.protected_paths(),

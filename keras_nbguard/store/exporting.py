@@ -239,14 +239,18 @@ def _cell(value: Any) -> Any:
 
 
 def _write_json(records: Sequence[RunRecord], out: Any) -> None:
-    """A JSON array, one object a run (one a line), with the CSV's columns: numbers as numbers,
-    an unknown figure ``null``, a sweep parameter a run did not set ``null``. Text is kept as it
-    is (no leading ``'``: JSON is not opened as a spreadsheet)."""
+    """A JSON array, one object a run (one a line), with the CSV's columns: numbers as numbers
+    (the epochs' seconds a list of them), an unknown figure ``null``, a sweep parameter a run
+    did not set ``null``. Text is kept as it is (no leading ``'``: JSON is not opened as a
+    spreadsheet)."""
     names = columns(records)
     out.write("[")
     for i, record in enumerate(records):
         row = run_row(record)
         values = {name: _json_value(row.get(name)) for name in names}
+        # a list in JSON, not the CSV cell's "1.82;0.97" (a walkthrough read it as one string)
+        epochs = [s for fit in record.fits for s in fit.epoch_seconds]
+        values["epoch_seconds"] = [_json_value(s) for s in epochs] or None
         out.write(("\n" if i == 0 else ",\n") + json.dumps(values, ensure_ascii=False, default=str))
     out.write("\n]\n" if records else "]\n")
 
