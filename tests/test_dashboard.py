@@ -884,3 +884,6 @@ def test_a_sweeps_time_left_falls_as_its_last_point_runs(monkeypatch):
         left.append(table.estimate())
     assert left == [3.0, 2.0, 1.0], left  # each took 4 s: what the running one has left
     assert "★ the fastest fit" in table.bundle()["text/html"]
+    # a point that fit nothing says so (it read a bare "n/a" in the fit column)
+    table.finished(points[2], make_record(label="mlp", fit_seconds=None, fits=(), params=points[2]))
+    assert ("units=32", "ok", "no fit") in [row[1:4] for row in table.rows()]

@@ -152,7 +152,10 @@ class SweepTable:
                         "★" if k == best else "",
                         k,
                         status,
-                        fmt_seconds(record.fit_seconds),
+                        # a cell that fits nothing: said, not a bare n/a
+                        fmt_seconds(record.fit_seconds)
+                        if record.fit_seconds is not None
+                        else "no fit",
                         fmt_bytes(record.rss_peak),
                         top,
                     )
@@ -188,7 +191,11 @@ class SweepTable:
             if more > 0
             else ""
         )
-        star = "★ the fastest fit; " if any(row[0] for row in rows) else ""  # none ended yet
+        star = (  # none ended yet: no star to explain
+            "★ the fastest fit (the shortest run where none fit); "
+            if any(r[0] for r in rows)
+            else ""
+        )
         markup = (
             f"<div class='nbguard-sweep'><div><b>{html.escape(self.summary())}</b></div>"
             f"{bar}<table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{cells}"
