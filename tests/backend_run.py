@@ -102,6 +102,9 @@ keep, names, policies, cleared = [], [], [], []
     advice = advise(shell.user_ns)
     lookup = lookup_sizes() if FLAVOUR == "tf_keras" else None
     report = keras_nbguard.leaks()
+    from keras_nbguard.board.widget import Dashboard
+
+    board_models = Dashboard(keras_nbguard.get_session())._scan_models()
     freed = keras_nbguard.free(containers=True)
     assert shell.run_cell(PAIR).success
     joins = shell.run_cell(JOINED)
@@ -129,6 +132,8 @@ keep, names, policies, cleared = [], [], [], []
                 "leaks": [
                     {"stale": leak.stale, "paths": list(leak.paths)} for leak in report.leaks
                 ],
+                "board_models": board_models,
+                "keras_3_imported": "keras" in sys.modules,
                 "modules": sorted(
                     k
                     for k in ("tensorflow", "jax", "torch", "keras", "tf_keras")

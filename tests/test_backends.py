@@ -119,8 +119,12 @@ def test_the_deep_clean_says_na_off_tensorflow(flavour):
 
 
 def test_models_kept_in_a_list_are_found(flavour):
-    _, seen = flavour
+    name, seen = flavour
     stale = [leak for leak in seen["leaks"] if leak["stale"]]
+    # the dashboard lists them too: on Keras 2 (no `keras` imported) it read "none" beside two
+    assert len(seen["board_models"]) == len(seen["leaks"]), seen["board_models"]
+    if name == "tf_keras":
+        assert not seen["keras_3_imported"]  # the case: only tf_keras there
     # two earlier runs' models in ``keep``; the Sequential's inner Functional is not listed
     assert sorted(leak["paths"][0] for leak in stale) == ["keep[0]", "keep[1]"], seen["leaks"]
     assert len(seen["leaks"]) == 3

@@ -179,8 +179,9 @@ class Dashboard:
             self.refresh(models)
 
     def _scan_models(self) -> list[str]:
-        """The leak finder's paths, stale flags and sizes (no Keras imported: no model)."""
-        if "keras" not in sys.modules:
+        """The leak finder's paths, stale flags and sizes (no Keras imported: no model; Keras 2
+        is ``tf_keras``, where a dashboard read "none" beside two live models)."""
+        if "keras" not in sys.modules and "tf_keras" not in sys.modules:
             return []
         try:
             return model_lines(self.session.leaks())
