@@ -17,7 +17,7 @@ import textwrap
 import threading
 import time
 import tracemalloc
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -193,26 +193,17 @@ def test_stop_button_on_an_isolated_run_takes_its_processes(shell, tmp_path):
         f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{kid.pid}}')\n"
         "time.sleep(120)\n"
     )
-    threading.Thread(
-        target=lambda: (
-            wait_until(lambda: holds_pids(pids, 2), timeout=120),
-            _thread.interrupt_main(),
-        ),
-        daemon=True,
-    ).start()
-    with capture_output():
-        result = run(shell, cell)
-    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    stopped_once(shell, cell, lambda: holds_pids(pids, 2))
     (record,) = keras_nbguard.runs("stopped")
     assert record.status == "interrupted"
     assert gone_after(pids_in(pids)) == []
 
 
-def stopped_once(shell, cell: str, marker: Path) -> Any:
-    """Run ``cell``, pressing the stop button once it has made the file ``marker``; what it
+def stopped_once(shell, cell: str, ready: Callable[[], bool]) -> Any:
+    """Run ``cell``, pressing the stop button once ``ready()`` (the cell made its file); what it
     showed. The cell must end stopped (KeyboardInterrupt)."""
     threading.Thread(
-        target=lambda: (wait_until(marker.exists, timeout=120), _thread.interrupt_main()),
+        target=lambda: (wait_until(ready, timeout=120), _thread.interrupt_main()),
         daemon=True,
     ).start()
     with capture_output() as seen:
@@ -228,7 +219,7 @@ def test_a_stopped_sweep_one_at_a_time_marks_its_running_point_and_says_one_line
         f'%%kerasrun --sweep "s=0,60,61" --label stopseq\nimport time\n'
         f"if s:\n    open({str(second)!r}, 'w').close()\ntime.sleep(s)\n"
     )
-    seen = stopped_once(shell, cell, second)
+    seen = stopped_once(shell, cell, second.exists)
     assert [(r.params["s"], r.status) for r in keras_nbguard.runs("stopseq")] == [
         (0, "ok"),
         (60, "interrupted"),
@@ -249,7 +240,7 @@ def test_a_stopped_isolated_run_says_one_line(shell, tmp_path):
         f"%%kerasrun --isolate --label stopone --quiet\nimport time\n"
         f"open({str(started)!r}, 'w').close()\ntime.sleep(60)\n"
     )
-    seen = stopped_once(shell, cell, started)
+    seen = stopped_once(shell, cell, started.exists)
     assert [r.status for r in keras_nbguard.runs("stopone")] == ["interrupted"]
     assert seen.stdout + seen.stderr == (
         "KeyboardInterrupt: the isolated run 'stopone' was stopped: its process is ended, the "
@@ -273,7 +264,7 @@ def test_a_stopped_isolated_fit_keeps_its_epochs_as_a_stopped_plain_one(shell, t
         f"open({str(started)!r}, 'w').close())\n"
         "model.fit(np.zeros((64, 4)), np.zeros(64), epochs=100000, verbose=0, callbacks=[mark])\n"
     )
-    seen = stopped_once(shell, cell, started)
+    seen = stopped_once(shell, cell, started.exists)
     (record,) = keras_nbguard.runs("stopfit")
     assert record.status == "interrupted"
     (fit,) = record.fits
